@@ -1,0 +1,38 @@
+# dreamgym-agents: `make run` (the main job) and `make test` set up .venv with every extra first.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# torch's CPU build: pip takes it from the local wheel folder when present, else from this index.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+RUN_DIR ?= runs/webarena-oracle-test
+
+.PHONY: install browser run test lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "$(TORCH_SPEC)" || $(VENV)/bin/pip install -q "$(TORCH_SPEC)" --index-url "$(TORCH_INDEX)"
+	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+# A system Chromium (Playwright cannot download its own browser offline).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null || [ -n "$$DG_CHROMIUM" ] || \
+	  { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	    else echo "Chromium is missing: install it (Debian/Ubuntu: sudo apt-get install chromium) or set DG_CHROMIUM"; exit 1; fi; }
+
+run: install browser
+	$(VENV)/bin/dg-agents eval --task webarena --agent oracle --split test --concurrency 2 --out $(RUN_DIR)
+
+test: install browser
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check dreamgym_agents adapters tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Package data and modules mapped into the dreamgym_agents namespace."""

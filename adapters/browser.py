@@ -1,0 +1,279 @@
+"""A real browser environment on BrowserGym, safe to run several at once.
+
+BrowserGym drives Chromium through Playwright's *sync* API, whose objects belong to the thread that
+created them, and it keeps one global Playwright instance. To run many episodes concurrently we give
+every :class:`BrowserGymEnv` its own worker thread, with its own Playwright instance (BrowserGym's
+global getter is patched to be thread-local), and marshal every call onto that thread.
+
+Two further patches keep a step fast and offline (see shared notes, "Browsers"): every Chromium
+launch gets the system executable and the flags that work as root without network, and the chat
+window BrowserGym opens in a *second* browser is replaced by an in-memory message list (the agent
+talks to the task through ``send_msg_to_user``; nobody watches the chat window headless).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dreamgym_agents.adapters.web_action import ActionParseError, WebActionSet, to_python
+from dreamgym_agents.env import EnvConfig, Observation, StepResult
+from dreamgym_agents.errors import EnvError, MissingExtraError
+from dreamgym_agents.state import map_axtree
+from dreamgym_agents.types import Task
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TaskBinder = Callable[[Task], tuple[dict[str, Any], Callable[[], None]]]
+"""Given a task, returns the keyword arguments of the BrowserGym task class for this episode and a
+cleanup callable run when the episode ends (e.g. dropping a site instance)."""
+
+
+class ThreadWorker:
+    """Runs callables on one dedicated thread (Playwright sync objects must stay on theirs)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], concurrent.futures.Future] | None] = (
+            queue.Queue()
+        )
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                fut.set_exception(exc)
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def call(self, fn: Callable[[], T]) -> T:
+        if threading.current_thread() is self._thread:
+            return fn()
+        return self.submit(fn).result()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+
+class _MessageChat:
+    """In-memory stand-in for BrowserGym's chat window (same attributes the env uses)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.page = None
+        self.recording_start_time = None
+
+    def add_message(self, role: str, msg: str) -> None:
+        self.messages.append({"role": role, "timestamp": time.time(), "message": msg})
+
+    def wait_for_user_message(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+_local = threading.local()
+_patch_lock = threading.Lock()
+_patched = False
+
+
+def _thread_playwright() -> Any:
+    """This thread's Playwright instance, started on first use, launches patched."""
+    pw = getattr(_local, "playwright", None)
+    if pw is None:
+        import playwright.sync_api
+
+        from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
+
+        executable = find_chromium()
+        if executable is None:
+            raise EnvError(
+                "no Chromium found: install one (Debian: apt-get install chromium) or set "
+                "DG_CHROMIUM=/path/to/chrome; `dg-agents doctor` checks"
+            )
+        pw = playwright.sync_api.sync_playwright().start()
+        patch_playwright(pw, executable)
+        _local.playwright = pw
+    return pw
+
+
+def _stop_thread_playwright() -> None:
+    pw = getattr(_local, "playwright", None)
+    if pw is not None:
+        _local.playwright = None
+        pw.stop()
+
+
+def install_browsergym_patches() -> None:
+    """Make BrowserGym's Playwright thread-local and its chat in-memory (idempotent)."""
+    global _patched
+    with _patch_lock:
+        if _patched:
+            return
+        try:
+            import browsergym.core.chat as bg_chat
+            import browsergym.core.env as bg_env
+        except ImportError:
+            raise MissingExtraError("browsergym-core", "web") from None
+        bg_env._get_global_playwright = _thread_playwright
+        bg_chat._get_global_playwright = _thread_playwright
+        bg_env.Chat = _MessageChat
+        _patched = True
+
+
+class BrowserGymEnv:
+    """A real web environment: BrowserGym's ``BrowserEnv`` behind the project's env contract.
+
+    Args:
+        cfg: Environment settings.
+        task_entrypoint: The BrowserGym task class (``AbstractBrowserTask`` subclass).
+        bind_task: Prepares one episode's task kwargs (see :data:`TaskBinder`).
+        name: Name of the worker thread (for logs).
+    """
+
+    provenance = "real"
+
+    def __init__(
+        self,
+        cfg: EnvConfig,
+        task_entrypoint: type,
+        bind_task: TaskBinder,
+        name: str = "browser",
+    ) -> None:
+        install_browsergym_patches()
+        self.cfg = cfg
+        self.action_set = WebActionSet()
+        self._entrypoint = task_entrypoint
+        self._bind_task = bind_task
+        self._worker = ThreadWorker(name)
+        self._env: Any = None
+        self._cleanup: Callable[[], None] | None = None
+        self._obs: Observation | None = None
+        self._site_urls: dict[str, str] = {}
+
+    # -- contract ---------------------------------------------------------------------------
+    def reset(self, task: Task) -> Observation:
+        return self._worker.call(lambda: self._reset(task))
+
+    def step(self, action: str) -> StepResult:
+        return self._worker.call(lambda: self._step(action))
+
+    def close(self) -> None:
+        try:
+            self._worker.call(self._close)
+        finally:
+            self._worker.stop()
+
+    # -- on the worker thread -----------------------------------------------------------------
+    def _reset(self, task: Task) -> Observation:
+        from browsergym.core.env import BrowserEnv
+
+        self._end_episode()
+        task_kwargs, cleanup = self._bind_task(task)
+        self._cleanup = cleanup
+        self._site_urls = dict(task_kwargs.get("site_urls", {}))
+        if self._env is None:
+            self._env = BrowserEnv(
+                task_entrypoint=self._entrypoint,
+                task_kwargs=task_kwargs,
+                headless=self.cfg.headless,
+                slow_mo=0,
+                timeout=int(self.cfg.step_timeout_s * 1000),
+                action_mapping=None,
+                pre_observation_delay=0.0,
+                wait_for_user_message=False,
+            )
+        else:
+            self._env.task_kwargs = task_kwargs
+        try:
+            obs, _info = self._env.reset()
+        except EnvError:
+            raise
+        except Exception as exc:
+            raise EnvError(f"could not start task {task.task_id}: {_one_line(exc)}") from exc
+        self._obs = self._observe(obs)
+        return self._obs
+
+    def _step(self, action: str) -> StepResult:
+        if self._env is None or self._obs is None:
+            raise EnvError("step() called before reset()")
+        try:
+            actions = self.action_set.parse(action)
+        except ActionParseError as exc:
+            # Model-caused: an invalid-action step, the page is unchanged.
+            error = f"invalid action: {exc}"
+            self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
+            return StepResult(self._obs, valid=False, error=error)
+        code = to_python(actions)
+        obs, reward, terminated, truncated, info = self._env.step(code)
+        self._obs = self._observe(obs)
+        error = self._obs.error
+        task_info = info.get("task_info", {}) or {}
+        done = bool(terminated or truncated)
+        return StepResult(
+            self._obs,
+            reward=float(reward),
+            done=done,
+            success=done and float(reward) >= 1.0,
+            valid=not error,
+            error=error,
+            info={"code": code, **({"eval": task_info} if task_info else {})},
+        )
+
+    def _observe(self, obs: dict[str, Any]) -> Observation:
+        titles = obs.get("open_pages_titles") or ("",)
+        index = int(obs.get("active_page_index", [0])[0]) if len(titles) else 0
+        title = titles[index] if index < len(titles) else ""
+        state = map_axtree(
+            obs["axtree_object"],
+            url=obs.get("url", ""),
+            title=title,
+            extra_properties=obs.get("extra_element_properties"),
+        )
+        return Observation(
+            state=state.render(),
+            url=obs.get("url", ""),
+            error=obs.get("last_action_error", "") or "",
+            info={"site_urls": self._site_urls},
+        )
+
+    def _end_episode(self) -> None:
+        if self._cleanup is not None:
+            cleanup, self._cleanup = self._cleanup, None
+            try:
+                cleanup()
+            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the episode's result
+                logger.warning("episode cleanup failed: %s", exc)
+
+    def _close(self) -> None:
+        self._end_episode()
+        if self._env is not None:
+            env, self._env = self._env, None
+            try:
+                env.close()
+            except Exception as exc:  # noqa: BLE001 - closing a dead browser
+                logger.debug("browser close failed: %s", exc)
+        _stop_thread_playwright()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

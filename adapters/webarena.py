@@ -1,0 +1,301 @@
+"""The ``webarena`` task family: WebArena task configs on real or bundled sites.
+
+Sites are named as in WebArena (``SHOPPING``, ``SHOPPING_ADMIN``, ``REDDIT``, ``GITLAB``,
+``WIKIPEDIA``, ``MAP``, ``HOMEPAGE``) or with BrowserGym's ``WA_`` prefix. When any of those
+variables is set, ``--task webarena`` runs the real WebArena task file (``--tasks FILE`` or
+``WEBARENA_TASKS_FILE``) against the user's sites; otherwise it runs the project's bundled shopping
+site and task set (``tasks/webarena_shopping``), served on 127.0.0.1 with a fresh site instance per
+episode. ``--tasks FILE`` runs any WebArena-format JSON file (one config or a list).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.env import EnvConfig, Environment, register_family
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
+from dreamgym_agents.types import Task
+
+logger = logging.getLogger(__name__)
+
+SITE_VARIABLES: dict[str, str] = {
+    "shopping": "SHOPPING",
+    "shopping_admin": "SHOPPING_ADMIN",
+    "reddit": "REDDIT",
+    "gitlab": "GITLAB",
+    "wikipedia": "WIKIPEDIA",
+    "map": "MAP",
+    "homepage": "HOMEPAGE",
+}
+"""WebArena site name → environment variable holding its base URL."""
+
+BUNDLED_TASK_DIR = "webarena_shopping"
+SPLITS = ("train", "test")
+
+
+def placeholder(variable: str) -> str:
+    """WebArena's placeholder for a site variable: ``SHOPPING`` → ``__SHOPPING__``."""
+    return f"__{variable}__"
+
+
+def configured_sites(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Site variable → base URL for every WebArena site set in the environment."""
+    environ = dict(os.environ if environ is None else environ)
+    sites = {}
+    for variable in SITE_VARIABLES.values():
+        url = environ.get(variable) or environ.get(f"WA_{variable}")
+        if url:
+            sites[variable] = url.rstrip("/")
+    return sites
+
+
+def resolve_url(url: str, site_urls: dict[str, str]) -> str:
+    """Replace WebArena placeholders (``__SHOPPING__``) in a URL."""
+    for key, value in site_urls.items():
+        url = url.replace(key, value)
+    return url
+
+
+def config_to_task(config: Any, *, split: str, source: str) -> Task:
+    """Validate one WebArena config and wrap it in a :class:`Task`."""
+    from dreamgym_agents.evaluation import validate_config
+
+    if not isinstance(config, dict):
+        raise TaskError(f"{source}: each task config must be a JSON object")
+    try:
+        validate_config(config)
+    except TaskError as exc:
+        raise TaskError(f"{source}: task {config.get('task_id', '?')}: {exc}") from None
+    return Task(
+        task_id=str(config["task_id"]),
+        family="webarena",
+        intent=config["intent"],
+        split=split,
+        config=config,
+        oracle=config.get("oracle"),
+    )
+
+
+def load_config_file(path: str | Path, *, split: str = "") -> list[Task]:
+    """Load a WebArena-format JSON file holding one config or a list of configs."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskError(f"task file not found: {path}") from None
+    except OSError as exc:
+        raise TaskError(f"cannot read task file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TaskError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    configs = data if isinstance(data, list) else [data]
+    if not configs:
+        raise TaskError(f"{path}: holds no task configs")
+    tasks = [config_to_task(c, split=split, source=str(path)) for c in configs]
+    ids = [t.task_id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise TaskError(f"{path}: task_id values are not unique")
+    return tasks
+
+
+def _make_browsergym_task_class() -> type:
+    """The BrowserGym task class running one WebArena config (built lazily: an extra)."""
+    from browsergym.core.task import AbstractBrowserTask
+
+    from dreamgym_agents.evaluation import evaluate_task
+
+    class _WebArenaConfigTask(AbstractBrowserTask):
+        """Opens the config's start URL(s); evaluates when the agent stops (sends its answer)."""
+
+        @classmethod
+        def get_task_id(cls) -> str:
+            return "dreamgym.webarena_config"
+
+        def __init__(
+            self,
+            seed: int | None = None,
+            config: dict | None = None,
+            site_urls: dict | None = None,
+            judge: Any = None,
+            timeout_ms: int = 5000,
+        ) -> None:
+            super().__init__(seed or 0)
+            self.config = config or {}
+            self.site_urls = site_urls or {}
+            self.judge = judge
+            self.slow_mo = 0
+            self.timeout = timeout_ms
+
+        def setup(self, page: Any) -> tuple[str, dict]:
+            # WebArena joins several start pages with " |AND| ": one tab each.
+            urls = [resolve_url(u.strip(), self.site_urls) for u in
+                    self.config["start_url"].split(" |AND| ")]
+            page.goto(urls[0])
+            for url in urls[1:]:
+                page.context.new_page().goto(url)
+            page.bring_to_front()
+            return self.config["intent"], {}
+
+        def validate(self, page: Any, chat_messages: list) -> tuple[float, bool, str, dict]:
+            last = chat_messages[-1] if chat_messages else None
+            if not last or last["role"] not in ("assistant", "infeasible"):
+                return 0.0, False, "", {}
+            # report_infeasible is WebArena's "N/A" answer.
+            answer = "N/A" if last["role"] == "infeasible" else last["message"]
+            result = evaluate_task(
+                self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge
+            )
+            return result.score, True, "", {"score": result.score, "details": result.details,
+                                            "answer": answer}
+
+    return _WebArenaConfigTask
+
+
+class WebArenaFamily:
+    """Task family ``webarena`` (see the module docstring)."""
+
+    name = "webarena"
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        self._sites = configured_sites(environ)
+        self._environ = dict(os.environ if environ is None else environ)
+        self._site: Any = None  # the bundled ShoppingSite, started by prepare()
+        self._judge: Any = None
+        self._lock = threading.Lock()
+        self._task_class: type | None = None
+
+    @property
+    def uses_real_sites(self) -> bool:
+        return bool(self._sites)
+
+    # -- tasks --------------------------------------------------------------------------------
+    def load_tasks(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        if self.uses_real_sites:
+            path = self._environ.get("WEBARENA_TASKS_FILE")
+            if not path:
+                names = ", ".join(sorted(self._sites))
+                raise ConfigError(
+                    f"real WebArena sites are configured ({names}) but no task file: pass "
+                    "--tasks path/to/test.raw.json or set WEBARENA_TASKS_FILE (or unset the site "
+                    "variables to use the bundled shopping site)"
+                )
+            if split != "test":
+                raise ConfigError("WebArena's task file is a test set: use --split test")
+            return load_config_file(path, split="test")
+        ref = resources.files("dreamgym_agents.tasks") / BUNDLED_TASK_DIR / f"{split}.json"
+        with resources.as_file(ref) as path:
+            return load_config_file(path, split=split)
+
+    def load_task_file(self, path: str) -> list[Task]:
+        return load_config_file(path)
+
+    # -- running ------------------------------------------------------------------------------
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
+        """Start or check the sites; build the judge; describe the setup in one line."""
+        from dreamgym_agents.adapters.browser import install_browsergym_patches
+        from dreamgym_agents.adapters.chromium import find_chromium
+
+        install_browsergym_patches()
+        if find_chromium() is None:
+            raise EnvError(
+                "no Chromium found: install one (Debian: apt-get install chromium) or set "
+                "DG_CHROMIUM=/path/to/chrome; run `dg-agents doctor`"
+            )
+        if cfg.judge_model and self._judge is None:
+            from dreamgym_agents.evaluation import make_llm_judge
+            from dreamgym_agents.llm import Gateway, LLMConfig
+
+            self._judge = make_llm_judge(Gateway(LLMConfig(model=cfg.judge_model)))
+        needed = _sites_used(tasks or [])
+        if self.uses_real_sites or (needed and needed != {"SHOPPING"}):
+            missing = sorted(needed - set(self._sites))
+            if missing:
+                raise EnvError(
+                    f"tasks need site(s) {', '.join(missing)}: set "
+                    + ", ".join(f"{m}=http://host:port" for m in missing)
+                )
+            for variable in sorted(needed or self._sites):
+                _check_reachable(variable, self._sites[variable])
+            listing = ", ".join(f"{v}={self._sites[v]}" for v in sorted(needed or self._sites))
+            return f"real WebArena sites: {listing}"
+        with self._lock:
+            if self._site is None:
+                from dreamgym_agents.adapters.shopping.server import ShoppingSite
+
+                self._site = ShoppingSite(seed=cfg.seed)
+                self._site.start()
+        return f"bundled shopping site at {self._site.root_url} (seed {cfg.seed}; set SHOPPING=URL for a real one)"
+
+    def make_env(self, cfg: EnvConfig) -> Environment:
+        from dreamgym_agents.adapters.browser import BrowserGymEnv
+
+        if self._task_class is None:
+            self._task_class = _make_browsergym_task_class()
+        return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg))
+
+    def _bind(self, task: Task, cfg: EnvConfig) -> tuple[dict[str, Any], Any]:
+        needs_judge = "fuzzy_match" in (task.config.get("eval", {}).get("reference_answers") or {})
+        if needs_judge and self._judge is None:
+            raise ConfigError(f"task {task.task_id} needs an LLM judge: pass --judge MODEL")
+        if self._site is not None and not self.uses_real_sites:
+            base = self._site.new_instance(login=bool(task.config.get("require_login", True)))
+            site_urls = {placeholder("SHOPPING"): base}
+
+            def cleanup() -> None:
+                self._site.drop_instance(base)
+        else:
+            site_urls = {placeholder(v): url for v, url in self._sites.items()}
+
+            def cleanup() -> None:
+                return None
+
+        kwargs = {
+            "config": task.config,
+            "site_urls": site_urls,
+            "judge": self._judge,
+            "timeout_ms": int(cfg.step_timeout_s * 1000),
+        }
+        return kwargs, cleanup
+
+    def close(self) -> None:
+        with self._lock:
+            if self._site is not None:
+                self._site.stop()
+                self._site = None
+
+
+def _sites_used(tasks: list[Task]) -> set[str]:
+    needed: set[str] = set()
+    for task in tasks:
+        text = json.dumps(task.config)
+        for variable in SITE_VARIABLES.values():
+            if placeholder(variable) in text:
+                needed.add(variable)
+    return needed
+
+
+def _check_reachable(variable: str, url: str) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - user-configured site
+            resp.read(1)
+    except urllib.error.HTTPError:
+        return  # the server answered: reachable
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EnvError(f"site {variable} at {url} is unreachable ({reason})") from None
+
+
+register_family("webarena", WebArenaFamily)

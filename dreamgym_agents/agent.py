@@ -1,0 +1,227 @@
+"""Agents: the policy side of an episode.
+
+An agent turns (task, observation, history) into a :class:`Decision`: an action text plus the
+reasoning behind it. Built in: ``oracle`` (plays a task's oracle program, resolving each step's
+element by role and name on the current page), ``random`` (uniform over the page's elements; the
+floor every result is compared with) and :class:`LLMAgent` (any model through the gateway, prompted
+from ``prompts/web_agent.md`` to answer ``<think>…</think><action>…</action>``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dreamgym_agents.env import Observation
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.state import parse_state
+from dreamgym_agents.types import ModelUsage, Task, Transition
+
+if TYPE_CHECKING:
+    from dreamgym_agents.llm import Gateway
+
+
+@dataclass
+class Decision:
+    """What an agent decided at one step.
+
+    Attributes:
+        action: The action text handed to the environment.
+        reasoning: The agent's reasoning (``<think>`` content), if any.
+        raw: The model's whole answer (empty for built-in agents).
+        usage: Model usage of this decision.
+        seconds: Wall time spent deciding.
+    """
+
+    action: str
+    reasoning: str = ""
+    raw: str = ""
+    usage: ModelUsage = field(default_factory=ModelUsage)
+    seconds: float = 0.0
+
+
+class Agent(Protocol):
+    """The policy contract. ``name`` is recorded in every trajectory."""
+
+    name: str
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision: ...
+
+
+def _call(name: str, *args: str) -> str:
+    from dreamgym_agents.adapters.web_action import WebAction
+
+    return WebAction(name, tuple(args)).to_browsergym()
+
+
+class OracleAgent:
+    """Plays ``task.oracle``: step *i* of the program at step *i* of the episode.
+
+    Steps: ``click``/``fill``/``press``/``select`` name an element by ``role`` and ``name``
+    (``"match": "contains"`` for a substring match) and are resolved to the element's bid on the
+    current page; ``goto`` opens a URL (WebArena placeholders resolved); ``stop`` answers.
+    """
+
+    name = "oracle"
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        if not task.oracle:
+            raise ConfigError(f"task {task.task_id} has no oracle program: use another agent")
+        index = len(history)
+        if index >= len(task.oracle):
+            return Decision(action="noop()", reasoning="oracle program exhausted")
+        step = task.oracle[index]
+        return Decision(action=self._resolve(step, observation),
+                        reasoning=f"oracle step {index + 1}/{len(task.oracle)}: {step['op']}")
+
+    @staticmethod
+    def _resolve(step: dict[str, Any], observation: Observation) -> str:
+        op = step["op"]
+        if op == "stop":
+            return _call("send_msg_to_user", str(step.get("answer", "")))
+        if op == "goto":
+            url = step["url"]
+            for key, value in observation.info.get("site_urls", {}).items():
+                url = url.replace(key, value)
+            return _call("goto", url)
+        state = parse_state(observation.state)
+        element = state.find(step["role"], step["name"], match=step.get("match", "exact"))
+        if element is None or element.bid is None:
+            # Recorded as an invalid step by the environment, like any impossible action.
+            return f"missing element: {step['role']} {step['name']!r}"
+        if op == "click":
+            return _call("click", element.bid)
+        if op == "fill":
+            return _call("fill", element.bid, str(step["text"]))
+        if op == "press":
+            return _call("press", element.bid, str(step["key"]))
+        if op == "select":
+            return _call("select_option", element.bid, str(step["option"]))
+        raise ConfigError(f"unknown oracle op {op!r} (expected click, fill, press, select, goto, stop)")
+
+
+class RandomAgent:
+    """Uniformly random over the page's actionable elements; the baseline floor.
+
+    Deterministic given ``seed``, the episode id and the step, so a resumed run repeats itself.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int = 0, stop_prob: float = 0.05) -> None:
+        self.seed = seed
+        self.stop_prob = stop_prob
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        rng = random.Random(f"{self.seed}|{episode_id}|{len(history)}")
+        state = parse_state(observation.state)
+        elements = state.elements
+        words = [w for line in state.lines for w in line.name.split() if w]
+        roll = rng.random()
+        if roll < self.stop_prob or not elements:
+            answer = rng.choice(words) if words else ""
+            return Decision(action=_call("send_msg_to_user", answer), reasoning="random stop")
+        element = rng.choice(elements)
+        if element.role in ("textbox", "searchbox", "combobox") and rng.random() < 0.5:
+            text = rng.choice(words) if words else "test"
+            if element.role == "combobox":
+                return Decision(action=_call("click", element.bid), reasoning="random click")
+            return Decision(action=_call("fill", element.bid, text), reasoning="random fill")
+        if roll > 0.95:
+            return Decision(action=_call("go_back"), reasoning="random back")
+        return Decision(action=_call("click", element.bid), reasoning="random click")
+
+
+_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
+_ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.S)
+
+
+def parse_answer(text: str) -> tuple[str, str]:
+    """Split a ``<think>…</think><action>…</action>`` answer into (reasoning, action).
+
+    Missing tags are tolerated: without ``<action>`` the text after ``</think>`` (or the whole
+    answer) is taken as the action, and the environment judges whether it is one.
+    """
+    think = _THINK.search(text)
+    reasoning = think.group(1).strip() if think else ""
+    action = _ACTION.search(text)
+    if action:
+        return reasoning, action.group(1).strip()
+    rest = text.split("</think>", 1)[1] if "</think>" in text else text
+    return reasoning, rest.strip()
+
+
+def load_prompt(name: str) -> str:
+    """Read a prompt template shipped in ``prompts/``."""
+    return (resources.files("dreamgym_agents.prompts") / name).read_text(encoding="utf-8")
+
+
+def render_history(history: list[Transition], last: int = 5) -> str:
+    """The last ``last`` steps as short lines for a prompt."""
+    if not history:
+        return "(none: this is the first step)"
+    lines = []
+    for t in history[-last:]:
+        note = f" -> invalid: {t.error}" if not t.valid else ""
+        lines.append(f"step {t.step + 1}: {t.action}{note}")
+    return "\n".join(lines)
+
+
+class LLMAgent:
+    """A model through the gateway, prompted from ``prompts/web_agent.md``.
+
+    Args:
+        gateway: The model gateway.
+        action_space: Description of the action grammar (from the environment's action set).
+        prompt: Template name in ``prompts/``.
+        history_steps: How many previous steps the prompt shows.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        action_space: str,
+        prompt: str = "web_agent.md",
+        history_steps: int = 5,
+    ) -> None:
+        self.gateway = gateway
+        self.name = gateway.cfg.model
+        self.action_space = action_space
+        self.template = load_prompt(prompt)
+        self.history_steps = history_steps
+
+    def messages(self, task: Task, observation: Observation, history: list[Transition]) -> list:
+        state = observation.state
+        if observation.error:
+            state += f"\n\nError from the last action: {observation.error}"
+        content = self.template.format(
+            intent=task.intent,
+            action_space=self.action_space,
+            history=render_history(history, self.history_steps),
+            state=state,
+        )
+        return [{"role": "user", "content": content}]
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        start = time.perf_counter()
+        completion = await self.gateway.acomplete(self.messages(task, observation, history))
+        reasoning, action = parse_answer(completion.full_text)
+        return Decision(
+            action=action,
+            reasoning=reasoning,
+            raw=completion.full_text,
+            usage=completion.usage,
+            seconds=time.perf_counter() - start,
+        )

@@ -1,0 +1,267 @@
+"""The ``dg-agents`` command line: parse flags, load config, call one library function.
+
+Every failure the user can fix ends as one line on stderr and a non-zero exit, never a traceback
+(set ``DG_DEBUG=1`` to see one for an internal error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+
+from dreamgym_agents.errors import ConfigError, DreamGymError
+
+app = typer.Typer(
+    name="dg-agents",
+    help="Train LLM agents with synthetic experience (DreamGym).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class Split(str, Enum):
+    train = "train"
+    test = "test"
+
+
+BUILTIN_AGENTS = ("oracle", "random")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
+
+
+def _split_overrides(overrides: list[str]) -> dict[str, list[str]]:
+    """Group ``--set section.key=value`` by section (``env``, ``llm``)."""
+    groups: dict[str, list[str]] = {"env": [], "llm": []}
+    for text in overrides:
+        section, _, rest = text.partition(".")
+        if section not in groups or not rest:
+            raise ConfigError(
+                f"--set {text!r}: keys start with one of {', '.join(groups)} (e.g. env.max_steps=20)"
+            )
+        groups[section].append(rest)
+    return groups
+
+
+def _read_config_file(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    unknown = set(data) - {"env", "llm"} if isinstance(data, dict) else {"(top level)"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; use env, llm")
+    return data
+
+
+def build_agent(agent: str, *, seed: int, action_space: str, llm_data: dict, llm_overrides: list):
+    """``oracle``, ``random`` or a model string → an agent."""
+    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
+    from dreamgym_agents.config import apply_mapping, load_config
+
+    if agent == "oracle":
+        return OracleAgent()
+    if agent == "random":
+        return RandomAgent(seed=seed)
+    from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
+
+    check_model_string(agent)
+    cfg = LLMConfig(model=agent)
+    apply_mapping(cfg, llm_data)
+    load_config(cfg, None, llm_overrides)
+    return LLMAgent(Gateway(cfg), action_space=action_space)
+
+
+@app.command("eval")
+def eval_command(
+    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
+    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
+    agent: Annotated[
+        str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
+    ] = "oracle",
+    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.test,
+    tasks_file: Annotated[
+        Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Run only the first N tasks.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=64, help="Episodes at once.")
+    ] = 2,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Steps per episode.")] = 15,
+    seed: Annotated[int, typer.Option("--seed", help="Seed (site data, random agent).")] = 0,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="Model for fuzzy_match evaluators.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="YAML file with env/llm sections.")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config key: llm.temperature=0.2")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,
+) -> None:
+    """Run an agent on real environments and record its trajectories."""
+    from dreamgym_agents.adapters.web_action import WebActionSet
+    from dreamgym_agents.config import apply_mapping, load_config
+    from dreamgym_agents.env import EnvConfig, make_family
+    from dreamgym_agents.graph import RunConfig, run_episodes
+
+    _setup_logging(verbose)
+    data = _read_config_file(config)
+    groups = _split_overrides(overrides or [])
+    env_cfg = EnvConfig(max_steps=max_steps, judge_model=judge, seed=seed)
+    apply_mapping(env_cfg, data.get("env") or {})
+    load_config(env_cfg, None, groups["env"])
+
+    family = make_family(task)
+    tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
+    if limit is not None:
+        tasks = tasks[:limit]
+    runner = build_agent(agent, seed=seed, action_space=WebActionSet().describe(),
+                         llm_data=data.get("llm") or {}, llm_overrides=groups["llm"])
+    meta = {
+        "command": "eval", "task": task, "agent": agent,
+        "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
+        "limit": limit, "max_steps": env_cfg.max_steps, "seed": seed,
+    }
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        setup = family.prepare(env_cfg, tasks)
+        console.print(f"[bold]{task}[/]: {setup}")
+        console.print(f"{len(tasks)} task(s), agent {agent}, concurrency {concurrency} → {out}")
+        run_cfg = RunConfig(out_dir=out, concurrency=concurrency,
+                            max_steps=env_cfg.max_steps, meta=meta)
+        result = _run_with_progress(
+            console, len(tasks),
+            lambda cb: run_episodes(tasks, lambda: family.make_env(env_cfg), runner, run_cfg,
+                                    on_episode=cb),
+        )
+    finally:
+        family.close()
+    _print_summary(console, result.summary, out)
+    if result.failed:
+        raise DreamGymError(
+            f"{len(result.failed)} episode(s) failed (see {out / 'errors.jsonl'}); "
+            "rerun the same command to retry them"
+        )
+
+
+def _run_with_progress(console: Any, total: int, start: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    counts = {"ok": 0, "done": 0}
+    with Progress(
+        TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("success {task.fields[ok]}"), TimeElapsedColumn(),
+        console=console, transient=False, disable=not console.is_terminal,
+    ) as progress:
+        bar = progress.add_task("episodes", total=total, ok=0)
+
+        def on_episode(traj: Any) -> None:
+            counts["done"] += 1
+            if traj is not None and traj.success:
+                counts["ok"] += 1
+            progress.update(bar, advance=1, ok=counts["ok"])
+
+        return asyncio.run(start(on_episode))
+
+
+def _print_summary(console: Any, summary: dict[str, Any], out: Path) -> None:
+    keys = ("episodes", "success_rate", "real_transitions", "synthetic_transitions",
+            "invalid_actions", "mean_env_step_seconds", "wall_seconds")
+    line = "  ".join(f"{k}={summary.get(k)}" for k in keys)
+    console.print(line)
+    console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'summary.json'}")
+    print(json.dumps({k: summary.get(k) for k in keys}))
+
+
+@app.command("doctor")
+def doctor_command() -> None:
+    """Report the browser, the installed extras, and which API keys are set (never their values)."""
+    from dreamgym_agents.doctor import run_doctor
+
+    raise typer.Exit(run_doctor())
+
+
+@app.command("site")
+def site_command(
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 7770,
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Serve the bundled shopping site (WebArena's SHOPPING) until interrupted."""
+    from dreamgym_agents.adapters.shopping.server import ShoppingSite
+
+    site = ShoppingSite(seed=seed)
+    try:
+        root = site.start(host=host, port=port)
+    except OSError as exc:
+        raise DreamGymError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
+    typer.echo(f"bundled shopping site at {root} (seed {seed}); Ctrl-C to stop")
+    try:
+        import time
+
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        site.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app and turn every error into one line and an exit code."""
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except click.ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        return exc.exit_code
+    except DreamGymError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if os.environ.get("DG_DEBUG"):
+            raise
+        first = str(exc).strip().splitlines()
+        print(f"internal error: {type(exc).__name__}: {first[0] if first else ''} "
+              "(set DG_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

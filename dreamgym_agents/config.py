@@ -1,0 +1,107 @@
+"""Configuration: one dataclass per component, loaded from YAML plus ``--set key=value`` overrides.
+
+A config file mirrors the dataclass nesting, e.g. for ``dg-agents eval``::
+
+    env:
+      max_steps: 20
+    llm:
+      temperature: 0.2
+      max_concurrency: 8
+
+and ``--set llm.temperature=0.2`` overrides one field (the value is read as YAML, so ``true``,
+``3`` and ``[a, b]`` become bool, int and list). Unknown keys are errors that list the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dreamgym_agents.errors import ConfigError
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def apply_mapping(obj: Any, mapping: dict[str, Any], prefix: str = "") -> None:
+    """Set fields of a (nested) dataclass instance from a mapping, validating the keys."""
+    types = _field_types(type(obj))
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if key not in types:
+            valid = ", ".join(f"{prefix}{k}" for k in types)
+            raise ConfigError(f"unknown config key {path!r}; valid keys: {valid}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current) and not isinstance(current, type):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key {path!r} needs a mapping of its fields")
+            apply_mapping(current, value, prefix=f"{path}.")
+        else:
+            setattr(obj, key, _coerce(value, types[key], path))
+    if hasattr(obj, "__post_init__"):
+        obj.__post_init__()
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if value is None:
+        return None
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
+        tp = args[0]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and not isinstance(value, tp):
+        raise ConfigError(f"config key {path!r} expects {tp.__name__}, got {value!r}")
+    return value
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b=value`` into (["a", "b"], parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def load_config(obj: Any, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
+    """Apply a YAML file and ``--set`` overrides to a config dataclass instance; return it."""
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of config sections")
+        apply_mapping(obj, data)
+    for text in overrides or []:
+        keys, value = parse_override(text)
+        nested: Any = value
+        for key in reversed(keys):
+            nested = {key: nested}
+        apply_mapping(obj, nested)
+    return obj
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A config as plain data (for ``run.json``)."""
+    return dataclasses.asdict(obj)

@@ -1,0 +1,177 @@
+"""The environment contract, task families and their registry.
+
+An *environment* plays episodes of a task: ``reset(task) -> Observation`` and
+``step(action_text) -> StepResult``. The action text is what the agent wrote; the environment's
+action set parses it, and text it cannot parse or execute becomes an *invalid-action step*
+(``valid=False``, reward 0, recorded), never an exception. Real environments (the browser) and the
+dream (the experience model) implement the same contract, so the same episode graph runs on either.
+
+A *task family* (e.g. ``webarena``) knows where its tasks come from and how to build the
+environment that plays them. Families register themselves by name prefix from ``adapters/``; core
+code never special-cases a family.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.types import Task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Observation:
+    """What the agent sees.
+
+    Attributes:
+        state: The abstract textual state (see :mod:`dreamgym_agents.state`).
+        url: Current URL, for web environments.
+        error: Error of the last action (``last_action_error`` in BrowserGym terms).
+        info: Extra data for agents that need it (e.g. ``site_urls`` for the oracle).
+    """
+
+    state: str
+    url: str = ""
+    error: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    """Outcome of one ``step``.
+
+    Attributes:
+        observation: The next observation.
+        reward: Reward of the step (outcome reward: 1.0 only at a successful final step).
+        done: Whether the episode is over.
+        success: Whether the task was accomplished (meaningful when ``done``).
+        valid: False for an invalid-action step (unparseable or impossible action).
+        error: Why the action was invalid, empty otherwise.
+        info: Extra data (evaluator report, executed code, ...).
+    """
+
+    observation: Observation
+    reward: float = 0.0
+    done: bool = False
+    success: bool = False
+    valid: bool = True
+    error: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ActionSet(Protocol):
+    """Describes the actions for a prompt and parses an agent's action text.
+
+    ``parse`` raises ``ValueError`` (or a subclass) with a message saying what was expected.
+    """
+
+    def describe(self) -> str: ...
+
+    def parse(self, text: str) -> Any: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """The contract every environment (real or dream) implements."""
+
+    provenance: str
+    """``real`` for live environments, ``synthetic`` for the dream."""
+
+    action_set: ActionSet
+
+    def reset(self, task: Task) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class EnvConfig:
+    """Settings shared by environments.
+
+    Attributes:
+        max_steps: Episode length limit; an episode that reaches it ends with termination
+            ``max_steps`` and no success.
+        headless: Run browsers headless.
+        step_timeout_s: Per-action timeout inside the environment.
+        judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
+        seed: Seed of the bundled site's data.
+    """
+
+    max_steps: int = 15
+    headless: bool = True
+    step_timeout_s: float = 10.0
+    judge_model: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.step_timeout_s <= 0:
+            raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
+
+
+class TaskFamily(Protocol):
+    """A source of tasks plus the environment that plays them (one per adapter).
+
+    ``prepare`` is called once before a run: it checks that what the family needs is there
+    (browser, sites) and raises a typed error saying what to fix; it returns a one-line description
+    of the setup (e.g. "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    """
+
+    name: str
+
+    def load_tasks(self, split: str) -> list[Task]: ...
+
+    def load_task_file(self, path: str) -> list[Task]: ...
+
+    def prepare(self, cfg: EnvConfig) -> str: ...
+
+    def make_env(self, cfg: EnvConfig) -> Environment: ...
+
+    def close(self) -> None: ...
+
+
+FamilyFactory = Callable[[], TaskFamily]
+"""Builds a task family; registered by name and called lazily (imports stay cheap)."""
+
+_FAMILIES: dict[str, FamilyFactory] = {}
+_BUILTIN_ADAPTERS = ("dreamgym_agents.adapters.webarena",)
+
+
+def register_family(name: str, factory: FamilyFactory) -> None:
+    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``)."""
+    _FAMILIES[name] = factory
+
+
+def _load_builtin_adapters() -> None:
+    for module in _BUILTIN_ADAPTERS:
+        importlib.import_module(module)
+
+
+def family_names() -> list[str]:
+    """Names of the registered task families."""
+    _load_builtin_adapters()
+    return sorted(_FAMILIES)
+
+
+def make_family(task: str) -> TaskFamily:
+    """Build the task family named by ``task`` (its prefix before the first dot).
+
+    Raises:
+        ConfigError: No family has that name; the message lists the known ones.
+    """
+    _load_builtin_adapters()
+    prefix = task.split(".", 1)[0]
+    if prefix not in _FAMILIES:
+        known = ", ".join(sorted(_FAMILIES)) or "none"
+        raise ConfigError(f"unknown task family {task!r}; known families: {known}")
+    return _FAMILIES[prefix]()

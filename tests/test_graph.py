@@ -1,0 +1,116 @@
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from conftest import CounterEnv, counter_tasks
+from counter_agents import Babbler, CounterSolver
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.graph import RunConfig, run_episodes, summarize
+from dreamgym_agents.types import read_trajectories
+
+
+def run(tasks, factory, agent, out, **kw):
+    cfg = RunConfig(out_dir=out, concurrency=kw.pop("concurrency", 2), max_steps=kw.pop("max_steps", 6),
+                    meta={"agent": agent.name})
+    return asyncio.run(run_episodes(tasks, factory, agent, cfg))
+
+
+def test_runs_every_episode_once_and_summarizes(tmp_path, counter_env_factory):
+    result = run(counter_tasks(7), counter_env_factory, CounterSolver(), tmp_path, concurrency=3)
+    trajs = read_trajectories(tmp_path / "trajectories.jsonl")
+    assert sorted(t.task.task_id for t in trajs) == [str(i) for i in range(7)]
+    assert all(t.success for t in trajs)
+    assert result.summary["success_rate"] == 1.0
+    assert result.summary["real_transitions"] == sum(len(t.transitions) for t in trajs)
+    assert result.summary["synthetic_transitions"] == 0
+    # at most `concurrency` environments were made, and all were closed
+    assert 1 <= len(counter_env_factory.made) <= 3
+    assert all(env.closed for env in counter_env_factory.made)
+    t = next(t for t in trajs if t.task.task_id == "2")
+    assert [s.action for s in t.transitions] == ["inc", "inc", "stop [2]"]
+    assert t.transitions[-1].reward == 1.0 and t.transitions[-1].done
+    assert t.transitions[0].next_state == t.transitions[1].state
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 7 and "wall_seconds" in summary
+
+
+def test_invalid_action_is_a_recorded_step(tmp_path, counter_env_factory):
+    run(counter_tasks(1), counter_env_factory, Babbler(), tmp_path)
+    (traj,) = read_trajectories(tmp_path / "trajectories.jsonl")
+    first = traj.transitions[0]
+    assert not first.valid and "expected" in first.error and first.reward == 0.0
+    assert traj.transitions[1].done and traj.success  # target 0, "stop [0]"
+
+
+def test_max_steps_ends_the_episode(tmp_path, counter_env_factory):
+    class Looper:
+        name = "looper"
+
+        async def act(self, *a):
+            from dreamgym_agents.agent import Decision
+            return Decision(action="inc")
+
+    run(counter_tasks(1), counter_env_factory, Looper(), tmp_path, max_steps=4)
+    (traj,) = read_trajectories(tmp_path / "trajectories.jsonl")
+    assert traj.termination == "max_steps" and len(traj.transitions) == 4 and not traj.success
+
+
+def test_rerun_skips_finished_episodes(tmp_path, counter_env_factory):
+    run(counter_tasks(3), counter_env_factory, CounterSolver(), tmp_path)
+    made_before = len(counter_env_factory.made)
+    result = run(counter_tasks(5), counter_env_factory, CounterSolver(), tmp_path)
+    assert result.skipped == 3
+    trajs = read_trajectories(tmp_path / "trajectories.jsonl")
+    assert sorted(t.task.task_id for t in trajs) == ["0", "1", "2", "3", "4"]
+    resets = sum(env.resets for env in counter_env_factory.made[made_before:])
+    assert resets == 2
+
+
+def test_different_run_in_same_folder_is_refused(tmp_path, counter_env_factory):
+    run(counter_tasks(1), counter_env_factory, CounterSolver(), tmp_path)
+    with pytest.raises(ConfigError, match="different run"):
+        run(counter_tasks(1), counter_env_factory, Babbler(), tmp_path)
+
+
+SCRIPT = textwrap.dedent("""
+    import asyncio, sys
+    sys.path.insert(0, {tests!r})
+    from conftest import CounterEnv, counter_tasks
+    from counter_agents import CounterSolver
+    from dreamgym_agents.graph import RunConfig, run_episodes
+    cfg = RunConfig(out_dir={out!r}, concurrency=2, max_steps=6, meta={{"agent": "counter-solver"}})
+    asyncio.run(run_episodes(counter_tasks(12), CounterEnv, CounterSolver(delay_s=0.05), cfg))
+""")
+
+
+def test_kill_9_then_rerun_resumes_with_each_episode_once(tmp_path):
+    tests = os.path.dirname(__file__)
+    out = str(tmp_path / "run")
+    script = SCRIPT.format(tests=tests, out=out)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    traj_file = tmp_path / "run" / "trajectories.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if traj_file.exists() and len(traj_file.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(read_trajectories(traj_file, repair=True))
+    assert 3 <= done_before < 12, "the kill should land mid-run"
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    trajs = read_trajectories(traj_file)
+    ids = [t.episode_id for t in trajs]
+    assert len(ids) == 12 and len(set(ids)) == 12
+    assert all(t.success for t in trajs)
+
+
+def test_summarize_empty():
+    assert summarize([])["episodes"] == 0
