@@ -3,12 +3,13 @@
 BrowserGym drives Chromium through Playwright's *sync* API, whose objects belong to the thread that
 created them, and it keeps one global Playwright instance. To run many episodes concurrently we give
 every :class:`BrowserGymEnv` its own worker thread, with its own Playwright instance (BrowserGym's
-global getter is patched to be thread-local), and marshal every call onto that thread.
+global getter is made thread-local by :mod:`dreamgym_agents.adapters.chromium`, which also gives
+every launch the system Chromium and the flags that work offline as root), and marshal every call
+onto that thread.
 
-Two further patches keep a step fast and offline (see shared notes, "Browsers"): every Chromium
-launch gets the system executable and the flags that work as root without network, and the chat
-window BrowserGym opens in a *second* browser is replaced by an in-memory message list (the agent
-talks to the task through ``send_msg_to_user``; nobody watches the chat window headless).
+One more patch keeps a reset fast: the chat window BrowserGym opens in a *second* browser is
+replaced by an in-memory message list (the agent talks to the task through ``send_msg_to_user``;
+nobody watches a chat window headless).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dreamgym_agents.adapters.web_action import ActionParseError, WebActionSet, to_python
+from dreamgym_agents.adapters.chromium import (
+    patch_browsergym_launch,
+    require_chromium,
+    stop_thread_playwright,
+)
+from dreamgym_agents.adapters.web_action import ActionParseError, WebActionSet
 from dreamgym_agents.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
 from dreamgym_agents.state import map_axtree
@@ -90,51 +96,26 @@ class _MessageChat:
         return None
 
 
-_local = threading.local()
 _patch_lock = threading.Lock()
 _patched = False
 
 
-def _thread_playwright() -> Any:
-    """This thread's Playwright instance, started on first use, launches patched."""
-    pw = getattr(_local, "playwright", None)
-    if pw is None:
-        import playwright.sync_api
-
-        from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
-
-        executable = find_chromium()
-        if executable is None:
-            raise EnvError(
-                "no Chromium found: install one (Debian: apt-get install chromium) or set "
-                "DG_CHROMIUM=/path/to/chrome; `dg-agents doctor` checks"
-            )
-        pw = playwright.sync_api.sync_playwright().start()
-        patch_playwright(pw, executable)
-        _local.playwright = pw
-    return pw
-
-
-def _stop_thread_playwright() -> None:
-    pw = getattr(_local, "playwright", None)
-    if pw is not None:
-        _local.playwright = None
-        pw.stop()
-
-
 def install_browsergym_patches() -> None:
-    """Make BrowserGym's Playwright thread-local and its chat in-memory (idempotent)."""
+    """Thread-local, system-Chromium Playwright for BrowserGym, and an in-memory chat (idempotent).
+
+    Raises:
+        MissingExtraError: BrowserGym is not installed.
+        EnvError: No Chromium was found (the message says how to install one).
+    """
     global _patched
     with _patch_lock:
         if _patched:
             return
         try:
-            import browsergym.core.chat as bg_chat
             import browsergym.core.env as bg_env
         except ImportError:
             raise MissingExtraError("browsergym-core", "web") from None
-        bg_env._get_global_playwright = _thread_playwright
-        bg_chat._get_global_playwright = _thread_playwright
+        patch_browsergym_launch(require_chromium())
         bg_env.Chat = _MessageChat
         _patched = True
 
@@ -195,9 +176,7 @@ class BrowserGymEnv:
                 task_entrypoint=self._entrypoint,
                 task_kwargs=task_kwargs,
                 headless=self.cfg.headless,
-                slow_mo=0,
-                timeout=int(self.cfg.step_timeout_s * 1000),
-                action_mapping=None,
+                action_mapping=None,  # we hand BrowserGym python code (WebActionSet.to_python)
                 pre_observation_delay=0.0,
                 wait_for_user_message=False,
             )
@@ -222,7 +201,7 @@ class BrowserGymEnv:
             error = f"invalid action: {exc}"
             self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
             return StepResult(self._obs, valid=False, error=error)
-        code = to_python(actions)
+        code = self.action_set.to_python(actions)
         obs, reward, terminated, truncated, info = self._env.step(code)
         self._obs = self._observe(obs)
         error = self._obs.error
@@ -271,7 +250,7 @@ class BrowserGymEnv:
                 env.close()
             except Exception as exc:  # noqa: BLE001 - closing a dead browser
                 logger.debug("browser close failed: %s", exc)
-        _stop_thread_playwright()
+        stop_thread_playwright()
 
 
 def _one_line(exc: BaseException) -> str:

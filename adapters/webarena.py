@@ -206,14 +206,8 @@ class WebArenaFamily:
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
         """Start or check the sites; build the judge; describe the setup in one line."""
         from dreamgym_agents.adapters.browser import install_browsergym_patches
-        from dreamgym_agents.adapters.chromium import find_chromium
 
         install_browsergym_patches()
-        if find_chromium() is None:
-            raise EnvError(
-                "no Chromium found: install one (Debian: apt-get install chromium) or set "
-                "DG_CHROMIUM=/path/to/chrome; run `dg-agents doctor`"
-            )
         if cfg.judge_model and self._judge is None:
             from dreamgym_agents.evaluation import make_llm_judge
             from dreamgym_agents.llm import Gateway, LLMConfig

@@ -15,8 +15,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
+
+try:  # typer >= 0.20 vendors click as typer._click; older ones use click itself
+    from typer._click.exceptions import ClickException as _ClickException
+except ImportError:  # pragma: no cover - depends on the typer version
+    from click import ClickException as _ClickException
+import click
 
 from dreamgym_agents.errors import ConfigError, DreamGymError
 
@@ -42,7 +47,8 @@ def _setup_logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3"):
+    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3",
+                  "browsergym"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
 
 
@@ -89,8 +95,8 @@ def build_agent(agent: str, *, seed: int, action_space: str, llm_data: dict, llm
 
     check_model_string(agent)
     cfg = LLMConfig(model=agent)
-    apply_mapping(cfg, llm_data)
-    load_config(cfg, None, llm_overrides)
+    apply_mapping(cfg, llm_data, "llm.")
+    load_config(cfg, None, llm_overrides, prefix="llm.")
     return LLMAgent(Gateway(cfg), action_space=action_space)
 
 
@@ -134,8 +140,8 @@ def eval_command(
     data = _read_config_file(config)
     groups = _split_overrides(overrides or [])
     env_cfg = EnvConfig(max_steps=max_steps, judge_model=judge, seed=seed)
-    apply_mapping(env_cfg, data.get("env") or {})
-    load_config(env_cfg, None, groups["env"])
+    apply_mapping(env_cfg, data.get("env") or {}, "env.")
+    load_config(env_cfg, None, groups["env"], prefix="env.")
 
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
@@ -150,7 +156,7 @@ def eval_command(
     }
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         setup = family.prepare(env_cfg, tasks)
         console.print(f"[bold]{task}[/]: {setup}")
@@ -239,13 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and turn every error into one line and an exit code."""
     try:
         result = app(args=argv, standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except (typer.Exit, click.exceptions.Exit) as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except (typer.Abort, click.exceptions.Abort):
         print("aborted", file=sys.stderr)
         return 130
-    except click.ClickException as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
+    except (_ClickException, click.ClickException) as exc:
+        message = exc.format_message().strip().replace("\n", " ")
+        param = getattr(exc, "param", None)
+        hint = getattr(param, "opts", None)
+        if hint and hint[0] not in message:
+            message = f"{hint[0]}: {message}"
+        print(f"error: {message}", file=sys.stderr)
         return exc.exit_code
     except DreamGymError as exc:
         print(f"error: {exc}", file=sys.stderr)

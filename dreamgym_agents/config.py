@@ -80,8 +80,13 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def load_config(obj: Any, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
-    """Apply a YAML file and ``--set`` overrides to a config dataclass instance; return it."""
+def load_config(
+    obj: Any, path: str | Path | None = None, overrides: list[str] | None = None, prefix: str = ""
+) -> Any:
+    """Apply a YAML file and ``--set`` overrides to a config dataclass instance; return it.
+
+    ``prefix`` (e.g. ``"env."``) is how the keys are named in error messages.
+    """
     if path is not None:
         path = Path(path)
         try:
@@ -92,13 +97,13 @@ def load_config(obj: Any, path: str | Path | None = None, overrides: list[str] |
             raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of config sections")
-        apply_mapping(obj, data)
+        apply_mapping(obj, data, prefix)
     for text in overrides or []:
         keys, value = parse_override(text)
         nested: Any = value
         for key in reversed(keys):
             nested = {key: nested}
-        apply_mapping(obj, nested)
+        apply_mapping(obj, nested, prefix)
     return obj
 
 

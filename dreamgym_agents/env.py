@@ -108,7 +108,7 @@ class EnvConfig:
 
     max_steps: int = 15
     headless: bool = True
-    step_timeout_s: float = 10.0
+    step_timeout_s: float = 5.0
     judge_model: str | None = None
     seed: int = 0
 

@@ -1,0 +1,711 @@
+"""WebArena's task evaluators: string, URL and page-content checks.
+
+Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
+
+- ``string_match`` compares the agent's final answer with ``eval.reference_answers``:
+  ``exact_match`` (after :func:`clean_answer`), ``must_include`` (each item contained; a list
+  holding a single one-character item is checked as a token so that ``"0"`` does not match
+  ``"10"``; items may list ``" |OR| "`` alternatives), ``fuzzy_match`` (an LLM judge per
+  reference; the reference ``"N/A"`` means the task is unachievable: an answer of ``N/A`` passes,
+  otherwise the unachievable-task judge compares the answer with ``eval.string_note``).
+- ``url_match`` ("GOLD in PRED"): some reference base URL (host + path, trailing ``/`` removed)
+  is a substring of the page's, and every reference query parameter has one of its reference
+  values in the page's query; ``" |OR| "`` separates alternative references (as in WebArena,
+  the query parameters of all alternatives are pooled: each key must match one of its values).
+- ``program_html``: for each target, open its URL (``"last"``: stay on the current page), select
+  content with its locator and check ``required_contents`` (``exact_match``, ``must_include``
+  with ``" |OR| "`` alternatives, or ``must_exclude``).
+
+The score of a task is the product of its evaluators' scores. Differences from WebArena, all
+deliberate: no ``eval()`` of config strings (``func:`` helpers are parsed and looked up by
+name), the URL for ``url_match`` and ``__last_url__`` is the page's URL when evaluation starts
+(so a ``program_html`` navigation cannot change it), the empty locator selects the page's HTML
+followed by its visible text (so a phrase split by tags is still found), and waits after
+navigation use the page's load event instead of a fixed three-second sleep.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import html
+import logging
+import re
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
+
+if TYPE_CHECKING:
+    from dreamgym_agents.llm import Gateway
+
+logger = logging.getLogger(__name__)
+
+Judge = Callable[[str, str, str], float]
+"""An LLM judge: ``(intent, reference, prediction) -> score in [0, 1]``.
+
+Called for each ``fuzzy_match`` reference. For unachievable tasks (reference ``"N/A"``) the judge's
+``unachievable(intent, reason, prediction)`` method is called if it has one (the judge built by
+:func:`make_llm_judge` has), otherwise the judge itself with the reason as reference.
+"""
+
+Helper = Callable[..., str]
+"""A ``func:`` helper of a ``program_html`` target; ``__page__``/``page`` arguments receive the
+Playwright page, other arguments are literals from the config."""
+
+EVAL_TYPES: tuple[str, ...] = ("string_match", "url_match", "program_html")
+"""Evaluator types this module implements."""
+
+STRING_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "fuzzy_match")
+CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_exclude")
+OR_SEPARATOR = " |OR| "
+NOT_ACHIEVABLE = "N/A"
+JUDGE_HINT = "this task needs an LLM judge: pass --judge MODEL"
+
+# Placeholders WebArena uses for its self-hosted sites; any ``__NAME__`` in a URL is looked up.
+_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
+_SPECIAL_PLACEHOLDERS = frozenset({"__last_url__", "__page__"})
+
+
+# --------------------------------------------------------------------------------------------
+# String comparisons (StringEvaluator)
+# --------------------------------------------------------------------------------------------
+
+
+def clean_answer(answer: str) -> str:
+    """Strip whitespace and one pair of surrounding quotes, then lowercase (as WebArena)."""
+    answer = answer.strip()
+    if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "'\"":
+        answer = answer[1:-1]
+    return answer.lower()
+
+
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+|[^\w\s]", re.UNICODE)
+
+
+def word_tokenize(text: str) -> list[str]:
+    """Split text into words, numbers and punctuation.
+
+    A dependency-free stand-in for ``nltk.word_tokenize`` sufficient for WebArena's use (is a
+    one-character reference a token of the answer?): ``"$12.99"`` gives ``["$", "12.99"]``.
+    """
+    return _TOKEN.findall(text)
+
+
+def exact_match(ref: str, pred: str) -> float:
+    """1.0 if the cleaned strings are equal."""
+    return float(clean_answer(pred) == clean_answer(ref))
+
+
+def must_include(ref: str, pred: str, *, tokenize: bool = False) -> float:
+    """1.0 if the cleaned ``ref`` is contained in the cleaned ``pred``.
+
+    With ``tokenize`` and a one-character reference, the reference must be a whole token of the
+    prediction (WebArena's guard against ``"0"`` matching ``"10"``).
+    """
+    clean_ref = clean_answer(ref)
+    clean_pred = clean_answer(pred)
+    if tokenize and len(clean_ref) == 1 and len(word_tokenize(clean_ref)) == 1:
+        return float(clean_ref in word_tokenize(clean_pred))
+    return float(clean_ref in clean_pred)
+
+
+def must_include_any(ref: str, pred: str, *, tokenize: bool = False) -> float:
+    """:func:`must_include` where ``ref`` may hold ``" |OR| "``-separated alternatives."""
+    return float(any(must_include(r, pred, tokenize=tokenize) for r in ref.split(OR_SEPARATOR)))
+
+
+# --------------------------------------------------------------------------------------------
+# URL comparison (URLEvaluator)
+# --------------------------------------------------------------------------------------------
+
+
+def _clean_url(url: str) -> str:
+    return str(url).rstrip("/")
+
+
+def _parse_url(url: str) -> tuple[str, dict[str, list[str]]]:
+    parsed = urllib.parse.urlparse(url)
+    return _clean_url(parsed.netloc + parsed.path), urllib.parse.parse_qs(parsed.query)
+
+
+def url_match(reference: str, pred_url: str) -> float:
+    """WebArena's "GOLD in PRED" URL rule (see the module docstring)."""
+    refs = [_clean_url(u) for u in reference.split(OR_SEPARATOR)]
+    ref_bases: list[str] = []
+    ref_queries: dict[str, set[str]] = collections.defaultdict(set)
+    for ref in refs:
+        base, query = _parse_url(ref)
+        ref_bases.append(base)
+        for key, values in query.items():
+            ref_queries[key].update(values)
+    pred_base, pred_query = _parse_url(_clean_url(pred_url))
+    # As in WebArena: the reference base path must be a substring of the predicted one.
+    base_score = float(any(base in pred_base for base in ref_bases))
+    query_score = 1.0
+    for key, values in ref_queries.items():
+        query_score *= float(any(v in pred_query.get(key, []) for v in values))
+    return base_score * query_score
+
+
+# --------------------------------------------------------------------------------------------
+# LLM judge
+# --------------------------------------------------------------------------------------------
+
+
+def fuzzy_match_messages(intent: str, reference: str, prediction: str) -> list[dict[str, str]]:
+    """WebArena's ``llm_fuzzy_match`` prompt."""
+    message = (
+        "Help a teacher to grade the answer of a student given a question. Keep in mind that the "
+        "student may use different phrasing or wording to answer the question. The goal is to "
+        "evaluate whether the answer is semantically equivalent to the reference answer.\n"
+        f"question: {intent}\n"
+        f"reference answer: {reference}\n"
+        "all the string 'N/A' that you see is a special sequence that means 'not achievable'\n"
+        f"student answer: {prediction}\n"
+        "Conclude the judgement by correct/incorrect/partially correct."
+    )
+    return [
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": message},
+    ]
+
+
+def unachievable_messages(intent: str, reason: str, prediction: str) -> list[dict[str, str]]:
+    """WebArena's ``llm_ua_match`` prompt."""
+    message = (
+        "A task described in Task_1 cannot be completed for reason listed in Reason_1. A person "
+        "tried to complete the task and failed, he reported his attempt in Report_1, check if "
+        "Report_1 is refering to Reason_1, even implicitly. If match, return same, else, return "
+        "different\n"
+        f"Task_1 = {intent}\n"
+        f"Reason_1 = {reason}\n"
+        f"Report_1 = {prediction}\n"
+        "return [same] or [different]"
+    )
+    return [
+        {"role": "system", "content": "You are a helpful assistant"},
+        {"role": "user", "content": message},
+    ]
+
+
+def parse_fuzzy_verdict(text: str) -> float:
+    """1.0 for "correct", 0.0 for "incorrect"/"partially correct" (or no verdict)."""
+    low = text.lower()
+    if "partially correct" in low or "incorrect" in low:
+        return 0.0
+    if "correct" in low:
+        return 1.0
+    logger.warning("LLM judge gave no verdict (scored 0): %.200s", text)
+    return 0.0
+
+
+def parse_unachievable_verdict(text: str) -> float:
+    """1.0 for "same", 0.0 for "different" (or no verdict)."""
+    low = text.lower()
+    if "different" in low:
+        return 0.0
+    if "same" in low:
+        return 1.0
+    logger.warning("LLM judge gave no verdict (scored 0): %.200s", text)
+    return 0.0
+
+
+class LLMJudge:
+    """WebArena's two LLM judges over a gateway (see :data:`Judge`).
+
+    Args:
+        gateway: Anything with ``complete(messages) -> object with .text``.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def __call__(self, intent: str, reference: str, prediction: str) -> float:
+        reply = self.gateway.complete(fuzzy_match_messages(intent, reference, prediction))
+        return parse_fuzzy_verdict(str(reply.text or ""))
+
+    def unachievable(self, intent: str, reason: str, prediction: str) -> float:
+        """Does the agent's report refer to the reason the task cannot be done?"""
+        reply = self.gateway.complete(unachievable_messages(intent, reason, prediction))
+        return parse_unachievable_verdict(str(reply.text or ""))
+
+
+def make_llm_judge(gateway: Gateway) -> Judge:
+    """Build WebArena's fuzzy-match judge (with its unachievable-task judge) over a gateway."""
+    return LLMJudge(gateway)
+
+
+# --------------------------------------------------------------------------------------------
+# Config validation
+# --------------------------------------------------------------------------------------------
+
+
+def _where(config: Mapping[str, Any]) -> str:
+    task_id = config.get("task_id") if isinstance(config, Mapping) else None
+    return f"task {task_id}: " if task_id is not None else "task config: "
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+    """Check a WebArena task config; raise :class:`TaskError` with a one-line message if malformed.
+
+    Checks ``intent``, ``start_url`` and ``eval`` (known ``eval_types`` and, for each, the fields
+    it reads).
+    """
+    if not isinstance(config, Mapping):
+        raise TaskError(f"task config must be a JSON object, got {type(config).__name__}")
+    where = _where(config)
+    intent = config.get("intent")
+    if not isinstance(intent, str) or not intent.strip():
+        raise TaskError(f"{where}missing 'intent' (the instruction given to the agent)")
+    if not isinstance(config.get("start_url"), str) or not config["start_url"].strip():
+        raise TaskError(f"{where}missing 'start_url'")
+    ev = config.get("eval")
+    if not isinstance(ev, Mapping):
+        raise TaskError(f"{where}missing 'eval' object")
+    eval_types = ev.get("eval_types")
+    if not _is_str_list(eval_types) or not eval_types:
+        raise TaskError(f"{where}'eval.eval_types' must be a non-empty list of strings")
+    for eval_type in eval_types:
+        if eval_type not in EVAL_TYPES:
+            raise TaskError(
+                f"{where}unknown eval type {eval_type!r} (supported: {', '.join(EVAL_TYPES)})"
+            )
+    if "string_match" in eval_types:
+        _validate_string_match(ev, where)
+    if "url_match" in eval_types:
+        ref = ev.get("reference_url")
+        if not isinstance(ref, str) or not ref.strip():
+            raise TaskError(f"{where}url_match needs a non-empty 'eval.reference_url'")
+        note = ev.get("url_note") or "GOLD in PRED"
+        if note != "GOLD in PRED":
+            raise TaskError(f"{where}unknown url_note {note!r} (supported: 'GOLD in PRED')")
+    if "program_html" in eval_types:
+        _validate_program_html(ev, where)
+
+
+def _validate_string_match(ev: Mapping[str, Any], where: str) -> None:
+    refs = ev.get("reference_answers")
+    if not isinstance(refs, Mapping) or not refs:
+        raise TaskError(f"{where}string_match needs an 'eval.reference_answers' object")
+    for approach, value in refs.items():
+        if approach not in STRING_APPROACHES:
+            raise TaskError(
+                f"{where}unknown reference_answers key {approach!r} "
+                f"(supported: {', '.join(STRING_APPROACHES)})"
+            )
+        if approach == "exact_match" and not isinstance(value, str):
+            raise TaskError(f"{where}reference_answers.exact_match must be a string")
+        if approach == "must_include" and not _is_str_list(value):
+            raise TaskError(f"{where}reference_answers.must_include must be a list of strings")
+        if approach == "fuzzy_match":
+            if value == NOT_ACHIEVABLE:
+                if not isinstance(ev.get("string_note"), str):
+                    raise TaskError(
+                        f"{where}fuzzy_match 'N/A' needs 'eval.string_note' (why the task "
+                        "cannot be done)"
+                    )
+            elif not _is_str_list(value):
+                raise TaskError(
+                    f"{where}reference_answers.fuzzy_match must be 'N/A' or a list of strings"
+                )
+
+
+def _validate_program_html(ev: Mapping[str, Any], where: str) -> None:
+    targets = ev.get("program_html")
+    if not isinstance(targets, list) or not targets:
+        raise TaskError(f"{where}program_html needs a non-empty 'eval.program_html' list")
+    for i, target in enumerate(targets):
+        if not isinstance(target, Mapping):
+            raise TaskError(f"{where}program_html[{i}] must be an object")
+        if not isinstance(target.get("url"), str) or not target["url"].strip():
+            raise TaskError(f"{where}program_html[{i}] needs a 'url' (or \"last\")")
+        locator = target.get("locator")
+        if not isinstance(locator, str):
+            raise TaskError(f"{where}program_html[{i}] needs a 'locator' string (\"\" = page)")
+        stripped = locator.strip()
+        if stripped and not stripped.startswith(("document.", "[...document.", "func:")):
+            raise TaskError(
+                f'{where}program_html[{i}] locator must be "", document.… or func:…, '
+                f"got {locator[:60]!r}"
+            )
+        contents = target.get("required_contents")
+        if not isinstance(contents, Mapping) or len(contents) != 1:
+            raise TaskError(
+                f"{where}program_html[{i}] needs 'required_contents' with one of "
+                + ", ".join(CONTENT_APPROACHES)
+            )
+        ((approach, value),) = contents.items()
+        if approach not in CONTENT_APPROACHES:
+            raise TaskError(
+                f"{where}program_html[{i}] unknown required_contents key {approach!r} "
+                f"(supported: {', '.join(CONTENT_APPROACHES)})"
+            )
+        if approach == "exact_match" and not isinstance(value, str):
+            raise TaskError(f"{where}program_html[{i}] exact_match must be a string")
+        if approach != "exact_match" and not _is_str_list(value):
+            raise TaskError(f"{where}program_html[{i}] {approach} must be a list of strings")
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalResult:
+    """The outcome of evaluating one task.
+
+    Attributes:
+        score: Product of the evaluators' scores, in [0, 1] (1.0 = success).
+        details: One dict per evaluator: ``type``, ``score`` and what was compared.
+    """
+
+    score: float
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def success(self) -> bool:
+        """True if every evaluator passed."""
+        return self.score >= 1.0
+
+
+def _normalise_site_urls(site_urls: Mapping[str, str]) -> dict[str, str]:
+    """Accept ``{"__SHOPPING__": url}`` or ``{"shopping": url}``; drop trailing slashes."""
+    out: dict[str, str] = {}
+    for key, value in (site_urls or {}).items():
+        name = key if key.startswith("__") and key.endswith("__") else f"__{key.upper()}__"
+        out[name] = str(value).rstrip("/")
+    return out
+
+
+def fill_placeholders(
+    text: str, site_urls: Mapping[str, str], *, what: str = "url", strict: bool = True
+) -> str:
+    """Replace WebArena site placeholders (``__SHOPPING__`` …) in ``text``.
+
+    Args:
+        text: A URL (or locator) from a task config.
+        site_urls: Placeholder → base URL.
+        what: What ``text`` is, for the error message.
+        strict: Raise for a placeholder without a URL (False: leave it, e.g. in JavaScript
+            where ``__NEXT_DATA__`` is a global, not a placeholder).
+
+    Raises:
+        ConfigError: ``strict`` and a placeholder has no URL in ``site_urls``.
+    """
+    urls = _normalise_site_urls(site_urls)
+
+    def replace(m: re.Match[str]) -> str:
+        token = m.group(0)
+        if token in _SPECIAL_PLACEHOLDERS or (not strict and token not in urls):
+            return token
+        if token not in urls:
+            raise ConfigError(
+                f"{what} {text!r} uses {token} but no URL was given for it: pass its site URL "
+                f"(e.g. site_urls={{'{token}': 'http://127.0.0.1:7770'}})"
+            )
+        return urls[token]
+
+    return _PLACEHOLDER.sub(replace, text)
+
+
+def evaluate_task(
+    config: Mapping[str, Any],
+    *,
+    answer: str | None,
+    page: Any,
+    site_urls: Mapping[str, str],
+    judge: Judge | None = None,
+    helpers: Mapping[str, Helper] | None = None,
+    settle_s: float = 0.0,
+) -> EvalResult:
+    """Evaluate a finished episode the way WebArena does.
+
+    Args:
+        config: The WebArena task config (``intent``, ``eval`` …).
+        answer: The agent's final answer (``send_msg_to_user`` text, ``"N/A"`` for
+            ``report_infeasible``); None when it gave none (compared as ``""``).
+        page: The sync Playwright page the episode ended on; may be None when no evaluator
+            needs it (``url_match`` only reads ``page.url``).
+        site_urls: WebArena placeholders to base URLs, e.g. ``{"__SHOPPING__": "http://…"}``.
+        judge: The LLM judge for ``fuzzy_match`` (see :data:`Judge`).
+        helpers: Extra or replacement ``func:`` helpers by name (the built-in ones are
+            ``get_query_text``, ``get_query_text_lowercase``, ``reddit_get_post_url`` and
+            ``gitlab_get_project_memeber_role``).
+        settle_s: Extra seconds to wait after each ``program_html`` navigation.
+
+    Returns:
+        The score (product over evaluators) and per-evaluator details.
+
+    Raises:
+        TaskError: The config is malformed, has an unknown eval type, or names an unknown
+            helper.
+        ConfigError: A ``fuzzy_match`` task got no judge, or a placeholder has no site URL.
+        EnvError: An evaluator needs the page but ``page`` is None, or a ``program_html`` URL
+            cannot be opened.
+    """
+    validate_config(config)
+    ev = config["eval"]
+    eval_types = list(ev["eval_types"])
+    needs_judge = "string_match" in eval_types and "fuzzy_match" in ev["reference_answers"]
+    if needs_judge and judge is None:
+        raise ConfigError(JUDGE_HINT)
+    needs_page = [t for t in eval_types if t in ("url_match", "program_html")]
+    if needs_page and page is None:
+        raise EnvError(f"evaluators {', '.join(needs_page)} need the final page, got none")
+    start_url = str(page.url) if page is not None else ""
+    details: list[dict[str, Any]] = []
+    score = 1.0
+    for eval_type in eval_types:
+        if eval_type == "string_match":
+            detail = _eval_string(config, answer, judge)
+        elif eval_type == "url_match":
+            detail = _eval_url(ev, start_url, site_urls)
+        elif eval_type == "program_html":
+            detail = _eval_html(ev, page, start_url, site_urls, helpers, settle_s)
+        else:  # validate_config already rejects these; kept for a clear error if it changes
+            raise TaskError(f"{_where(config)}unknown eval type {eval_type!r}")
+        details.append(detail)
+        score *= detail["score"]
+    return EvalResult(score=score, details=details)
+
+
+def _eval_string(config: Mapping[str, Any], answer: str | None, judge: Judge | None) -> dict:
+    ev = config["eval"]
+    intent = config["intent"]
+    pred = clean_answer(answer or "")
+    checks: list[dict[str, Any]] = []
+    score = 1.0
+    for approach, value in ev["reference_answers"].items():
+        if approach == "exact_match":
+            s = exact_match(value, pred)
+            checks.append({"approach": approach, "reference": value, "score": s})
+            score *= s
+        elif approach == "must_include":
+            for item in value:
+                s = must_include_any(item, pred, tokenize=len(value) == 1)
+                checks.append({"approach": approach, "reference": item, "score": s})
+                score *= s
+        elif approach == "fuzzy_match":
+            assert judge is not None  # checked by evaluate_task
+            if value == NOT_ACHIEVABLE:
+                s = exact_match(NOT_ACHIEVABLE, pred)
+                check = {"approach": approach, "reference": NOT_ACHIEVABLE, "score": s}
+                if s != 1.0:
+                    reason = ev.get("string_note", "")
+                    ua = getattr(judge, "unachievable", judge)
+                    s = float(ua(intent, reason, pred))
+                    check.update(judge="unachievable", string_note=reason, score=s)
+                checks.append(check)
+                # WebArena replaces (rather than multiplies) the score here.
+                score = s
+            else:
+                for reference in value:
+                    if not pred:
+                        s = 1.0 if not reference else 0.0
+                    else:
+                        s = float(judge(intent, reference, pred))
+                    checks.append(
+                        {"approach": approach, "reference": reference, "score": s, "judge": "fuzzy"}
+                    )
+                    score *= s
+    return {"type": "string_match", "score": score, "prediction": pred, "checks": checks}
+
+
+def _eval_url(ev: Mapping[str, Any], page_url: str, site_urls: Mapping[str, str]) -> dict:
+    reference = fill_placeholders(ev["reference_url"], site_urls, what="reference_url")
+    score = url_match(reference, page_url)
+    return {"type": "url_match", "score": score, "reference": reference, "url": page_url}
+
+
+# -- program_html -----------------------------------------------------------------------------
+
+
+def get_query_text(page: Any, selector: str) -> str:
+    """Text content of the first element matching a CSS selector ('' if none)."""
+    try:
+        result = page.evaluate(
+            "(sel) => { const el = document.querySelector(sel); return el ? el.textContent : ''; }",
+            selector,
+        )
+    except Exception as exc:  # a page error means the content is not there
+        logger.debug("get_query_text(%r) failed: %s", selector, exc)
+        return ""
+    return str(result or "")
+
+
+def get_query_text_lowercase(page: Any, selector: str) -> str:
+    """:func:`get_query_text`, lowercased."""
+    return get_query_text(page, selector).lower()
+
+
+def reddit_get_post_url(url: str) -> str:
+    """Reduce a Postmill comment URL ``/f/<forum>/<id>/…`` to its post URL (else unchanged)."""
+    parsed = urllib.parse.urlparse(url)
+    parts = parsed.path.split("/")
+    if len(parts) < 4 or parts[1] != "f":
+        return url
+    return f"{parsed.scheme}://{parsed.netloc}/f/{parts[2]}/{parts[3]}/"
+
+
+def gitlab_get_project_memeber_role(page: Any, account_name: str) -> str:
+    """Role of a member on a GitLab project members page ('' if not found).
+
+    The name keeps WebArena's spelling, as task configs call it by that name.
+    """
+    script = """(account) => {
+        const names = document.querySelectorAll(
+            "td[data-label='Account'] span.gl-avatar-labeled-sublabel");
+        for (let i = 0; i < names.length; i++) {
+            if (names[i].outerText === '@' + account) {
+                const roles = document.querySelectorAll("td.col-max-role span");
+                return roles[i] ? roles[i].outerText : '';
+            }
+        }
+        return '';
+    }"""
+    try:
+        return str(page.evaluate(script, account_name) or "")
+    except Exception as exc:
+        logger.debug("gitlab_get_project_memeber_role(%r) failed: %s", account_name, exc)
+        return ""
+
+
+BUILTIN_HELPERS: dict[str, Helper] = {
+    "get_query_text": get_query_text,
+    "get_query_text_lowercase": get_query_text_lowercase,
+    "reddit_get_post_url": reddit_get_post_url,
+    "gitlab_get_project_memeber_role": gitlab_get_project_memeber_role,
+}
+"""``func:`` helpers that work on any site. WebArena's shopping helpers
+(``shopping_get_latest_order_url`` …) query Magento's admin REST API with the site's admin
+account; pass implementations through ``helpers=`` to evaluate those tasks."""
+
+_PAGE_NAMES = frozenset({"page", "__page__"})
+
+
+def call_helper(expression: str, *, page: Any, helpers: Mapping[str, Helper] | None = None) -> str:
+    """Evaluate a ``func:`` expression such as ``get_query_text(__page__, '.price')`` safely.
+
+    Only a call of a known helper with literal arguments (and ``page``/``__page__``) is allowed.
+
+    Raises:
+        TaskError: The expression is not such a call or names an unknown helper.
+    """
+    table = {**BUILTIN_HELPERS, **(helpers or {})}
+    try:
+        tree = ast.parse(expression.strip(), mode="eval").body
+    except SyntaxError:
+        raise TaskError(f"cannot parse helper call {expression!r}") from None
+    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name):
+        raise TaskError(f"helper expression must be a function call, got {expression!r}")
+    name = tree.func.id
+    if name not in table:
+        raise TaskError(
+            f"unsupported evaluation helper {name!r} (supported: {', '.join(sorted(table))}; "
+            "pass others with helpers=)"
+        )
+
+    def value_of(node: ast.expr) -> Any:
+        if isinstance(node, ast.Name) and node.id in _PAGE_NAMES:
+            return page
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            raise TaskError(
+                f"helper {name} arguments must be literals or __page__, in {expression!r}"
+            ) from None
+
+    args = [value_of(a) for a in tree.args]
+    kwargs = {kw.arg: value_of(kw.value) for kw in tree.keywords if kw.arg}
+    return str(table[name](*args, **kwargs))
+
+
+def _page_content(page: Any) -> str:
+    """The page's HTML followed by its visible text (see the module docstring)."""
+    content = str(page.content())
+    try:
+        text = str(page.inner_text("body"))
+    except Exception as exc:  # a page without a body: the HTML is all there is
+        logger.debug("inner_text(body) failed: %s", exc)
+        text = ""
+    return content + "\n" + text
+
+
+def _select(page: Any, target: Mapping[str, Any], helpers: Mapping[str, Helper] | None) -> str:
+    locator = target["locator"].strip()
+    if not locator:
+        return _page_content(page)
+    if locator.startswith(("document.", "[...document.")):
+        for prep in target.get("prep_actions") or []:
+            try:
+                page.evaluate(f"() => {prep}")
+            except Exception as exc:  # as WebArena: a failed preparation is ignored
+                logger.debug("prep action %r failed: %s", prep, exc)
+        try:
+            result = page.evaluate(f"() => {locator}")
+        except Exception as exc:  # as WebArena: the page is wrong, nothing is selected
+            logger.debug("locator %r failed: %s", locator, exc)
+            return ""
+        return "" if result is None else str(result)
+    expression = locator[len("func:") :]
+    return call_helper(expression, page=page, helpers=helpers)
+
+
+def _eval_html(
+    ev: Mapping[str, Any],
+    page: Any,
+    start_url: str,
+    site_urls: Mapping[str, str],
+    helpers: Mapping[str, Helper] | None,
+    settle_s: float,
+) -> dict:
+    score = 1.0
+    checks: list[dict[str, Any]] = []
+    for target in ev["program_html"]:
+        url = target["url"].strip()
+        if url.startswith("func:"):
+            expression = url[len("func:") :].replace("__last_url__", start_url)
+            url = call_helper(fill_placeholders(expression, site_urls), page=page, helpers=helpers)
+        url = fill_placeholders(url, site_urls)
+        if url != "last":
+            try:
+                page.goto(url, wait_until="load")
+            except Exception as exc:  # an unreachable site is an infrastructure failure
+                raise EnvError(f"program_html could not open {url}: {exc}") from exc
+            if settle_s > 0:
+                time.sleep(settle_s)
+        locator = fill_placeholders(target["locator"], site_urls, what="locator", strict=False)
+        selected = html.unescape(_select(page, {**target, "locator": locator}, helpers))
+        ((approach, required),) = target["required_contents"].items()
+        check: dict[str, Any] = {
+            "url": url,
+            "locator": target["locator"],
+            "approach": approach,
+            "selected": selected[:500],
+        }
+        if approach == "exact_match":
+            s = exact_match(required, selected)
+            check["reference"] = required
+        elif approach == "must_include":
+            s = 1.0
+            for content in required:
+                s *= must_include_any(content, selected)
+            check["reference"] = required
+        else:  # must_exclude
+            s = 1.0
+            for content in required:
+                s *= 1.0 - must_include_any(content, selected)
+            check["reference"] = required
+        check["score"] = s
+        checks.append(check)
+        score *= s
+    return {"type": "program_html", "score": score, "checks": checks}

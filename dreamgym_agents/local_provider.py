@@ -1,0 +1,427 @@
+"""In-process LiteLLM provider ``hf``: ``model="hf/<checkpoint dir>"`` runs a local causal LM.
+
+The gateway registers the provider when it is created with an ``hf/`` model
+(:func:`register_local_provider`); LiteLLM then routes ``completion(model="hf/<path>")`` to
+:class:`LocalHFProvider` with ``model="<path>"``. The checkpoint is a directory written by
+``save_pretrained`` (tokenizer and model); it is loaded once per path on CPU and kept in a
+module-level registry. Generation is serialised per model (fast tokenizers are not safe to share
+between threads) and runs in a worker thread on the async path.
+
+``transformers`` and ``torch`` belong to the ``train`` extra: without them a call raises
+:class:`~dreamgym_agents.errors.MissingExtraError`. Importing this module is cheap: neither they
+nor LiteLLM are imported until used.
+
+:func:`make_tiny_checkpoint` builds a tiny random checkpoint in a few seconds for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import MissingExtraError, ModelError
+
+logger = logging.getLogger(__name__)
+
+LOCAL_PROVIDER = "hf"
+"""LiteLLM provider name of the in-process provider (model strings ``hf/<path>``)."""
+
+DEFAULT_VOCAB_TEXTS: tuple[str, ...] = (
+    "<think>I should click the button.</think><action>click('3')</action>",
+    "<think>The page lists items.</think><action>fill('12', 'blue shoes')</action>",
+    "<action>scroll(0, 200)</action> <action>go_back()</action> <action>send_msg_to_user('done')"
+    "</action>",
+    "The quick brown fox jumps over the lazy dog. 0123456789 [button] 'Submit' link textbox",
+    "You are an agent acting in a web page. Observation: RootWebArea 'Shop' [3] button 'Buy'",
+)
+"""Default texts the tiny tokenizer is trained on: agent-style answers and observations."""
+
+_ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
+
+
+@dataclass
+class LocalGeneration:
+    """Result of one local generation.
+
+    Attributes:
+        text: Decoded new text, special tokens removed, cut at the first stop string.
+        prompt_tokens: Number of prompt tokens.
+        completion_tokens: Number of tokens generated (before the stop-string cut).
+        finish_reason: ``"stop"`` (end of sequence or stop string) or ``"length"``.
+    """
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+@dataclass
+class _LoadedModel:
+    tokenizer: Any
+    model: Any
+    signature: tuple[float, ...]
+    lock: threading.Lock
+
+
+_MODELS: dict[str, _LoadedModel] = {}
+_MODELS_LOCK = threading.Lock()
+_PROVIDER: Any = None
+_PROVIDER_LOCK = threading.Lock()
+
+
+def _import_torch_transformers() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise MissingExtraError("transformers", "train") from None
+    return torch, transformers
+
+
+def _checkpoint_signature(path: Path) -> tuple[float, ...]:
+    """Modification times of the checkpoint's files: a re-saved checkpoint is reloaded."""
+    return tuple(sorted(p.stat().st_mtime for p in path.iterdir() if p.is_file()))
+
+
+def load_local_model(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """Load (or fetch from the registry) the tokenizer and model saved in ``path``.
+
+    Args:
+        path: A directory written by ``save_pretrained`` (relative paths are resolved against the
+            current directory).
+
+    Returns:
+        ``(tokenizer, model)``; the model is on CPU in eval mode.
+
+    Raises:
+        ModelError: (not retryable) the path does not exist or is not a loadable checkpoint.
+        MissingExtraError: transformers/torch are not installed.
+    """
+    loaded = _get_loaded(path)
+    return loaded.tokenizer, loaded.model
+
+
+def _get_loaded(path: str | os.PathLike[str]) -> _LoadedModel:
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_dir():
+        raise ModelError(
+            f"local checkpoint {str(path)!r} does not exist: model 'hf/<path>' must name a "
+            "directory written by save_pretrained (tokenizer and model)",
+            retryable=False,
+        )
+    signature = _checkpoint_signature(resolved)
+    key = str(resolved)
+    with _MODELS_LOCK:
+        loaded = _MODELS.get(key)
+        if loaded is not None and loaded.signature == signature:
+            return loaded
+        _, transformers = _import_torch_transformers()
+        started = time.perf_counter()
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(key)
+            model = transformers.AutoModelForCausalLM.from_pretrained(key)
+        except (OSError, ValueError, KeyError) as exc:
+            lines = str(exc).strip().splitlines()
+            first_line = lines[0] if lines else type(exc).__name__
+            raise ModelError(
+                f"local checkpoint {key!r} could not be loaded ({first_line}); it must be a "
+                "directory written by save_pretrained with a tokenizer and a causal LM",
+                retryable=False,
+            ) from exc
+        model.to("cpu")
+        model.eval()
+        loaded = _LoadedModel(tokenizer, model, signature, threading.Lock())
+        _MODELS[key] = loaded
+        logger.info("loaded local model %s in %.2fs", key, time.perf_counter() - started)
+        return loaded
+
+
+def unload_local_models() -> None:
+    """Drop every loaded local model from the registry (frees their memory)."""
+    with _MODELS_LOCK:
+        _MODELS.clear()
+
+
+def _content_text(content: Any) -> str:
+    """Message content as text (OpenAI content-part lists keep their text parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(str(p) for p in parts)
+    return str(content)
+
+
+def format_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, bool]:
+    """Render chat messages as the prompt text.
+
+    Uses the tokenizer's chat template when it has one; otherwise concatenates
+    ``"<|role|>\\ncontent\\n"`` per message and ends with ``"<|assistant|>\\n"``.
+
+    Returns:
+        ``(prompt, templated)``: ``templated`` is True when the chat template was used (its
+        special tokens are then already in the text).
+    """
+    plain = [
+        {"role": m.get("role", "user"), "content": _content_text(m.get("content"))}
+        for m in messages
+    ]
+    if getattr(tokenizer, "chat_template", None):
+        prompt = tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+        return str(prompt), True
+    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in plain)
+    return text + "<|assistant|>\n", False
+
+
+def generate_local(
+    path: str | os.PathLike[str],
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int = 512,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    stop: list[str] | str | None = None,
+    seed: int | None = None,
+) -> LocalGeneration:
+    """Generate an answer to chat ``messages`` with the local checkpoint in ``path``.
+
+    Args:
+        path: Checkpoint directory (see :func:`load_local_model`).
+        messages: OpenAI-style chat messages.
+        max_tokens: Maximum number of new tokens.
+        temperature: 0 means greedy decoding; above 0, sampling at that temperature.
+        top_p: Nucleus sampling mass (only used when sampling).
+        stop: Stop strings: the text is cut at the first occurrence of any of them.
+        seed: Seed for sampling (reproducible answers at temperature > 0); the global torch RNG
+            is left untouched.
+
+    Raises:
+        ModelError: (not retryable) missing checkpoint, or prompt plus ``max_tokens`` longer
+            than the model's context.
+        MissingExtraError: transformers/torch are not installed.
+    """
+    torch, _ = _import_torch_transformers()
+    loaded = _get_loaded(path)
+    tokenizer, model = loaded.tokenizer, loaded.model
+    stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+    with loaded.lock:
+        prompt, templated = format_prompt(tokenizer, messages)
+        # A chat template already writes BOS and friends; a plain prompt gets the defaults.
+        enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=not templated)
+        prompt_tokens = int(enc["input_ids"].shape[1])
+        context = getattr(model.config, "max_position_embeddings", None)
+        if context is not None and prompt_tokens + max_tokens > context:
+            raise ModelError(
+                f"local model {str(path)!r}: prompt of {prompt_tokens} tokens plus max_tokens="
+                f"{max_tokens} exceeds its context of {context} tokens; shorten the prompt or "
+                "lower max_tokens",
+                retryable=False,
+            )
+        pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.eos_token_id
+        gen_kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "pad_token_id": pad_id}
+        if temperature > 0:
+            gen_kwargs.update(do_sample=True, temperature=temperature)
+            if top_p is not None:
+                gen_kwargs["top_p"] = top_p
+        else:
+            gen_kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            output = model.generate(
+                input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], **gen_kwargs
+            )
+        new_ids = output[0, prompt_tokens:]
+        completion_tokens = int(new_ids.shape[0])
+        text = tokenizer.decode(new_ids, skip_special_tokens=True)
+    eos_ids = _eos_ids(model, tokenizer)
+    ended = completion_tokens > 0 and int(new_ids[-1]) in eos_ids
+    finish_reason = "stop" if ended or completion_tokens < max_tokens else "length"
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        text, finish_reason = text[:cut], "stop"
+    return LocalGeneration(text, prompt_tokens, completion_tokens, finish_reason)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _build_provider() -> Any:
+    """Define the ``CustomLLM`` subclass (LiteLLM is imported only now) and instantiate it."""
+    from dreamgym_agents.llm import import_litellm
+
+    litellm = import_litellm()
+    from litellm.types.utils import ModelResponse, Usage
+
+    class LocalHFProvider(litellm.CustomLLM):
+        """LiteLLM ``CustomLLM`` running local transformers checkpoints (provider ``hf``)."""
+
+        def completion(  # type: ignore[override]
+            self,
+            model: str,
+            messages: list,
+            *args: Any,
+            optional_params: dict | None = None,
+            model_response: Any = None,
+            **kwargs: Any,
+        ) -> Any:
+            params = dict(optional_params or {})
+            result = generate_local(
+                model,
+                messages,
+                max_tokens=int(
+                    params.get("max_tokens") or params.get("max_completion_tokens") or 512
+                ),
+                temperature=float(params.get("temperature") or 0.0),
+                top_p=params.get("top_p"),
+                stop=params.get("stop"),
+                seed=params.get("seed"),
+            )
+            response = model_response if model_response is not None else ModelResponse()
+            response.choices[0].message.content = result.text
+            response.choices[0].finish_reason = result.finish_reason
+            response.model = f"{LOCAL_PROVIDER}/{model}"
+            response.created = int(time.time())
+            response.usage = Usage(  # type: ignore[attr-defined]
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                total_tokens=result.prompt_tokens + result.completion_tokens,
+            )
+            return response
+
+        async def acompletion(  # type: ignore[override]
+            self, model: str, messages: list, *args: Any, **kwargs: Any
+        ) -> Any:
+            # Generation is CPU-bound: keep the event loop responsive.
+            return await asyncio.to_thread(self.completion, model, messages, *args, **kwargs)
+
+    return LocalHFProvider()
+
+
+def get_local_provider() -> Any:
+    """The process-wide ``LocalHFProvider`` instance (a ``litellm.CustomLLM``)."""
+    global _PROVIDER
+    with _PROVIDER_LOCK:
+        if _PROVIDER is None:
+            _PROVIDER = _build_provider()
+        return _PROVIDER
+
+
+def register_local_provider() -> None:
+    """Register the ``hf`` provider in ``litellm.custom_provider_map`` (idempotent).
+
+    Other custom providers already registered are kept; an ``hf`` entry with another handler is
+    replaced (with a warning).
+    """
+    from dreamgym_agents.llm import import_litellm
+
+    litellm = import_litellm()
+    handler = get_local_provider()
+    with _PROVIDER_LOCK:
+        entries = list(litellm.custom_provider_map or [])
+        ours = [e for e in entries if e.get("provider") == LOCAL_PROVIDER]
+        if len(ours) == 1 and ours[0].get("custom_handler") is handler:
+            return
+        if any(e.get("custom_handler") is not handler for e in ours):
+            logger.warning("replacing the custom LiteLLM provider %r", LOCAL_PROVIDER)
+        others = [e for e in entries if e.get("provider") != LOCAL_PROVIDER]
+        litellm.custom_provider_map = [
+            *others,
+            {"provider": LOCAL_PROVIDER, "custom_handler": handler},
+        ]
+
+
+def make_tiny_checkpoint(
+    path: str | os.PathLike[str],
+    vocab_texts: list[str] | None = None,
+    *,
+    chat_template: str | None = None,
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+) -> str:
+    """Save a tiny randomly initialised Qwen2 causal LM and its tokenizer to ``path``.
+
+    The tokenizer is a byte-level BPE trained with ``tokenizers`` on ``vocab_texts`` (any text
+    can be encoded; the texts only decide the merges), wrapped in ``PreTrainedTokenizerFast`` with
+    ``<|endoftext|>`` (eos), ``<|pad|>`` (pad, left padding) and the role tokens ``<|system|>``,
+    ``<|user|>``, ``<|assistant|>``, ``<|tool|>`` as special tokens. Takes a few seconds on CPU.
+
+    Args:
+        path: Output directory (created if needed).
+        vocab_texts: Texts to train the tokenizer on; defaults to :data:`DEFAULT_VOCAB_TEXTS`.
+        chat_template: Optional Jinja chat template stored with the tokenizer; without one the
+            local provider uses its plain ``<|role|>`` format.
+        vocab_size: Target vocabulary size (256 byte tokens plus merges plus special tokens).
+        hidden_size: Model width (the intermediate size is twice this).
+        num_layers: Number of transformer layers.
+        seed: Seed of the random initialisation (the global torch RNG is left untouched).
+
+    Returns:
+        The checkpoint directory as a string, ready for ``model=f"hf/{path}"``.
+    """
+    torch, transformers = _import_torch_transformers()
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        raise MissingExtraError("tokenizers", "train") from None
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    special = ["<|endoftext|>", "<|pad|>", *_ROLE_TOKENS]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(list(vocab_texts or DEFAULT_VOCAB_TEXTS), trainer=trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        additional_special_tokens=list(_ROLE_TOKENS),
+        padding_side="left",
+    )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    config = transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)

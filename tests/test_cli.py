@@ -1,0 +1,84 @@
+"""Bad input: one clear error line on stderr, a non-zero exit, never a traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+GOOD_CONFIG = {
+    "sites": ["shopping"], "task_id": 1, "require_login": False, "storage_state": None,
+    "start_url": "__SHOPPING__", "geolocation": None, "intent_template": "Say hi",
+    "instantiation_dict": {}, "intent": "Say hi", "require_reset": False,
+    "eval": {"eval_types": ["string_match"], "reference_answers": {"exact_match": "hi"},
+             "reference_url": "", "program_html": []},
+}
+
+
+def dg(*args, env=None):
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("SHOPPING", "WA_SHOPPING", "WEBARENA_TASKS_FILE")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "dreamgym_agents.cli", *args],
+                          capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--split", "validation"], "validation"),
+    (["--limit", "0"], "--limit"),
+    (["--concurrency", "many"], "--concurrency"),
+    (["--task", "alfworld-in-space"], "unknown task family"),
+    (["--set", "bogus.key=1"], "bogus.key"),
+    (["--set", "env.max_stepz=3"], "max_stepz"),
+    (["--set", "env.max_steps=0"], "max_steps"),
+    (["--agent", "notaprovider/xyz"], "notaprovider"),
+])
+def test_bad_cli_values(tmp_path, args, needle):
+    assert_one_line_error(dg("eval", "--out", str(tmp_path / "o"), *args), needle)
+
+
+def test_missing_out_is_one_line():
+    assert_one_line_error(dg("eval"), "--out")
+
+
+def test_malformed_task_json(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"task_id": 1, "intent": ')
+    assert_one_line_error(dg("eval", "--tasks", str(bad), "--out", str(tmp_path / "o")),
+                          "not valid JSON")
+    incomplete = tmp_path / "incomplete.json"
+    incomplete.write_text(json.dumps({"task_id": 3, "intent": "x"}))
+    assert_one_line_error(dg("eval", "--tasks", str(incomplete), "--out", str(tmp_path / "o")),
+                          "task 3")
+    assert_one_line_error(dg("eval", "--tasks", str(tmp_path / "nope.json"), "--out",
+                             str(tmp_path / "o")), "not found")
+
+
+@pytest.mark.browser
+def test_unreachable_site(tmp_path):
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps(GOOD_CONFIG))
+    proc = dg("eval", "--out", str(tmp_path / "o"),
+              env={"SHOPPING": "http://127.0.0.1:9", "WEBARENA_TASKS_FILE": str(tasks)})
+    assert_one_line_error(proc, "unreachable", "SHOPPING")
+
+
+def test_real_sites_without_task_file(tmp_path):
+    proc = dg("eval", "--out", str(tmp_path / "o"), env={"WA_SHOPPING": "http://127.0.0.1:9"})
+    assert_one_line_error(proc, "WEBARENA_TASKS_FILE")
+
+
+def test_doctor_reports_keys_without_values():
+    proc = dg("doctor", env={"OPENAI_API_KEY": "sk-secret-value-123", "COLUMNS": "200"})
+    assert "sk-secret-value-123" not in proc.stdout + proc.stderr
+    assert "OPENAI_API_KEY" in proc.stdout and "chromium" in proc.stdout

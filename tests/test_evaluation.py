@@ -1,0 +1,554 @@
+"""Tests of the WebArena evaluators (string, URL, page content) and config validation."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
+from dreamgym_agents.evaluation import (
+    JUDGE_HINT,
+    EvalResult,
+    call_helper,
+    clean_answer,
+    evaluate_task,
+    exact_match,
+    fill_placeholders,
+    make_llm_judge,
+    must_include,
+    reddit_get_post_url,
+    url_match,
+    validate_config,
+    word_tokenize,
+)
+
+SITES = {"__SHOPPING__": "http://shop.test:7770", "__REDDIT__": "http://forum.test:9999/"}
+
+
+def task(eval_types: list[str], **ev: Any) -> dict[str, Any]:
+    return {
+        "task_id": 7,
+        "intent": "What is the price of the Acme Laptop?",
+        "start_url": "__SHOPPING__",
+        "eval": {"eval_types": eval_types, **ev},
+    }
+
+
+def string_task(**reference_answers: Any) -> dict[str, Any]:
+    return task(["string_match"], reference_answers=reference_answers)
+
+
+class FakeJudge:
+    """Scores 1.0 when the reference occurs in the prediction; records its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def __call__(self, intent: str, reference: str, prediction: str) -> float:
+        self.calls.append((intent, reference, prediction))
+        return float(reference.lower() in prediction.lower())
+
+
+class FakeUAJudge(FakeJudge):
+    def __init__(self, verdict: float) -> None:
+        super().__init__()
+        self.verdict = verdict
+        self.ua_calls: list[tuple[str, str, str]] = []
+
+    def unachievable(self, intent: str, reason: str, prediction: str) -> float:
+        self.ua_calls.append((intent, reason, prediction))
+        return self.verdict
+
+
+def run(config: dict[str, Any], answer: str | None, **kwargs: Any) -> EvalResult:
+    kwargs.setdefault("page", None)
+    kwargs.setdefault("site_urls", SITES)
+    return evaluate_task(config, answer=answer, **kwargs)
+
+
+# -- string_match -----------------------------------------------------------------------------
+
+
+def test_clean_answer_and_tokenize() -> None:
+    assert clean_answer('  "Hello World" ') == "hello world"
+    assert clean_answer("'x'") == "x"
+    assert clean_answer("'x\"") == "'x\""
+    assert word_tokenize("Total: $12.99, 3 items.") == [
+        "Total",
+        ":",
+        "$",
+        "12.99",
+        ",",
+        "3",
+        "items",
+        ".",
+    ]
+    assert exact_match("$12.99", " '$12.99' ") == 1.0
+    assert must_include("0", "10 items", tokenize=True) == 0.0
+    assert must_include("0", "0 items", tokenize=True) == 1.0
+    assert must_include("0", "10 items") == 1.0
+
+
+def test_exact_match() -> None:
+    config = string_task(exact_match="$12.99")
+    assert run(config, '"$12.99"').score == 1.0
+    result = run(config, "It costs $12.99")
+    assert result.score == 0.0
+    (detail,) = result.details
+    assert detail["type"] == "string_match" and detail["prediction"] == "it costs $12.99"
+    assert detail["checks"] == [{"approach": "exact_match", "reference": "$12.99", "score": 0.0}]
+
+
+def test_must_include_items_and_alternatives() -> None:
+    config = string_task(must_include=["Acme", "12.99 |OR| 13.00"])
+    assert run(config, "The Acme laptop costs $12.99").score == 1.0
+    assert run(config, "The Acme laptop costs $13.00").score == 1.0
+    assert run(config, "The Acme laptop costs $14").score == 0.0
+    assert run(config, "It costs $12.99").score == 0.0
+
+
+def test_must_include_single_character_is_a_token() -> None:
+    config = string_task(must_include=["3"])
+    assert run(config, "There are 3 orders").score == 1.0
+    assert run(config, "There are 13 orders").score == 0.0
+    # With several items, WebArena does not tokenize.
+    assert run(string_task(must_include=["3", "orders"]), "13 orders").score == 1.0
+
+
+def test_no_answer_counts_as_empty() -> None:
+    assert run(string_task(exact_match=""), None).score == 1.0
+    assert run(string_task(must_include=["x"]), None).score == 0.0
+
+
+def test_fuzzy_match_calls_the_judge() -> None:
+    judge = FakeJudge()
+    config = string_task(fuzzy_match=["12.99", "acme"])
+    result = run(config, "Acme costs 12.99", judge=judge)
+    assert result.score == 1.0
+    intent = config["intent"]
+    assert judge.calls == [
+        (intent, "12.99", "acme costs 12.99"),
+        (intent, "acme", "acme costs 12.99"),
+    ]
+    assert run(config, "Acme costs 13", judge=judge).score == 0.0
+    judge.calls.clear()
+    assert run(config, "", judge=judge).score == 0.0  # empty answer: no judge call
+    assert judge.calls == []
+
+
+def test_fuzzy_match_without_judge_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="pass --judge MODEL") as err:
+        run(string_task(fuzzy_match=["x"]), "x")
+    assert str(err.value) == JUDGE_HINT
+    with pytest.raises(ConfigError):
+        run(
+            task(["string_match"], reference_answers={"fuzzy_match": "N/A"}, string_note="r"), "N/A"
+        )
+
+
+def test_not_achievable() -> None:
+    config = task(
+        ["string_match"],
+        reference_answers={"fuzzy_match": "N/A"},
+        string_note="the store does not sell cars",
+    )
+    judge = FakeUAJudge(verdict=1.0)
+    assert run(config, "N/A", judge=judge).score == 1.0
+    assert judge.ua_calls == [] and judge.calls == []
+    result = run(config, "I cannot: no cars are sold here", judge=judge)
+    assert result.score == 1.0
+    assert judge.ua_calls == [
+        (config["intent"], "the store does not sell cars", "i cannot: no cars are sold here")
+    ]
+    assert result.details[0]["checks"][0]["judge"] == "unachievable"
+    assert run(config, "It costs $5", judge=FakeUAJudge(verdict=0.0)).score == 0.0
+    # A plain callable judge is used for both kinds.
+    plain = FakeJudge()
+    assert run(config, "the store does not sell cars", judge=plain).score == 1.0
+    assert plain.calls[0][1] == "the store does not sell cars"
+
+
+# -- url_match --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reference", "url", "score"),
+    [
+        ("http://s/a/b", "http://s/a/b/", 1.0),
+        ("http://s/a/b", "http://s/a/b/c", 1.0),  # GOLD is a substring of PRED
+        ("http://s/a/b", "http://s/a/x", 0.0),
+        ("http://s/search?q=usb", "http://s/search?q=usb&page=2", 1.0),
+        ("http://s/search?q=usb", "http://s/search?q=usb+cable", 0.0),
+        ("http://s/search?q=usb", "http://s/search", 0.0),
+        ("http://s/x |OR| http://s/y", "http://s/y", 1.0),
+        ("http://s/s?q=a |OR| http://s/s?q=b", "http://s/s?q=b", 1.0),
+        ("http://s/s?q=a |OR| http://s/s?q=b", "http://s/s?q=c", 0.0),
+    ],
+)
+def test_url_match_rule(reference: str, url: str, score: float) -> None:
+    assert url_match(reference, url) == score
+
+
+def test_url_match_evaluator_with_placeholders() -> None:
+    config = task(["url_match"], reference_url="__SHOPPING__/catalog?cat=3 |OR| __REDDIT__/f/x")
+    page = SimpleNamespace(url="http://shop.test:7770/catalog?cat=3&sort=name")
+    result = run(config, None, page=page)
+    assert result.score == 1.0
+    assert result.details[0]["reference"].startswith("http://shop.test:7770/catalog?cat=3")
+    # As in WebArena, query parameters of all alternatives are required together.
+    assert run(config, None, page=SimpleNamespace(url="http://forum.test:9999/f/x/")).score == 0.0
+    either = task(["url_match"], reference_url="__SHOPPING__/catalog |OR| __REDDIT__/f/x")
+    assert run(either, None, page=SimpleNamespace(url="http://forum.test:9999/f/x/")).score == 1.0
+    assert run(config, None, page=SimpleNamespace(url="http://shop.test:7770/")).score == 0.0
+    # Short site names are accepted too.
+    short = {"shopping": "http://shop.test:7770", "reddit": "http://forum.test:9999"}
+    assert run(config, None, page=page, site_urls=short).score == 1.0
+
+
+def test_url_match_errors() -> None:
+    config = task(["url_match"], reference_url="__GITLAB__/explore")
+    with pytest.raises(ConfigError, match="__GITLAB__"):
+        run(config, None, page=SimpleNamespace(url="http://x/"))
+    with pytest.raises(EnvError):
+        run(task(["url_match"], reference_url="http://x/"), None, page=None)
+
+
+def test_scores_multiply() -> None:
+    config = task(
+        ["string_match", "url_match"],
+        reference_answers={"exact_match": "yes"},
+        reference_url="http://s/done",
+    )
+    assert run(config, "yes", page=SimpleNamespace(url="http://s/done")).score == 1.0
+    result = run(config, "yes", page=SimpleNamespace(url="http://s/other"))
+    assert result.score == 0.0 and [d["score"] for d in result.details] == [1.0, 0.0]
+    assert not result.success
+
+
+def test_placeholders_and_helpers_without_browser() -> None:
+    assert fill_placeholders("__SHOPPING__/a", SITES) == "http://shop.test:7770/a"
+    assert fill_placeholders("func:f('__last_url__')", SITES) == "func:f('__last_url__')"
+    assert fill_placeholders("window.__NEXT_DATA__", SITES, strict=False) == "window.__NEXT_DATA__"
+    assert reddit_get_post_url("http://r/f/books/12/some-title/comment/3") == "http://r/f/books/12/"
+    assert reddit_get_post_url("http://r/user/x") == "http://r/user/x"
+    assert call_helper("reddit_get_post_url('http://r/f/a/1/t')", page=None) == "http://r/f/a/1/"
+    assert call_helper("shout(__page__, 'x')", page="P", helpers={"shout": lambda p, s: p + s}) == (
+        "Px"
+    )
+    with pytest.raises(TaskError, match="unsupported evaluation helper 'shopping_get_latest"):
+        call_helper("shopping_get_latest_order_url()", page=None)
+    with pytest.raises(TaskError, match="literals"):
+        call_helper("get_query_text(__import__('os'), 'x')", page=None)
+    with pytest.raises(TaskError, match="function call"):
+        call_helper("1 + 2", page=None)
+
+
+# -- make_llm_judge ---------------------------------------------------------------------------
+
+
+class FakeGateway:
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.messages: list[list[dict[str, str]]] = []
+
+    def complete(self, messages: list[dict[str, str]]) -> Any:
+        self.messages.append(messages)
+        return SimpleNamespace(text=self.replies.pop(0))
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("The answer is correct.", 1.0),
+        ("Correct", 1.0),
+        ("incorrect", 0.0),
+        ("It is partially correct.", 0.0),
+        ("I cannot tell", 0.0),
+    ],
+)
+def test_llm_judge_fuzzy(reply: str, score: float) -> None:
+    gateway = FakeGateway([reply])
+    judge = make_llm_judge(gateway)  # type: ignore[arg-type]
+    assert judge("How much?", "$12.99", "12.99 dollars") == score
+    (messages,) = gateway.messages
+    assert messages[0] == {"role": "system", "content": "You are a helpful assistant"}
+    user = messages[1]["content"]
+    assert "question: How much?" in user and "reference answer: $12.99" in user
+    assert "student answer: 12.99 dollars" in user
+    assert user.endswith("Conclude the judgement by correct/incorrect/partially correct.")
+
+
+def test_llm_judge_unachievable_through_evaluate_task() -> None:
+    gateway = FakeGateway(["[same]", "[different]"])
+    judge = make_llm_judge(gateway)  # type: ignore[arg-type]
+    config = task(
+        ["string_match"], reference_answers={"fuzzy_match": "N/A"}, string_note="no such item"
+    )
+    assert run(config, "there is no such item", judge=judge).score == 1.0
+    assert "Reason_1 = no such item" in gateway.messages[0][1]["content"]
+    assert "Report_1 = there is no such item" in gateway.messages[0][1]["content"]
+    assert run(config, "it costs $3", judge=judge).score == 0.0
+
+
+# -- validate_config --------------------------------------------------------------------------
+
+
+def _without(config: dict[str, Any], *path: str) -> dict[str, Any]:
+    out = copy.deepcopy(config)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    del target[path[-1]]
+    return out
+
+
+GOOD = task(
+    ["string_match", "url_match", "program_html"],
+    reference_answers={"must_include": ["a"], "fuzzy_match": ["b"]},
+    reference_url="__SHOPPING__/x",
+    program_html=[
+        {"url": "last", "locator": "", "required_contents": {"must_include": ["a"]}},
+        {
+            "url": "__SHOPPING__/y",
+            "locator": "document.querySelector('.p').outerText",
+            "required_contents": {"exact_match": "b"},
+        },
+    ],
+)
+
+
+def _set(path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(GOOD)
+    keys = path.split(".")
+    target: Any = out
+    for key in keys[:-1]:
+        target = target[int(key)] if isinstance(target, list) else target[key]
+    target[keys[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ([], "must be a JSON object"),
+        (_without(GOOD, "intent"), "missing 'intent'"),
+        (_set("intent", "  "), "missing 'intent'"),
+        (_without(GOOD, "start_url"), "missing 'start_url'"),
+        (_without(GOOD, "eval"), "missing 'eval'"),
+        (_set("eval.eval_types", []), "non-empty list"),
+        (_set("eval.eval_types", ["string_match", "page_image_query"]), "unknown eval type"),
+        (_set("eval.reference_answers", None), "reference_answers"),
+        (_set("eval.reference_answers", {"regex": "x"}), "unknown reference_answers key"),
+        (_set("eval.reference_answers", {"must_include": "a"}), "must_include must be a list"),
+        (_set("eval.reference_answers", {"exact_match": ["a"]}), "exact_match must be a string"),
+        (_set("eval.reference_answers", {"fuzzy_match": "maybe"}), "fuzzy_match must be"),
+        (_set("eval.reference_answers", {"fuzzy_match": "N/A"}), "string_note"),
+        (_set("eval.reference_url", ""), "reference_url"),
+        (_set("eval.url_note", "EXACT"), "unknown url_note"),
+        (_set("eval.program_html", []), "non-empty 'eval.program_html'"),
+        (_set("eval.program_html.0.url", ""), "program_html[0] needs a 'url'"),
+        (_set("eval.program_html.1.locator", None), "program_html[1] needs a 'locator'"),
+        (_set("eval.program_html.1.locator", "$('.p')"), "locator must be"),
+        (_set("eval.program_html.0.required_contents", {}), "required_contents"),
+        (_set("eval.program_html.0.required_contents", {"regex": ["a"]}), "unknown"),
+        (_set("eval.program_html.0.required_contents", {"must_include": "a"}), "list of strings"),
+    ],
+)
+def test_validate_config_errors(config: Any, fragment: str) -> None:
+    with pytest.raises(TaskError) as err:
+        validate_config(config)
+    message = str(err.value)
+    assert fragment in message
+    assert "\n" not in message
+    if isinstance(config, dict) and "task_id" in config:
+        assert message.startswith("task 7: ")
+
+
+def test_validate_config_accepts_good_configs() -> None:
+    validate_config(GOOD)
+    na = task(["string_match"], reference_answers={"fuzzy_match": "N/A"}, string_note="why")
+    validate_config(na)
+
+
+def test_unknown_eval_type_raises_task_error() -> None:
+    with pytest.raises(TaskError, match="unknown eval type 'program_image'"):
+        run(task(["program_image"]), "x")
+
+
+# -- program_html on real pages ---------------------------------------------------------------
+
+PAGES = {
+    "product.html": """<!doctype html><html><head><title>Acme Laptop</title></head><body>
+<h1 class="name">Acme Laptop</h1>
+<p class="price">Price: <b>$12.99</b></p>
+<p id="stock">In stock &amp; ready</p>
+<input id="qty" value="2">
+</body></html>""",
+    "cart.html": """<!doctype html><html><head><title>Cart</title></head><body>
+<table><tr><td class="item">Acme Laptop</td><td class="qty">2</td></tr></table>
+</body></html>""",
+    "f/books/12/index.html": """<!doctype html><html><head><title>Post</title></head><body>
+<h1>Post 12</h1></body></html>""",
+}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root: Path = tmp_path_factory.mktemp("evalsite")
+    for name, body in PAGES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body, encoding="utf-8")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(site: str) -> Iterator[Any]:
+    from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
+    from playwright.sync_api import sync_playwright
+
+    exe = find_chromium()
+    if exe is None:
+        pytest.fail("no Chromium found: install chromium or set DG_CHROMIUM")
+    pw = sync_playwright().start()
+    try:
+        patch_playwright(pw, exe)
+        browser = pw.chromium.launch(headless=True)
+        page = browser.new_page()
+        yield page
+        browser.close()
+    finally:
+        pw.stop()
+
+
+@pytest.fixture()
+def page(browser_page: Any, site: str) -> Any:
+    browser_page.goto(f"{site}/product.html")
+    return browser_page
+
+
+def html_task(*targets: dict[str, Any]) -> dict[str, Any]:
+    return task(["program_html"], program_html=list(targets))
+
+
+def target(url: str, locator: str, **required: Any) -> dict[str, Any]:
+    return {"url": url, "locator": locator, "required_contents": required}
+
+
+@pytest.mark.browser
+def test_html_last_page_full_content(page: Any, site: str) -> None:
+    sites = {"__SITE__": site}
+    ok = html_task(target("last", "", must_include=["Price: $12.99", "in stock & ready"]))
+    result = run(ok, None, page=page, site_urls=sites)
+    assert result.score == 1.0, result.details
+    assert page.url == f"{site}/product.html"  # "last" does not navigate
+    assert run(html_task(target("last", "", must_include=["$99.00"])), None, page=page).score == 0.0
+    alt = html_task(target("last", "", must_include=["$99.00 |OR| $12.99"]))
+    assert run(alt, None, page=page).score == 1.0
+    excluded = html_task(target("last", "", must_exclude=["Out of stock"]))
+    assert run(excluded, None, page=page).score == 1.0
+    present = html_task(target("last", "", must_exclude=["Acme"]))
+    assert run(present, None, page=page).score == 0.0
+
+
+@pytest.mark.browser
+def test_html_query_selector(page: Any) -> None:
+    exact = html_task(
+        target("last", "document.querySelector('.price').outerText", exact_match="price: $12.99")
+    )
+    assert run(exact, None, page=page).score == 1.0
+    wrong = html_task(
+        target("last", "document.querySelector('.price').outerText", exact_match="$12.99")
+    )
+    assert run(wrong, None, page=page).score == 0.0
+    value = html_task(target("last", "document.querySelector('#qty').value", exact_match="2"))
+    assert run(value, None, page=page).score == 1.0
+    missing = html_task(
+        target("last", "document.querySelector('.nope').outerText", must_include=["x"])
+    )
+    result = run(missing, None, page=page)
+    assert result.score == 0.0 and result.details[0]["checks"][0]["selected"] == ""
+    prep = {
+        **target("last", "document.querySelector('#qty').value", exact_match="5"),
+        "prep_actions": ["document.querySelector('#qty').value = '5'"],
+    }
+    assert run(html_task(prep), None, page=page).score == 1.0
+    spread = html_task(
+        target(
+            "last",
+            "[...document.querySelectorAll('p')].map(p => p.outerText).join(' / ')",
+            must_include=["price: $12.99 / in stock"],
+        )
+    )
+    assert run(spread, None, page=page).score == 1.0
+
+
+@pytest.mark.browser
+def test_html_navigates_to_target_urls(page: Any, site: str) -> None:
+    sites = {"__SITE__": site}
+    config = html_task(
+        target("__SITE__/cart.html", "document.querySelector('.qty').outerText", exact_match="2"),
+        target("last", "", must_include=["Acme Laptop"]),
+    )
+    result = run(config, None, page=page, site_urls=sites)
+    assert result.score == 1.0, result.details
+    assert page.url == f"{site}/cart.html"
+    assert result.details[0]["checks"][0]["url"] == f"{site}/cart.html"
+    page.goto(f"{site}/product.html")
+    wrong = html_task(target("__SITE__/cart.html", "", must_include=["Zeta"]))
+    assert run(wrong, None, page=page, site_urls=sites).score == 0.0
+    unreachable = html_task(target("http://127.0.0.1:9/x", "", must_include=["x"]))
+    with pytest.raises(EnvError, match="could not open"):
+        run(unreachable, None, page=page)
+
+
+@pytest.mark.browser
+def test_html_func_helpers(page: Any, site: str) -> None:
+    config = html_task(
+        target("last", "func:get_query_text(__page__, '.name')", exact_match="acme laptop"),
+        target("last", "func:get_query_text_lowercase(__page__, '.price')", must_include=["$12"]),
+    )
+    assert run(config, None, page=page).score == 1.0
+    page.goto(f"{site}/f/books/12/comment/3")  # a 404 page: only its URL matters
+    post = html_task(
+        target("func:reddit_get_post_url('__last_url__')", "", must_include=["Post 12"])
+    )
+    result = run(post, None, page=page)
+    assert result.score == 1.0, result.details
+    assert page.url == f"{site}/f/books/12/"
+    unsupported = html_task(
+        target("last", "func:shopping_get_sku_latest_review_author('B01')", must_include=["x"])
+    )
+    with pytest.raises(TaskError, match="shopping_get_sku_latest_review_author"):
+        run(unsupported, None, page=page)
+
+
+@pytest.mark.browser
+def test_url_match_uses_the_final_page_before_html_checks(page: Any, site: str) -> None:
+    config = task(
+        ["program_html", "url_match"],
+        program_html=[target(f"{site}/cart.html", "", must_include=["Acme"])],
+        reference_url=f"{site}/product.html",
+    )
+    result = run(config, None, page=page)
+    assert [d["type"] for d in result.details] == ["program_html", "url_match"]
+    assert result.score == 1.0, result.details

@@ -1,0 +1,144 @@
+"""Tests of the in-process ``hf/<path>`` provider and the tiny-checkpoint helper."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="the 'train' extra is not installed")
+
+from dreamgym_agents.errors import MissingExtraError, ModelError  # noqa: E402
+from dreamgym_agents.llm import Gateway, LLMConfig, import_litellm  # noqa: E402
+from dreamgym_agents.local_provider import (  # noqa: E402
+    LOCAL_PROVIDER,
+    format_prompt,
+    generate_local,
+    get_local_provider,
+    load_local_model,
+    make_tiny_checkpoint,
+    register_local_provider,
+)
+
+MESSAGES = [
+    {"role": "system", "content": "You act in a web page."},
+    {"role": "user", "content": "Click the buy button."},
+]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+def test_make_tiny_checkpoint_is_loadable(checkpoint: str) -> None:
+    files = {p.name for p in Path(checkpoint).iterdir()}
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= files
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["hidden_size"] == 64
+    tokenizer, model = load_local_model(checkpoint)
+    text = "<think>plan</think><action>click('3')</action> Ünïcode"
+    assert tokenizer.decode(tokenizer(text)["input_ids"]) == text  # byte-level: lossless
+    assert tokenizer.eos_token == "<|endoftext|>" and tokenizer.pad_token == "<|pad|>"
+    assert model.config.vocab_size == len(tokenizer)
+    assert load_local_model(checkpoint)[1] is model  # loaded once per path
+
+
+def test_gateway_runs_a_local_checkpoint(checkpoint: str) -> None:
+    gw = Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=8))
+    answer = gw.complete(MESSAGES)
+    assert isinstance(answer.text, str)
+    assert answer.usage.calls == 1 and answer.usage.prompt_tokens > 0
+    assert 1 <= answer.usage.completion_tokens <= 8
+    assert answer.usage.cost_usd == 0.0 and answer.finish_reason in ("stop", "length")
+    again = asyncio.run(gw.acomplete(MESSAGES))
+    assert again.text == answer.text  # greedy at temperature 0
+    assert gw.usage.calls == 2
+
+
+def test_sampling_and_overrides(checkpoint: str) -> None:
+    gw = Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=4, temperature=1.0, top_p=0.9))
+    answer = gw.complete(MESSAGES, max_tokens=3)
+    assert answer.usage.completion_tokens <= 3
+    seeded = [gw.complete(MESSAGES, max_tokens=12, seed=7).text for _ in range(2)]
+    assert seeded[0] == seeded[1]  # a seed makes sampling reproducible
+
+
+def test_stop_strings_cut_the_text(checkpoint: str) -> None:
+    full = generate_local(checkpoint, MESSAGES, max_tokens=12)
+    if len(full.text) < 3:
+        pytest.skip("the random model ended too early to test stop strings")
+    stop = full.text[1:3]
+    cut = generate_local(checkpoint, MESSAGES, max_tokens=12, stop=[stop])
+    assert cut.text == full.text[: full.text.find(stop)]
+    assert cut.finish_reason == "stop"
+
+
+def test_prompt_format_plain_and_chat_template(checkpoint: str, tmp_path: Path) -> None:
+    tokenizer, _ = load_local_model(checkpoint)
+    prompt, templated = format_prompt(tokenizer, MESSAGES)
+    assert not templated
+    assert prompt == (
+        "<|system|>\nYou act in a web page.\n<|user|>\nClick the buy button.\n<|assistant|>\n"
+    )
+    templated_ckpt = make_tiny_checkpoint(tmp_path / "tpl", chat_template=CHAT_TEMPLATE)
+    tokenizer, _ = load_local_model(templated_ckpt)
+    prompt, templated = format_prompt(tokenizer, MESSAGES)
+    assert templated
+    assert prompt == ("[system] You act in a web page.\n[user] Click the buy button.\n[assistant] ")
+    answer = Gateway(LLMConfig(model=f"hf/{templated_ckpt}", max_tokens=4)).complete(MESSAGES)
+    assert isinstance(answer.text, str) and answer.usage.prompt_tokens > 0
+
+
+def test_missing_checkpoint_is_a_non_retryable_model_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-checkpoint"
+    gw = Gateway(LLMConfig(model=f"hf/{missing}", backoff_initial_s=5.0))
+    with pytest.raises(ModelError) as info:
+        gw.complete(MESSAGES)  # a retry would sleep 5 s; the error must come at once
+    assert not info.value.retryable
+    assert str(missing) in str(info.value) and "save_pretrained" in str(info.value)
+
+
+def test_directory_without_checkpoint_is_a_model_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="could not be loaded"):
+        generate_local(tmp_path / "empty", MESSAGES, max_tokens=2)
+
+
+def test_prompt_longer_than_the_context_is_a_model_error(checkpoint: str) -> None:
+    with pytest.raises(ModelError, match="context") as info:
+        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=4096)).complete(MESSAGES)
+    assert not info.value.retryable
+
+
+def test_missing_transformers_names_the_extra(
+    checkpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(MissingExtraError, match="train"):
+        generate_local(checkpoint, MESSAGES)
+    with pytest.raises(MissingExtraError, match="train"):  # also through LiteLLM and the gateway
+        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=2)).complete(MESSAGES)
+
+
+def test_registration_is_idempotent_and_keeps_other_providers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    litellm = import_litellm()
+    other = {"provider": "someone-else", "custom_handler": object()}
+    stale = {"provider": LOCAL_PROVIDER, "custom_handler": object()}
+    monkeypatch.setattr(litellm, "custom_provider_map", [other, stale])
+    register_local_provider()
+    register_local_provider()
+    entries = litellm.custom_provider_map
+    assert other in entries
+    ours = [e for e in entries if e["provider"] == LOCAL_PROVIDER]
+    assert len(ours) == 1 and ours[0]["custom_handler"] is get_local_provider()
+    assert isinstance(get_local_provider(), litellm.CustomLLM)
