@@ -7,9 +7,10 @@ global getter is made thread-local by :mod:`dreamgym_agents.adapters.chromium`, 
 every launch the system Chromium and the flags that work offline as root), and marshal every call
 onto that thread.
 
-One more patch keeps a reset fast: the chat window BrowserGym opens in a *second* browser is
+Two more patches keep episodes fast: the chat window BrowserGym opens in a *second* browser is
 replaced by an in-memory message list (the agent talks to the task through ``send_msg_to_user``;
-nobody watches a chat window headless).
+nobody watches a chat window headless), and the per-step screenshot is skipped unless
+``EnvConfig.screenshots`` asks for it (text agents never read it; it costs ~40% of a step).
 """
 
 from __future__ import annotations
@@ -98,6 +99,20 @@ class _MessageChat:
 
 _patch_lock = threading.Lock()
 _patched = False
+_screenshots = threading.local()
+
+
+def _blank_screenshot(extract: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Skip BrowserGym's per-step screenshot (~0.1 s) unless this thread's env asked for it."""
+
+    def extract_screenshot(page: Any) -> Any:
+        if getattr(_screenshots, "wanted", False):
+            return extract(page)
+        import numpy as np
+
+        return np.zeros((1, 1, 3), dtype=np.uint8)
+
+    return extract_screenshot
 
 
 def install_browsergym_patches() -> None:
@@ -117,6 +132,7 @@ def install_browsergym_patches() -> None:
             raise MissingExtraError("browsergym-core", "web") from None
         patch_browsergym_launch(require_chromium())
         bg_env.Chat = _MessageChat
+        bg_env.extract_screenshot = _blank_screenshot(bg_env.extract_screenshot)
         _patched = True
 
 
@@ -145,6 +161,7 @@ class BrowserGymEnv:
         self._entrypoint = task_entrypoint
         self._bind_task = bind_task
         self._worker = ThreadWorker(name)
+        self._worker.call(lambda: setattr(_screenshots, "wanted", cfg.screenshots))
         self._env: Any = None
         self._cleanup: Callable[[], None] | None = None
         self._obs: Observation | None = None
@@ -202,7 +219,7 @@ class BrowserGymEnv:
             self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
             return StepResult(self._obs, valid=False, error=error)
         code = self.action_set.to_python(actions)
-        obs, reward, terminated, truncated, info = self._env.step(code)
+        obs, reward, terminated, truncated, info = self._execute(code)
         self._obs = self._observe(obs)
         error = self._obs.error
         task_info = info.get("task_info", {}) or {}
@@ -216,6 +233,28 @@ class BrowserGymEnv:
             error=error,
             info={"code": code, **({"eval": task_info} if task_info else {})},
         )
+
+    def _execute(self, code: str) -> tuple[Any, ...]:
+        """Run BrowserGym's step; settle and observe again if a navigation raced the observation.
+
+        An action that submits a form (Enter in a search box) can start its navigation after
+        BrowserGym waited for the page, so extracting the observation hits a destroyed execution
+        context. The action itself has run; waiting for the new page and redoing the post-step
+        (wait, validate, observe) gives the right observation.
+        """
+        from playwright.sync_api import Error as PlaywrightError
+
+        try:
+            return self._env.step(code)
+        except PlaywrightError as first:
+            error: Exception = first
+            for _ in range(3):
+                try:
+                    self._env.page.wait_for_load_state("load")
+                    return self._env.post_step({})
+                except PlaywrightError as again:
+                    error = again
+            raise EnvError(f"browser step failed: {_one_line(error)}") from error
 
     def _observe(self, obs: dict[str, Any]) -> Observation:
         titles = obs.get("open_pages_titles") or ("",)

@@ -231,7 +231,8 @@ class WebArenaFamily:
 
                 self._site = ShoppingSite(seed=cfg.seed)
                 self._site.start()
-        return f"bundled shopping site at {self._site.root_url} (seed {cfg.seed}; set SHOPPING=URL for a real one)"
+        return (f"bundled shopping site at {self._site.root_url} (seed {cfg.seed}; "
+                "set SHOPPING=URL for a real one)")
 
     def make_env(self, cfg: EnvConfig) -> Environment:
         from dreamgym_agents.adapters.browser import BrowserGymEnv

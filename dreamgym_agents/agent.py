@@ -102,10 +102,14 @@ class OracleAgent:
         if op == "fill":
             return _call("fill", element.bid, str(step["text"]))
         if op == "press":
-            return _call("press", element.bid, str(step["key"]))
+            # WebArena's action subset has no element-level press; the key goes to the focused
+            # element, which is this one after the preceding fill.
+            return _call("keyboard_press", str(step["key"]))
         if op == "select":
             return _call("select_option", element.bid, str(step["option"]))
-        raise ConfigError(f"unknown oracle op {op!r} (expected click, fill, press, select, goto, stop)")
+        raise ConfigError(
+            f"unknown oracle op {op!r} (expected click, fill, press, select, goto, stop)"
+        )
 
 
 class RandomAgent:

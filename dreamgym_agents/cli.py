@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,7 +34,7 @@ app = typer.Typer(
 )
 
 
-class Split(str, Enum):
+class Split(StrEnum):
     train = "train"
     test = "test"
 
@@ -59,7 +59,8 @@ def _split_overrides(overrides: list[str]) -> dict[str, list[str]]:
         section, _, rest = text.partition(".")
         if section not in groups or not rest:
             raise ConfigError(
-                f"--set {text!r}: keys start with one of {', '.join(groups)} (e.g. env.max_steps=20)"
+                f"--set {text!r}: keys start with one of {', '.join(groups)} "
+                "(e.g. env.max_steps=20)"
             )
         groups[section].append(rest)
     return groups

@@ -104,6 +104,7 @@ class EnvConfig:
         step_timeout_s: Per-action timeout inside the environment.
         judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
         seed: Seed of the bundled site's data.
+        screenshots: Capture a screenshot at every browser step (for vision agents; slower).
     """
 
     max_steps: int = 15
@@ -111,6 +112,7 @@ class EnvConfig:
     step_timeout_s: float = 5.0
     judge_model: str | None = None
     seed: int = 0
+    screenshots: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

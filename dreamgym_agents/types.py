@@ -263,7 +263,9 @@ def read_trajectories(path: str | Path, *, repair: bool = False) -> list[Traject
     return list(iter_trajectories(path, repair=repair))
 
 
-def to_hf_dataset(trajectories: Iterable[Trajectory], *, level: Literal["transition", "episode"] = "transition") -> Any:
+def to_hf_dataset(
+    trajectories: Iterable[Trajectory], *, level: Literal["transition", "episode"] = "transition"
+) -> Any:
     """Export trajectories to a Hugging Face ``datasets.Dataset``.
 
     Args:

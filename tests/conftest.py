@@ -51,8 +51,8 @@ class CounterEnv:
         self.resets = 0
 
     def _obs(self, error: str = "") -> Observation:
-        return Observation(state=f"[1] button 'inc'\n[2] button 'dec'\nStaticText 'value {self.value}'",
-                           error=error)
+        state = f"[1] button 'inc'\n[2] button 'dec'\nStaticText 'value {self.value}'"
+        return Observation(state=state, error=error)
 
     def reset(self, task: Task) -> Observation:
         self.task, self.value = task, 0

@@ -423,8 +423,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser_page(site: str) -> Iterator[Any]:
-    from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
     from playwright.sync_api import sync_playwright
+
+    from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
 
     exe = find_chromium()
     if exe is None:

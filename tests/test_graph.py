@@ -8,7 +8,7 @@ import textwrap
 import time
 
 import pytest
-from conftest import CounterEnv, counter_tasks
+from conftest import counter_tasks
 from counter_agents import Babbler, CounterSolver
 
 from dreamgym_agents.errors import ConfigError
@@ -17,8 +17,8 @@ from dreamgym_agents.types import read_trajectories
 
 
 def run(tasks, factory, agent, out, **kw):
-    cfg = RunConfig(out_dir=out, concurrency=kw.pop("concurrency", 2), max_steps=kw.pop("max_steps", 6),
-                    meta={"agent": agent.name})
+    cfg = RunConfig(out_dir=out, concurrency=kw.pop("concurrency", 2),
+                    max_steps=kw.pop("max_steps", 6), meta={"agent": agent.name})
     return asyncio.run(run_episodes(tasks, factory, agent, cfg))
 
 

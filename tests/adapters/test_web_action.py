@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dreamgym_agents.adapters.web_action import (
     ActionParseError,
     WebAction,
