@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from dreamgym_agents.types import Task
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+_ACTION_TIMEOUT = re.compile(r"\btimeout=500\b")
 
 TaskBinder = Callable[[Task], tuple[dict[str, Any], Callable[[], None]]]
 """Given a task, returns the keyword arguments of the BrowserGym task class for this episode and a
@@ -219,6 +221,10 @@ class BrowserGymEnv:
             self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
             return StepResult(self._obs, valid=False, error=error)
         code = self.action_set.to_python(actions)
+        # BrowserGym's action functions give Playwright 500 ms; a click that starts a navigation
+        # on a loaded 2-core machine can take longer and would be recorded as failed although the
+        # page changed.
+        code = _ACTION_TIMEOUT.sub(f"timeout={int(self.cfg.action_timeout_s * 1000)}", code)
         obs, reward, terminated, truncated, info = self._execute(code)
         self._obs = self._observe(obs)
         error = self._obs.error
