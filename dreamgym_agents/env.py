@@ -101,7 +101,11 @@ class EnvConfig:
         max_steps: Episode length limit; an episode that reaches it ends with termination
             ``max_steps`` and no success.
         headless: Run browsers headless.
-        step_timeout_s: Per-action timeout inside the environment.
+        step_timeout_s: Default Playwright timeout of the page (navigation, evaluation).
+        action_timeout_s: Timeout of one browser action (a click, a fill) before it counts as
+            failed; BrowserGym's own 0.5 s is too tight on a loaded machine.
+        key_settle_s: Pause after a key press before observing (a key can submit a form, and
+            Playwright does not wait for the navigation a key press starts).
         judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
         seed: Seed of the bundled site's data.
         screenshots: Capture a screenshot at every browser step (for vision agents; slower).
@@ -110,6 +114,8 @@ class EnvConfig:
     max_steps: int = 15
     headless: bool = True
     step_timeout_s: float = 5.0
+    action_timeout_s: float = 2.0
+    key_settle_s: float = 0.3
     judge_model: str | None = None
     seed: int = 0
     screenshots: bool = False
@@ -117,6 +123,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.action_timeout_s <= 0:
+            raise ConfigError(f"action_timeout_s must be positive, got {self.action_timeout_s}")
         if self.step_timeout_s <= 0:
             raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
 

@@ -357,6 +357,7 @@ def make_tiny_checkpoint(
     vocab_size: int = 512,
     hidden_size: int = 64,
     num_layers: int = 2,
+    max_positions: int = 8192,
     seed: int = 0,
 ) -> str:
     """Save a tiny randomly initialised Qwen2 causal LM and its tokenizer to ``path``.
@@ -374,6 +375,8 @@ def make_tiny_checkpoint(
         vocab_size: Target vocabulary size (256 byte tokens plus merges plus special tokens).
         hidden_size: Model width (the intermediate size is twice this).
         num_layers: Number of transformer layers.
+        max_positions: Context length in tokens (agent prompts on web pages run to thousands of
+            tokens with a small vocabulary).
         seed: Seed of the random initialisation (the global torch RNG is left untouched).
 
     Returns:
@@ -413,7 +416,7 @@ def make_tiny_checkpoint(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=max_positions,
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
