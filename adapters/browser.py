@@ -259,6 +259,7 @@ class BrowserGymEnv:
             error = f"invalid action: {exc}"
             self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
             return StepResult(self._obs, valid=False, error=error)
+        actions = [self._from_placeholders(a) for a in actions]
         code = self.action_set.to_python(actions)
         # BrowserGym's action functions give Playwright 500 ms; a click that starts a navigation
         # on a loaded 2-core machine can take longer and would be recorded as failed although the
@@ -305,19 +306,41 @@ class BrowserGymEnv:
                     error = again
             raise EnvError(f"browser step failed: {_one_line(error)}") from error
 
+    def _to_placeholders(self, url: str) -> str:
+        """Show site URLs as WebArena placeholders (``__SHOPPING__/cart``).
+
+        The bundled site gives every episode its own base URL; written as the placeholder, the
+        same page reads the same in every episode, on the bundled and on a real site, which is
+        what retrieval and the experience model need.
+        """
+        for key, base in sorted(self._site_urls.items(), key=lambda kv: -len(kv[1])):
+            if base and url.startswith(base):
+                return key + url[len(base):]
+        return url
+
+    def _from_placeholders(self, action: Any) -> Any:
+        """Resolve placeholders in ``goto`` URLs, so agents can navigate as they read."""
+        if action.name != "goto" or not action.args:
+            return action
+        url = str(action.args[0])
+        for key, base in self._site_urls.items():
+            url = url.replace(key, base)
+        return type(action)(action.name, (url, *action.args[1:]))
+
     def _observe(self, obs: dict[str, Any]) -> Observation:
         titles = obs.get("open_pages_titles") or ("",)
         index = int(obs.get("active_page_index", [0])[0]) if len(titles) else 0
         title = titles[index] if index < len(titles) else ""
+        url = obs.get("url", "")
         state = map_axtree(
             obs["axtree_object"],
-            url=obs.get("url", ""),
+            url=self._to_placeholders(url),
             title=title,
             extra_properties=obs.get("extra_element_properties"),
         )
         return Observation(
             state=state.render(),
-            url=obs.get("url", ""),
+            url=url,
             error=obs.get("last_action_error", "") or "",
             info={"site_urls": self._site_urls},
         )
