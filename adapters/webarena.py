@@ -209,7 +209,7 @@ class WebArenaFamily:
 
         install_browsergym_patches()
         if cfg.judge_model and self._judge is None:
-            from dreamgym_agents.evaluation import make_llm_judge
+            from dreamgym_agents.judge import make_llm_judge
             from dreamgym_agents.llm import Gateway, LLMConfig
 
             self._judge = make_llm_judge(Gateway(LLMConfig(model=cfg.judge_model)))

@@ -26,7 +26,6 @@ navigation use the page's load event instead of a fixed three-second sleep.
 
 from __future__ import annotations
 
-import ast
 import collections
 import html
 import logging
@@ -35,12 +34,18 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-
-if TYPE_CHECKING:
-    from dreamgym_agents.llm import Gateway
+from dreamgym_agents.judge import (  # noqa: F401 - re-exported: the judge is part of the evaluator API
+    LLMJudge,
+    fuzzy_match_messages,
+    make_llm_judge,
+    parse_fuzzy_verdict,
+    parse_unachievable_verdict,
+    unachievable_messages,
+)
+from dreamgym_agents.page_helper import Helper, call_helper
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +56,6 @@ Called for each ``fuzzy_match`` reference. For unachievable tasks (reference ``"
 ``unachievable(intent, reason, prediction)`` method is called if it has one (the judge built by
 :func:`make_llm_judge` has), otherwise the judge itself with the reason as reference.
 """
-
-Helper = Callable[..., str]
-"""A ``func:`` helper of a ``program_html`` target; ``__page__``/``page`` arguments receive the
-Playwright page, other arguments are literals from the config."""
 
 EVAL_TYPES: tuple[str, ...] = ("string_match", "url_match", "program_html")
 """Evaluator types this module implements."""
@@ -149,94 +150,6 @@ def url_match(reference: str, pred_url: str) -> float:
     for key, values in ref_queries.items():
         query_score *= float(any(v in pred_query.get(key, []) for v in values))
     return base_score * query_score
-
-
-# --------------------------------------------------------------------------------------------
-# LLM judge
-# --------------------------------------------------------------------------------------------
-
-
-def fuzzy_match_messages(intent: str, reference: str, prediction: str) -> list[dict[str, str]]:
-    """WebArena's ``llm_fuzzy_match`` prompt."""
-    message = (
-        "Help a teacher to grade the answer of a student given a question. Keep in mind that the "
-        "student may use different phrasing or wording to answer the question. The goal is to "
-        "evaluate whether the answer is semantically equivalent to the reference answer.\n"
-        f"question: {intent}\n"
-        f"reference answer: {reference}\n"
-        "all the string 'N/A' that you see is a special sequence that means 'not achievable'\n"
-        f"student answer: {prediction}\n"
-        "Conclude the judgement by correct/incorrect/partially correct."
-    )
-    return [
-        {"role": "system", "content": "You are a helpful assistant"},
-        {"role": "user", "content": message},
-    ]
-
-
-def unachievable_messages(intent: str, reason: str, prediction: str) -> list[dict[str, str]]:
-    """WebArena's ``llm_ua_match`` prompt."""
-    message = (
-        "A task described in Task_1 cannot be completed for reason listed in Reason_1. A person "
-        "tried to complete the task and failed, he reported his attempt in Report_1, check if "
-        "Report_1 is refering to Reason_1, even implicitly. If match, return same, else, return "
-        "different\n"
-        f"Task_1 = {intent}\n"
-        f"Reason_1 = {reason}\n"
-        f"Report_1 = {prediction}\n"
-        "return [same] or [different]"
-    )
-    return [
-        {"role": "system", "content": "You are a helpful assistant"},
-        {"role": "user", "content": message},
-    ]
-
-
-def parse_fuzzy_verdict(text: str) -> float:
-    """1.0 for "correct", 0.0 for "incorrect"/"partially correct" (or no verdict)."""
-    low = text.lower()
-    if "partially correct" in low or "incorrect" in low:
-        return 0.0
-    if "correct" in low:
-        return 1.0
-    logger.warning("LLM judge gave no verdict (scored 0): %.200s", text)
-    return 0.0
-
-
-def parse_unachievable_verdict(text: str) -> float:
-    """1.0 for "same", 0.0 for "different" (or no verdict)."""
-    low = text.lower()
-    if "different" in low:
-        return 0.0
-    if "same" in low:
-        return 1.0
-    logger.warning("LLM judge gave no verdict (scored 0): %.200s", text)
-    return 0.0
-
-
-class LLMJudge:
-    """WebArena's two LLM judges over a gateway (see :data:`Judge`).
-
-    Args:
-        gateway: Anything with ``complete(messages) -> object with .text``.
-    """
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-
-    def __call__(self, intent: str, reference: str, prediction: str) -> float:
-        reply = self.gateway.complete(fuzzy_match_messages(intent, reference, prediction))
-        return parse_fuzzy_verdict(str(reply.text or ""))
-
-    def unachievable(self, intent: str, reason: str, prediction: str) -> float:
-        """Does the agent's report refer to the reason the task cannot be done?"""
-        reply = self.gateway.complete(unachievable_messages(intent, reason, prediction))
-        return parse_unachievable_verdict(str(reply.text or ""))
-
-
-def make_llm_judge(gateway: Gateway) -> Judge:
-    """Build WebArena's fuzzy-match judge (with its unachievable-task judge) over a gateway."""
-    return LLMJudge(gateway)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,106 +440,6 @@ def _eval_url(ev: Mapping[str, Any], page_url: str, site_urls: Mapping[str, str]
 
 
 # -- program_html -----------------------------------------------------------------------------
-
-
-def get_query_text(page: Any, selector: str) -> str:
-    """Text content of the first element matching a CSS selector ('' if none)."""
-    try:
-        result = page.evaluate(
-            "(sel) => { const el = document.querySelector(sel); return el ? el.textContent : ''; }",
-            selector,
-        )
-    except Exception as exc:  # a page error means the content is not there
-        logger.debug("get_query_text(%r) failed: %s", selector, exc)
-        return ""
-    return str(result or "")
-
-
-def get_query_text_lowercase(page: Any, selector: str) -> str:
-    """:func:`get_query_text`, lowercased."""
-    return get_query_text(page, selector).lower()
-
-
-def reddit_get_post_url(url: str) -> str:
-    """Reduce a Postmill comment URL ``/f/<forum>/<id>/…`` to its post URL (else unchanged)."""
-    parsed = urllib.parse.urlparse(url)
-    parts = parsed.path.split("/")
-    if len(parts) < 4 or parts[1] != "f":
-        return url
-    return f"{parsed.scheme}://{parsed.netloc}/f/{parts[2]}/{parts[3]}/"
-
-
-def gitlab_get_project_memeber_role(page: Any, account_name: str) -> str:
-    """Role of a member on a GitLab project members page ('' if not found).
-
-    The name keeps WebArena's spelling, as task configs call it by that name.
-    """
-    script = """(account) => {
-        const names = document.querySelectorAll(
-            "td[data-label='Account'] span.gl-avatar-labeled-sublabel");
-        for (let i = 0; i < names.length; i++) {
-            if (names[i].outerText === '@' + account) {
-                const roles = document.querySelectorAll("td.col-max-role span");
-                return roles[i] ? roles[i].outerText : '';
-            }
-        }
-        return '';
-    }"""
-    try:
-        return str(page.evaluate(script, account_name) or "")
-    except Exception as exc:
-        logger.debug("gitlab_get_project_memeber_role(%r) failed: %s", account_name, exc)
-        return ""
-
-
-BUILTIN_HELPERS: dict[str, Helper] = {
-    "get_query_text": get_query_text,
-    "get_query_text_lowercase": get_query_text_lowercase,
-    "reddit_get_post_url": reddit_get_post_url,
-    "gitlab_get_project_memeber_role": gitlab_get_project_memeber_role,
-}
-"""``func:`` helpers that work on any site. WebArena's shopping helpers
-(``shopping_get_latest_order_url`` …) query Magento's admin REST API with the site's admin
-account; pass implementations through ``helpers=`` to evaluate those tasks."""
-
-_PAGE_NAMES = frozenset({"page", "__page__"})
-
-
-def call_helper(expression: str, *, page: Any, helpers: Mapping[str, Helper] | None = None) -> str:
-    """Evaluate a ``func:`` expression such as ``get_query_text(__page__, '.price')`` safely.
-
-    Only a call of a known helper with literal arguments (and ``page``/``__page__``) is allowed.
-
-    Raises:
-        TaskError: The expression is not such a call or names an unknown helper.
-    """
-    table = {**BUILTIN_HELPERS, **(helpers or {})}
-    try:
-        tree = ast.parse(expression.strip(), mode="eval").body
-    except SyntaxError:
-        raise TaskError(f"cannot parse helper call {expression!r}") from None
-    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name):
-        raise TaskError(f"helper expression must be a function call, got {expression!r}")
-    name = tree.func.id
-    if name not in table:
-        raise TaskError(
-            f"unsupported evaluation helper {name!r} (supported: {', '.join(sorted(table))}; "
-            "pass others with helpers=)"
-        )
-
-    def value_of(node: ast.expr) -> Any:
-        if isinstance(node, ast.Name) and node.id in _PAGE_NAMES:
-            return page
-        try:
-            return ast.literal_eval(node)
-        except ValueError:
-            raise TaskError(
-                f"helper {name} arguments must be literals or __page__, in {expression!r}"
-            ) from None
-
-    args = [value_of(a) for a in tree.args]
-    kwargs = {kw.arg: value_of(kw.value) for kw in tree.keywords if kw.arg}
-    return str(table[name](*args, **kwargs))
 
 
 def _page_content(page: Any) -> str:

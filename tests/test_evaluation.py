@@ -17,18 +17,17 @@ from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.evaluation import (
     JUDGE_HINT,
     EvalResult,
-    call_helper,
     clean_answer,
     evaluate_task,
     exact_match,
     fill_placeholders,
-    make_llm_judge,
     must_include,
-    reddit_get_post_url,
     url_match,
     validate_config,
     word_tokenize,
 )
+from dreamgym_agents.judge import make_llm_judge
+from dreamgym_agents.page_helper import call_helper, reddit_get_post_url
 
 SITES = {"__SHOPPING__": "http://shop.test:7770", "__REDDIT__": "http://forum.test:9999/"}
 
