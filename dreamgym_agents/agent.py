@@ -73,9 +73,12 @@ class OracleAgent:
     async def act(
         self, task: Task, observation: Observation, history: list[Transition], episode_id: str
     ) -> Decision:
+        return self.step_at(task, observation, len(history))
+
+    def step_at(self, task: Task, observation: Observation, index: int) -> Decision:
+        """The decision for step ``index`` of the task's oracle program."""
         if not task.oracle:
             raise ConfigError(f"task {task.task_id} has no oracle program: use another agent")
-        index = len(history)
         if index >= len(task.oracle):
             return Decision(action="noop()", reasoning="oracle program exhausted")
         step = task.oracle[index]
@@ -144,6 +147,36 @@ class RandomAgent:
         if roll > 0.95:
             return Decision(action=_call("go_back"), reasoning="random back")
         return Decision(action=_call("click", element.bid), reasoning="random click")
+
+
+class NoisyOracleAgent:
+    """The oracle with ε-exploration, for offline data (the paper's "oracle + random" sets).
+
+    At each step, with probability ``noise``, a random action replaces the next oracle step; the
+    program then resumes where it was. Episodes mix successful paths, detours that still succeed
+    and failures, which an experience model must all learn to predict.
+    """
+
+    name = "noisy-oracle"
+
+    def __init__(self, seed: int = 0, noise: float = 0.3) -> None:
+        if not 0.0 <= noise <= 1.0:
+            raise ConfigError(f"noise must be in [0, 1], got {noise}")
+        self.seed = seed
+        self.noise = noise
+        self.oracle = OracleAgent()
+        self.random = RandomAgent(seed=seed, stop_prob=0.0)
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        rng = random.Random(f"noise|{self.seed}|{episode_id}|{len(history)}")
+        if rng.random() < self.noise:
+            decision = await self.random.act(task, observation, history, episode_id)
+            decision.reasoning = f"exploration ({decision.reasoning})"
+            return decision
+        followed = sum(t.reasoning.startswith("oracle step") for t in history)
+        return self.oracle.step_at(task, observation, followed)
 
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)

@@ -135,7 +135,6 @@ def eval_command(
     from dreamgym_agents.adapters.web_action import WebActionSet
     from dreamgym_agents.config import apply_mapping, load_config
     from dreamgym_agents.env import EnvConfig, make_family
-    from dreamgym_agents.graph import RunConfig, run_episodes
 
     _setup_logging(verbose)
     data = _read_config_file(config)
@@ -155,28 +154,113 @@ def eval_command(
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
         "limit": limit, "max_steps": env_cfg.max_steps, "seed": seed,
     }
-    from rich.console import Console
-
-    console = Console(stderr=True, soft_wrap=True)
+    console = _console()
     try:
-        setup = family.prepare(env_cfg, tasks)
-        console.print(f"[bold]{task}[/]: {setup}")
-        console.print(f"{len(tasks)} task(s), agent {agent}, concurrency {concurrency} → {out}")
-        run_cfg = RunConfig(out_dir=out, concurrency=concurrency,
-                            max_steps=env_cfg.max_steps, meta=meta)
-        result = _run_with_progress(
-            console, len(tasks),
-            lambda cb: run_episodes(tasks, lambda: family.make_env(env_cfg), runner, run_cfg,
-                                    on_episode=cb),
-        )
+        console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
+        result = _run(console, family, env_cfg, tasks, runner, out, concurrency, meta)
     finally:
         family.close()
     _print_summary(console, result.summary, out)
+    _raise_if_failed(result, out)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: Path,
+         concurrency: int, meta: dict) -> Any:
+    """Play one episode per task with ``agent`` into ``out`` (resumable), with a progress bar."""
+    from dreamgym_agents.graph import RunConfig, run_episodes
+
+    console.print(f"{len(tasks)} task(s), agent {agent.name}, concurrency {concurrency} → {out}")
+    run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=env_cfg.max_steps,
+                        meta=meta)
+    return _run_with_progress(
+        console, len(tasks),
+        lambda cb: run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                on_episode=cb),
+    )
+
+
+def _raise_if_failed(result: Any, out: Path) -> None:
     if result.failed:
         raise DreamGymError(
             f"{len(result.failed)} episode(s) failed (see {out / 'errors.jsonl'}); "
             "rerun the same command to retry them"
         )
+
+
+COLLECT_AGENTS = ("oracle", "noisy", "random")
+
+
+@app.command("collect")
+def collect_command(
+    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
+    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
+    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.train,
+    agents: Annotated[
+        str, typer.Option("--agents", help="Comma list of oracle, noisy, random.")
+    ] = "oracle,noisy,random",
+    noise: Annotated[
+        float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
+    ] = 0.3,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Use only the first N tasks.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64)] = 2,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1)] = 12,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Gather offline data on real environments: oracle, noisy-oracle and random episodes.
+
+    Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
+    written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
+    experience model).
+    """
+    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, RandomAgent
+    from dreamgym_agents.env import EnvConfig, make_family
+    from dreamgym_agents.types import read_trajectories, write_trajectories
+
+    _setup_logging(verbose)
+    names = [a.strip() for a in agents.split(",") if a.strip()]
+    unknown = sorted(set(names) - set(COLLECT_AGENTS))
+    if unknown or not names:
+        raise ConfigError(f"--agents takes a comma list of {', '.join(COLLECT_AGENTS)}, "
+                          f"got {agents!r}")
+    makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
+              "random": lambda: RandomAgent(seed=seed)}
+    env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
+    family = make_family(task)
+    tasks = family.load_tasks(split.value)[:limit]
+    console = _console()
+    results = {}
+    try:
+        console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
+        for name in names:
+            meta = {"command": "collect", "task": task, "agent": name, "split": split.value,
+                    "limit": limit, "max_steps": max_steps, "seed": seed,
+                    **({"noise": noise} if name == "noisy" else {})}
+            results[name] = _run(console, family, env_cfg, tasks, makers[name](), out / name,
+                                 concurrency, meta)
+            _print_summary(console, results[name].summary, out / name)
+    finally:
+        family.close()
+    merged = []
+    for name in names:
+        for traj in read_trajectories(out / name / "trajectories.jsonl"):
+            traj.provenance = "offline"
+            for t in traj.transitions:
+                t.provenance = "offline"
+            merged.append(traj)
+    count = write_trajectories(out / "offline.jsonl", merged)
+    steps = sum(len(t.transitions) for t in merged)
+    console.print(f"wrote {out / 'offline.jsonl'}: {count} episodes, {steps} transitions")
+    for name in names:
+        _raise_if_failed(results[name], out / name)
 
 
 def _run_with_progress(console: Any, total: int, start: Any) -> Any:
