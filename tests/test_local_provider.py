@@ -114,7 +114,7 @@ def test_directory_without_checkpoint_is_a_model_error(tmp_path: Path) -> None:
 
 def test_prompt_longer_than_the_context_is_a_model_error(checkpoint: str) -> None:
     with pytest.raises(ModelError, match="context") as info:
-        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=4096)).complete(MESSAGES)
+        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=10_000)).complete(MESSAGES)
     assert not info.value.retryable
 
 

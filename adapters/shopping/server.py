@@ -74,6 +74,19 @@ _NOT_FOUND_HTML = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8
                    "<p>{message}</p></main></body></html>")
 
 
+class _SiteServer(ThreadingHTTPServer):
+    """The stdlib server, logging a failed request instead of printing its traceback."""
+
+    def handle_error(self, request: object, client_address: tuple) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):  # the browser went away mid-response
+            logger.debug("client %s disconnected: %s", client_address, exc)
+        else:
+            logger.warning("request from %s failed", client_address, exc_info=True)
+
+
 class ShoppingSite:
     """The bundled WebArena-compatible shopping site, serving isolated per-episode instances.
 
@@ -113,7 +126,7 @@ class ShoppingSite:
         """Serve in a daemon thread; ``port=0`` picks a free port. Returns the root URL."""
         if self._server is not None:
             return self.url
-        server = ThreadingHTTPServer((host, port), _RequestHandler)
+        server = _SiteServer((host, port), _RequestHandler)
         server.daemon_threads = True
         server.site = self  # type: ignore[attr-defined]
         self._server = server

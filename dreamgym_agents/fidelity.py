@@ -1,0 +1,200 @@
+"""Fidelity of the experience model: how closely the dream follows the real environment.
+
+Two kinds of measures (DreamGym, Sec. 5 and App.):
+
+- **Against real transitions** (teacher forcing, see
+  :meth:`~dreamgym_agents.experience.ExperienceModel.predict_trajectory`): reward, done and success
+  accuracy, and :func:`state_f1`, an element-line F1 between the predicted and the real next state.
+- **Judged** (no reference): an LLM judge scores sampled synthetic trajectories 0/1/2 on causal
+  consistency, diversity, informativeness and hallucination (:func:`judge_trajectories`).
+
+Everything here is a pure function except :func:`judge_trajectories`, which calls the given model.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from dreamgym_agents.experience import ChatModel, ExperiencePrediction, clip_state
+from dreamgym_agents.state import normalize_text
+from dreamgym_agents.types import Trajectory, Transition
+
+logger = logging.getLogger(__name__)
+
+RUBRIC = ("causal_consistency", "diversity", "informativeness", "hallucination")
+"""The judge's criteria, each scored 0, 1 or 2 (higher is better for all four)."""
+
+_BID = re.compile(r"^\[[^\]]*\]\s*")
+
+_JUDGE_INSTRUCTION = """\
+You judge synthetic experience: a trajectory an agent played in a simulated website, where a model
+predicted each next page from the previous page and the agent's action. Score it on four criteria,
+each 0, 1 or 2:
+
+- causal_consistency: each next page is a plausible consequence of the action on the previous page
+  (2 = always, 1 = mostly, 0 = often not).
+- diversity: the pages are varied and the trajectory explores rather than repeating the same page
+  (2 = varied, 1 = somewhat repetitive, 0 = the same page over and over).
+- informativeness: the pages hold the concrete content (products, prices, fields, results) the
+  task needs (2 = rich and relevant, 1 = partial, 0 = empty or generic).
+- hallucination: the pages stay realistic for the website and consistent with each other
+  (2 = no hallucination, 1 = minor invented or contradictory content, 0 = severe).
+
+Answer with a short justification, then exactly:
+<causal_consistency>0|1|2</causal_consistency>
+<diversity>0|1|2</diversity>
+<informativeness>0|1|2</informativeness>
+<hallucination>0|1|2</hallucination>"""
+
+
+def _lines(state: str, ignore_bids: bool) -> Counter[str]:
+    lines = (normalize_text(s) for s in state.splitlines())
+    if ignore_bids:
+        lines = (_BID.sub("", s) for s in lines)
+    return Counter(s for s in lines if s)
+
+
+def state_f1(predicted: str, real: str, *, ignore_bids: bool = False) -> float:
+    """Element-line F1 between two rendered states.
+
+    Each state is a multiset of its non-blank lines, whitespace-normalised (``URL:`` and
+    ``Title:`` lines included); precision and recall count the lines the two share. Two empty
+    states score 1.0, one empty state 0.0.
+
+    Args:
+        predicted: The predicted state.
+        real: The real state.
+        ignore_bids: Drop the ``[bid]`` prefixes first (element ids a model cannot know).
+    """
+    pred, ref = _lines(predicted, ignore_bids), _lines(real, ignore_bids)
+    if not pred and not ref:
+        return 1.0
+    overlap = sum((pred & ref).values())
+    return 2.0 * overlap / (sum(pred.values()) + sum(ref.values()))
+
+
+def transition_metrics(
+    pairs: Sequence[tuple[Transition, ExperiencePrediction]], *, ignore_bids: bool = False
+) -> dict[str, float]:
+    """Fidelity of predictions against the real transitions they predict.
+
+    Choice: the headline metrics average over **all** ``n`` pairs, an experience-model failure
+    counting as wrong for the accuracies and 0 for ``state_f1`` (a model must not look better by
+    failing on hard steps). The same metrics over the readable predictions only carry an ``_ok``
+    suffix. ``em_failure_rate`` is the share of failures. Rewards match when they differ by less
+    than 1e-6. With no pairs every metric is 0.0 and ``n`` is 0.
+
+    Returns:
+        ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
+        ``em_failure_rate``, ``n``, ``n_ok``, and ``reward_accuracy_ok`` … ``state_f1_ok``.
+    """
+    names = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1")
+    sums = dict.fromkeys(names, 0.0)
+    n_ok = 0
+    for real, prediction in pairs:
+        out = prediction.output
+        if out is None:
+            continue
+        n_ok += 1
+        sums["reward_accuracy"] += abs(out.reward - real.reward) < 1e-6
+        sums["done_accuracy"] += out.done == real.done
+        sums["success_accuracy"] += out.success == real.success
+        sums["state_f1"] += state_f1(out.next_state, real.next_state, ignore_bids=ignore_bids)
+    n = len(pairs)
+    metrics: dict[str, float] = {name: sums[name] / n if n else 0.0 for name in names}
+    metrics.update({f"{name}_ok": sums[name] / n_ok if n_ok else 0.0 for name in names})
+    metrics["em_failure_rate"] = (n - n_ok) / n if n else 0.0
+    metrics["n"] = n
+    metrics["n_ok"] = n_ok
+    return metrics
+
+
+def episode_success_rate(trajectories: Sequence[Trajectory]) -> float:
+    """Share of successful episodes (0.0 for none)."""
+    return sum(t.success for t in trajectories) / len(trajectories) if trajectories else 0.0
+
+
+def rubric_prompt(trajectory: Trajectory, *, max_state_lines: int = 40) -> list[dict[str, str]]:
+    """The judge's messages for one (synthetic) trajectory.
+
+    Args:
+        trajectory: The episode to judge.
+        max_state_lines: Lines of each state shown.
+    """
+    steps = []
+    first = trajectory.transitions[0].state if trajectory.transitions else ""
+    steps.append(f"## Initial page\n{clip_state(first, max_state_lines)}")
+    for t in trajectory.transitions:
+        outcome = f"reward {t.reward:g}, done {str(t.done).lower()}"
+        if not t.valid:
+            outcome += f", invalid action: {t.error}"
+        steps.append(
+            f"## Step {t.step + 1}\nAction: {t.action}\nResult ({outcome}):\n"
+            f"{clip_state(t.next_state, max_state_lines)}"
+        )
+    user = f"# Task\n{trajectory.task.intent}\n\n" + "\n\n".join(steps)
+    return [{"role": "system", "content": _JUDGE_INSTRUCTION},
+            {"role": "user", "content": user}]
+
+
+class RubricParseError(ValueError):
+    """The judge's answer lacks a score or has one outside 0/1/2."""
+
+
+def parse_rubric(text: str) -> dict[str, int]:
+    """Read the four scores ``<criterion>0|1|2</criterion>`` of a judge's answer.
+
+    Raises:
+        RubricParseError: A criterion is missing or not 0, 1 or 2 (names them).
+    """
+    scores: dict[str, int] = {}
+    problems = []
+    for name in RUBRIC:
+        match = re.search(rf"<\s*{name}\s*>\s*([^<]*?)\s*(?:<|$)", text or "", re.I)
+        raw = match.group(1).strip("\"'`*. ") if match else None
+        if raw in ("0", "1", "2"):
+            scores[name] = int(raw)
+        else:
+            problems.append(f"<{name}> {'missing' if raw is None else repr(raw[:20])}")
+    if problems:
+        raise RubricParseError("unreadable judge scores: " + ", ".join(problems))
+    return scores
+
+
+def judge_trajectories(
+    gateway: ChatModel, trajectories: Sequence[Trajectory], n: int, *, seed: int = 0
+) -> dict[str, Any]:
+    """Judge ``n`` trajectories sampled (without replacement, by ``seed``) from ``trajectories``.
+
+    An unreadable judge answer is counted in ``unparseable`` and left out of the means.
+
+    Returns:
+        The mean score of each criterion (None when no answer was readable), ``judged`` (readable
+        answers) and ``unparseable``.
+
+    Raises:
+        ModelError: The judge's model call failed.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    sample = random.Random(seed).sample(list(trajectories), min(n, len(trajectories)))
+    totals = dict.fromkeys(RUBRIC, 0)
+    judged = unparseable = 0
+    for trajectory in sample:
+        answer = gateway.complete(rubric_prompt(trajectory))
+        try:
+            scores = parse_rubric(answer.text)
+        except RubricParseError as exc:
+            unparseable += 1
+            logger.info("judge answer for %s unreadable: %s", trajectory.episode_id, exc)
+            continue
+        judged += 1
+        for name in RUBRIC:
+            totals[name] += scores[name]
+    means: dict[str, Any] = {k: (v / judged if judged else None) for k, v in totals.items()}
+    return {**means, "judged": judged, "unparseable": unparseable}

@@ -1,0 +1,139 @@
+"""Fidelity metrics: state F1, transition accuracies, success rate, the judge rubric."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_experience import HOME, LAPTOPS, TASK, ScriptedModel
+
+from dreamgym_agents.errors import ModelError
+from dreamgym_agents.experience import ExperienceOutput, ExperiencePrediction
+from dreamgym_agents.fidelity import (
+    RUBRIC,
+    RubricParseError,
+    episode_success_rate,
+    judge_trajectories,
+    parse_rubric,
+    rubric_prompt,
+    state_f1,
+    transition_metrics,
+)
+from dreamgym_agents.types import Trajectory, Transition
+
+CART = "URL: http://shop/cart\nTitle: Cart\n[4] button 'Checkout'\nStaticText 'Total $12.99'"
+
+
+def real_steps() -> list[Transition]:
+    return [
+        Transition("ep", 0, "7", HOME, "click('1')", LAPTOPS),
+        Transition("ep", 1, "7", LAPTOPS, "click('3')", CART),
+        Transition("ep", 2, "7", CART, "send_msg_to_user('$12.99')", CART, reward=1.0,
+                   done=True, success=True),
+    ]
+
+
+def perfect(t: Transition) -> ExperiencePrediction:
+    return ExperiencePrediction(ExperienceOutput("", t.next_state, t.reward, t.done, t.success))
+
+
+def test_state_f1_edge_cases():
+    assert state_f1("", "") == 1.0 and state_f1("\n \n", "") == 1.0
+    assert state_f1(HOME, "") == 0.0 and state_f1("", HOME) == 0.0
+    assert state_f1(HOME, HOME) == 1.0
+    shuffled = "\n".join(reversed(HOME.splitlines()))
+    assert state_f1(shuffled, HOME) == 1.0  # a multiset of lines: order does not count
+    spaced = "  URL:   http://shop/ \n\nTitle: Shop"
+    assert state_f1(spaced, "URL: http://shop/\nTitle: Shop") == 1.0
+    # 2 of 4 real lines, 2 of 2 predicted: P = 1, R = 0.5
+    assert state_f1("URL: http://shop/\nTitle: Shop", HOME) == pytest.approx(2 / 3)
+    # repeated lines count as often as they occur
+    assert state_f1("StaticText 'a'\nStaticText 'a'", "StaticText 'a'") == pytest.approx(2 / 3)
+    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'") == 0.0
+    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'", ignore_bids=True) == 1.0
+
+
+def test_a_perfect_model_scores_one_on_every_metric():
+    metrics = transition_metrics([(t, perfect(t)) for t in real_steps()])
+    for name in ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1"):
+        assert metrics[name] == 1.0 and metrics[f"{name}_ok"] == 1.0
+    assert metrics["em_failure_rate"] == 0.0 and metrics["n"] == 3 and metrics["n_ok"] == 3
+
+
+def test_a_corrupted_model_scores_lower():
+    steps = real_steps()
+    rng = random.Random(0)
+    pairs = []
+    for t in steps[:2]:  # wrong rewards and dropped/shuffled lines
+        lines = t.next_state.splitlines()[1:]
+        rng.shuffle(lines)
+        out = ExperienceOutput("", "\n".join(lines), 1.0 - t.reward, t.done, t.success)
+        pairs.append((t, ExperiencePrediction(out)))
+    pairs.append((steps[2], ExperiencePrediction(None, failure="missing <next_state>")))
+    metrics = transition_metrics(pairs)
+    assert metrics["reward_accuracy"] == 0.0
+    assert metrics["done_accuracy"] == pytest.approx(2 / 3)  # the failure counts as wrong
+    assert metrics["done_accuracy_ok"] == 1.0  # … but not among the readable predictions
+    assert 0.0 < metrics["state_f1"] < metrics["state_f1_ok"] < 1.0
+    assert metrics["em_failure_rate"] == pytest.approx(1 / 3) and metrics["n_ok"] == 2
+
+
+def test_no_pairs_gives_zeros():
+    metrics = transition_metrics([])
+    assert metrics["n"] == 0 and metrics["state_f1"] == 0.0 and metrics["em_failure_rate"] == 0.0
+
+
+def test_episode_success_rate():
+    won = Trajectory("a", TASK, success=True)
+    lost = Trajectory("b", TASK)
+    assert episode_success_rate([won, lost, lost, won]) == 0.5
+    assert episode_success_rate([]) == 0.0
+
+
+def judged(causal=2, diversity=1, info=2, halluc=2) -> str:
+    return (f"Plausible.\n<causal_consistency>{causal}</causal_consistency>\n"
+            f"<diversity>{diversity}</diversity>\n<informativeness>{info}</informativeness>\n"
+            f"<hallucination>{halluc}</hallucination>")
+
+
+def test_rubric_prompt_shows_the_task_and_every_step():
+    trajectory = Trajectory("ep", TASK, real_steps(), provenance="synthetic")
+    system, user = rubric_prompt(trajectory)
+    for name in RUBRIC:
+        assert f"<{name}>" in system["content"]
+    assert "2 = no hallucination" in system["content"]
+    assert TASK.intent in user["content"] and "## Step 3" in user["content"]
+    assert "Action: send_msg_to_user('$12.99')" in user["content"]
+    assert "reward 1, done true" in user["content"]
+
+
+def test_parse_rubric():
+    assert parse_rubric(judged()) == {"causal_consistency": 2, "diversity": 1,
+                                      "informativeness": 2, "hallucination": 2}
+    assert parse_rubric(judged().upper().replace("PLAUSIBLE.", ""))["diversity"] == 1
+    with pytest.raises(RubricParseError, match="<diversity> '3'"):
+        parse_rubric(judged(diversity=3))
+    with pytest.raises(RubricParseError, match="<hallucination> missing"):
+        parse_rubric(judged().split("<hallucination>")[0])
+
+
+def test_judge_trajectories_means_and_counts_unreadable_answers():
+    trajectories = [Trajectory(f"ep{i}", TASK, real_steps()) for i in range(5)]
+    scripted = ScriptedModel([judged(2, 1, 2, 2), "I refuse", judged(0, 1, 1, 0)])
+    report = judge_trajectories(scripted, trajectories, n=3, seed=1)
+    assert len(scripted.requests) == 3
+    assert report["judged"] == 2 and report["unparseable"] == 1
+    assert report["causal_consistency"] == 1.0 and report["diversity"] == 1.0
+    assert report["informativeness"] == 1.5 and report["hallucination"] == 1.0
+    nothing = judge_trajectories(ScriptedModel(["?"]), trajectories, n=10)
+    assert nothing["judged"] == 0 and nothing["unparseable"] == 5
+    assert nothing["causal_consistency"] is None
+
+
+def test_judge_model_errors_propagate():
+    class Broken:
+        def complete(self, messages):
+            raise ModelError("judge down")
+
+    with pytest.raises(ModelError):
+        judge_trajectories(Broken(), [Trajectory("ep", TASK, real_steps())], n=1)
