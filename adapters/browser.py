@@ -31,9 +31,9 @@ from dreamgym_agents.adapters.chromium import (
     thread_playwright,
 )
 from dreamgym_agents.adapters.web_action import ActionParseError, WebActionSet
+from dreamgym_agents.axtree import map_axtree
 from dreamgym_agents.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
-from dreamgym_agents.state import map_axtree
 from dreamgym_agents.types import Task
 
 logger = logging.getLogger(__name__)

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
+from dreamgym_agents.axtree import map_axtree, map_observation
 from dreamgym_agents.state import (
     AbstractState,
     Element,
-    map_axtree,
-    map_observation,
     parse_line,
     parse_state,
 )
