@@ -1,0 +1,138 @@
+"""The compact experience-model prompt, for small models trained from scratch.
+
+The full prompt (``prompts/experience_model.md``) shows every state in full: thousands of tokens,
+fine for a hosted model, too long for a few-million-parameter model trained on two CPU cores. The
+compact prompt shows the same inputs through what matters for the prediction: the current URL and
+title, the action with the element it targets, the lines where the current page differs from each
+retrieved demonstration's page, each demonstration's action and outcome, and, for a final answer,
+the lines of the page that contain it. The model answers in the usual format; its next state is
+usually a reference (``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.state_delta`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from importlib import resources
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.types import Transition
+
+COMPACT_PROMPT_FILE = "experience_model_compact.md"
+_BLOCK = re.compile(r"^<!--\s*([a-z_]+)\s*-->\s*$", re.M)
+_BID_ARG = re.compile(r"""^\s*(?:[a-z_]+\(\s*['"]([^'"]+)['"]|[a-z_]+ \[(\d+)\])""")
+_TEXT_ARG = re.compile(r"""send_msg_to_user\(\s*(['"])(.*)\1\s*\)|stop \[(.*)\]\s*$""", re.S)
+
+
+@functools.cache
+def load_compact_template() -> dict[str, str]:
+    """The blocks of ``prompts/experience_model_compact.md`` by name."""
+    path = resources.files("dreamgym_agents.prompts") / COMPACT_PROMPT_FILE
+    parts = _BLOCK.split(path.read_text(encoding="utf-8"))
+    blocks = {n: b.strip("\n") for n, b in zip(parts[1::2], parts[2::2], strict=True)}
+    missing = {"instruction", "output_reasoning", "output_direct"} - set(blocks)
+    if missing:
+        raise ConfigError(f"{COMPACT_PROMPT_FILE} lacks the blocks {sorted(missing)}")
+    return blocks
+
+
+def _lines(state: str) -> list[str]:
+    return [ln.strip() for ln in state.splitlines() if ln.strip()]
+
+
+def head(state: str) -> str:
+    """``URL | Title`` of a state."""
+    found = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip() for ln in _lines(state)[:3]
+             if ln.startswith(("URL:", "Title:"))}
+    return f"{found.get('URL', '?')} | {found.get('Title', '')}"
+
+
+def target_line(state: str, action: str) -> str:
+    """The state line of the element an action targets (``[12] link 'Laptops'``), or ''."""
+    match = _BID_ARG.match(action)
+    bid = (match.group(1) or match.group(2)) if match else None
+    if not bid:
+        return ""
+    prefix = f"[{bid}] "
+    return next((ln for ln in _lines(state) if ln.startswith(prefix)), "")
+
+
+def answer_text(action: str) -> str | None:
+    """The answer of a final action (``send_msg_to_user('…')`` / ``stop […]``), else None."""
+    match = _TEXT_ARG.search(action.strip())
+    if not match:
+        return None
+    return match.group(2) if match.group(2) is not None else match.group(3)
+
+
+def changed_lines(state: str, other: str) -> list[str]:
+    """Body lines of ``state`` missing from ``other`` (``+``) and of ``other`` missing here (``-``).
+
+    The URL and Title lines are left out (the prompt shows them separately).
+    """
+    a, b = _lines(other)[2:], _lines(state)[2:]
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        out.extend(f"- {ln}" for ln in a[i1:i2])
+        out.extend(f"+ {ln}" for ln in b[j1:j2])
+    return out
+
+
+def describe_action(state: str, action: str) -> str:
+    target = target_line(state, action)
+    return f"{action.strip()} on {target}" if target else action.strip()
+
+
+def render_compact(
+    intent: str,
+    history: list[Transition] | None,
+    state: str,
+    action: str,
+    demos: list[Transition] | None,
+    *,
+    history_steps: int = 2,
+    max_changed: int = 4,
+    use_reasoning: bool = True,
+) -> list[dict[str, str]]:
+    """The compact prompt as chat messages (one user message).
+
+    Args:
+        intent: The task.
+        history: Previous transitions of the episode (None: history ablated).
+        state: Current state.
+        action: The agent's action.
+        demos: Retrieved transitions, best first (None: retrieval ablated).
+        history_steps: How many previous steps to show.
+        max_changed: Most changed lines shown per demonstration.
+        use_reasoning: Ask for reasoning (False: empty reasoning).
+    """
+    template = load_compact_template()
+    parts = [template["instruction"], f"task: {intent}"]
+    if history is not None:
+        steps = [f"{describe_action(t.state, t.action)} -> {head(t.next_state).split(' | ')[0]}"
+                 for t in history[-history_steps:]] or ["(first step)"]
+        parts.append("history: " + " || ".join(steps))
+    parts.append(f"page: {head(state)}")
+    parts.append(f"action: {describe_action(state, action)}")
+    answer = answer_text(action)
+    if answer is not None:
+        hits = [ln for ln in _lines(state)[2:] if answer and answer.lower() in ln.lower()]
+        parts.append("answer on page: " + (" || ".join(hits[:3]) if hits else "(not found)"))
+    if demos is not None:
+        if not demos:
+            parts.append("demos: (none)")
+        for i, demo in enumerate(demos, 1):
+            changes = changed_lines(state, demo.state)
+            shown = changes[:max_changed] + (["…"] if len(changes) > max_changed else [])
+            parts.append(
+                f"demo {i}: {head(demo.state).split(' | ')[0]} | "
+                f"{describe_action(demo.state, demo.action)} -> "
+                f"{head(demo.next_state).split(' | ')[0]} | reward {demo.reward:g} "
+                f"done {int(demo.done)} success {int(demo.success)} | page differs by "
+                f"{len(changes)} lines" + "".join(f"\n  {c}" for c in shown)
+            )
+    parts.append(template["output_reasoning" if use_reasoning else "output_direct"])
+    return [{"role": "user", "content": "\n".join(parts)}]

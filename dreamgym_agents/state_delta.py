@@ -1,0 +1,127 @@
+"""Next states written relative to a known state: ``@state`` / ``@demo N`` plus line edits.
+
+An experience model may write the next state in full, or as a reference to a state it was shown
+followed by edits. The reference is the first line of the ``<next_state>`` block:
+
+- ``@state``: the current state;
+- ``@demo N``: the next state of the N-th retrieved demonstration (1-based, as shown).
+
+Each following line is an edit applied in order with a cursor (initially at the end):
+``- <line>`` deletes the first occurrence of that line and puts the cursor where it was;
+``+ <line>`` inserts the line at the cursor (then after it). A replacement is therefore ``-`` old
+then ``+`` new, and keeps the line's place.
+
+Writing a page as "the same page as that demo's, with the cart count changed" is how a person
+would describe it, and it keeps a small model's answers short (the embedded default model is
+trained on the shortest of the full state and every reference form, see
+:func:`encode_state`); hosted models may use either form.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+STATE_REF = "@state"
+DEMO_REF = "@demo"
+
+
+class StateReferenceError(ValueError):
+    """A reference names a state that was not shown (e.g. ``@demo 4`` with three demos)."""
+
+
+def is_reference(text: str) -> bool:
+    """True when a ``<next_state>`` block is written as a reference plus edits."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first == STATE_REF or first.startswith(DEMO_REF)
+
+
+def expand_state(text: str, current: str, demo_next_states: list[str]) -> str:
+    """Turn a reference-plus-edits block into the full state (a full state is returned as is).
+
+    Args:
+        text: The ``<next_state>`` block.
+        current: The current state (``@state``).
+        demo_next_states: The retrieved demonstrations' next states, in the order shown.
+
+    Raises:
+        StateReferenceError: The reference is malformed or names a demo that was not shown, or an
+            edit line is neither ``+`` nor ``-``.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines or not is_reference(text):
+        return text.strip()
+    head, edits = lines[0].strip(), lines[1:]
+    if head == STATE_REF:
+        base = current
+    else:
+        number = head[len(DEMO_REF):].strip()
+        if not number.isdigit() or not 1 <= int(number) <= len(demo_next_states):
+            raise StateReferenceError(
+                f"{head!r} names no shown demonstration (there are {len(demo_next_states)})"
+            )
+        base = demo_next_states[int(number) - 1]
+    out = [ln for ln in base.splitlines() if ln.strip()]
+    cursor = len(out)
+    for edit in edits:
+        op, line = edit[:1], edit[2:] if edit[1:2] == " " else edit[1:]
+        if op == "-":
+            if line in out:
+                cursor = out.index(line)
+                out.pop(cursor)
+            # deleting a line that is not there changes nothing: the intent is met
+        elif op == "+":
+            out.insert(cursor, line)
+            cursor += 1
+        else:
+            raise StateReferenceError(f"edit lines start with '+ ' or '- ', got {edit!r}")
+    return "\n".join(out)
+
+
+def diff_edits(base: str, target: str) -> list[str]:
+    """The ``-``/``+`` edits that turn ``base`` into ``target`` under :func:`expand_state`."""
+    a = [ln for ln in base.splitlines() if ln.strip()]
+    b = [ln for ln in target.splitlines() if ln.strip()]
+    edits: list[str] = []
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    opcodes = matcher.get_opcodes()
+    # Only the leading run of unchanged lines fixes the cursor for pure insertions: emit edits
+    # so that each insertion follows a deletion or sits at the end, else write the full state.
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            continue
+        if tag in ("replace", "delete"):
+            edits.extend(f"- {ln}" for ln in a[i1:i2])
+        if tag in ("replace", "insert"):
+            if tag == "insert":
+                # anchor the insertion: delete and re-add the line before it (or after it)
+                if i1 > 0:
+                    edits.append(f"- {a[i1 - 1]}")
+                    edits.append(f"+ {a[i1 - 1]}")
+                elif i1 < len(a):
+                    edits.append(f"- {a[i1]}")
+                    edits.extend(f"+ {ln}" for ln in b[j1:j2])
+                    edits.append(f"+ {a[i1]}")
+                    continue
+            edits.extend(f"+ {ln}" for ln in b[j1:j2])
+    return edits
+
+
+def encode_state(target: str, current: str, demo_next_states: list[str]) -> str:
+    """The shortest faithful way to write ``target``: full, ``@state`` or ``@demo N`` + edits.
+
+    Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
+    confuse the cursor) are discarded, so decoding an encoded state is always lossless.
+    """
+    full = "\n".join(ln for ln in target.splitlines() if ln.strip())
+    best, best_len = full, len(full.splitlines())
+    bases = [(STATE_REF, current)] + [
+        (f"{DEMO_REF} {i + 1}", s) for i, s in enumerate(demo_next_states)
+    ]
+    for ref, base in bases:
+        edits = diff_edits(base, target)
+        if len(edits) + 1 >= best_len:
+            continue
+        text = "\n".join([ref, *edits])
+        if expand_state(text, current, demo_next_states) == full:
+            best, best_len = text, len(edits) + 1
+    return best

@@ -1,0 +1,108 @@
+"""Reasoning annotation of recorded transitions, the experience model's SFT targets (paper §4.1).
+
+With a teacher model (any gateway model), annotation follows the paper's prompt shape: once per
+task, a short *tutorial* (the plan, what success looks like, the usual failure modes); then for
+each transition a short *transition plan* explaining why the action leads to the recorded next
+state and outcome. Without a teacher, a deterministic rationale is derived from the transition
+itself (the action's target, where the page goes, whether the task is finished), labelled
+``deterministic`` so nobody mistakes it for model reasoning.
+
+The rationale is stored in ``transition.info["em_rationale"]`` with its source in
+``info["em_rationale_source"]`` (``deterministic`` or ``teacher:<model>``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from dreamgym_agents.experience_compact import answer_text, head, target_line
+from dreamgym_agents.types import Trajectory, Transition
+
+if TYPE_CHECKING:
+    from dreamgym_agents.llm import Gateway
+
+logger = logging.getLogger(__name__)
+
+DETERMINISTIC = "deterministic"
+
+
+def _path(state: str) -> str:
+    return head(state).split(" | ")[0]
+
+
+def deterministic_rationale(t: Transition) -> str:
+    """A short rationale derived from the transition (no model involved)."""
+    target = target_line(t.state, t.action)
+    verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
+    parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
+    before, after = _path(t.state), _path(t.next_state)
+    if answer_text(t.action) is not None:
+        parts.append("This is its final answer.")
+    elif after != before:
+        parts.append(f"The site goes to {after}.")
+    elif t.next_state.strip() != t.state.strip():
+        parts.append("The page stays and changes.")
+    else:
+        parts.append("The page does not change.")
+    if t.success:
+        parts.append("The task is complete.")
+    elif t.done:
+        parts.append("The episode ends without success.")
+    else:
+        parts.append("The task is not finished.")
+    return " ".join(parts)
+
+
+def annotate_deterministic(trajectories: list[Trajectory]) -> int:
+    """Give every transition a deterministic rationale; returns how many were annotated."""
+    count = 0
+    for traj in trajectories:
+        for t in traj.transitions:
+            t.info["em_rationale"] = deterministic_rationale(t)
+            t.info["em_rationale_source"] = DETERMINISTIC
+            count += 1
+    return count
+
+
+TUTORIAL_PROMPT = (
+    "You are teaching how a website responds to an agent. Task: {intent}\n"
+    "Write a short tutorial (at most 6 lines): the plan to solve the task on this site, what the "
+    "site shows when the task is accomplished, and the typical failure modes."
+)
+STEP_PROMPT = (
+    "Tutorial:\n{tutorial}\n\nCurrent page:\n{state}\n\nAgent action: {action}\n\n"
+    "Recorded result page:\n{next_state}\nReward {reward:g}, done {done}, success {success}.\n\n"
+    "In at most three sentences, explain the causal effect of the action: what it targets, how the "
+    "site responds, and whether the task is now complete. Do not restate the whole page."
+)
+
+
+def annotate_with_teacher(
+    trajectories: list[Trajectory], gateway: Gateway, *, max_state_lines: int = 60
+) -> int:
+    """Annotate with a teacher model through the gateway (one tutorial per task, then steps)."""
+    tutorials: dict[str, str] = {}
+    count = 0
+    source = f"teacher:{gateway.cfg.model}"
+    for traj in trajectories:
+        intent = traj.task.intent
+        if intent not in tutorials:
+            reply = gateway.complete([{"role": "user",
+                                       "content": TUTORIAL_PROMPT.format(intent=intent)}])
+            tutorials[intent] = reply.text.strip()
+        for t in traj.transitions:
+            clip = "\n".join(t.state.splitlines()[:max_state_lines])
+            nxt = "\n".join(t.next_state.splitlines()[:max_state_lines])
+            reply = gateway.complete([{"role": "user", "content": STEP_PROMPT.format(
+                tutorial=tutorials[intent], state=clip, action=t.action, next_state=nxt,
+                reward=t.reward, done=str(t.done).lower(), success=str(t.success).lower())}])
+            text = reply.text.strip()
+            if not text:  # an empty teacher answer: fall back, labelled as such
+                t.info["em_rationale"] = deterministic_rationale(t)
+                t.info["em_rationale_source"] = DETERMINISTIC
+            else:
+                t.info["em_rationale"] = " ".join(text.split())
+                t.info["em_rationale_source"] = source
+            count += 1
+    return count

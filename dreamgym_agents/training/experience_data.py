@@ -1,0 +1,106 @@
+"""SFT examples for the experience model (paper Eq. 5): inputs → reasoning, next state, outcome.
+
+Each recorded transition becomes one (prompt, completion) pair. The prompt is the compact
+experience prompt (task, last-H history, top-k demonstrations retrieved from the buffer — never
+from the transition's own episode — current page, action); the completion is the rationale, then
+the next state written in its shortest faithful form (full, or a reference plus edits, see
+:mod:`dreamgym_agents.state_delta`), then reward, done and success.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dreamgym_agents.experience_compact import render_compact
+from dreamgym_agents.state_delta import encode_state
+from dreamgym_agents.training.annotate import deterministic_rationale
+from dreamgym_agents.types import Trajectory, Transition
+
+UNPARSEABLE_PREFIX = "invalid action:"
+
+
+class Retriever(Protocol):
+    def retrieve(self, state: str, action: str, *, k: int | None = None,
+                 where: dict | None = None,
+                 exclude_episode: str | None = None) -> list[Transition]: ...
+
+
+@dataclass
+class ExampleConfig:
+    """What the examples show (the ablation flags must match the model's inference settings).
+
+    Attributes:
+        top_k: Demonstrations per example.
+        history_steps: Previous steps shown.
+        use_history: Show history (False: the no-history ablation).
+        use_retrieval: Show demonstrations (False: the no-retrieval ablation).
+        use_reasoning: Train the rationale before the prediction (False: empty reasoning).
+        max_examples: Cap on the number of examples (sampled, successes and final steps kept
+            first); None keeps all.
+        seed: Sampling seed.
+    """
+
+    top_k: int = 3
+    history_steps: int = 2
+    use_history: bool = True
+    use_retrieval: bool = True
+    use_reasoning: bool = True
+    max_examples: int | None = None
+    seed: int = 0
+
+
+def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool) -> str:
+    """The target answer for one transition."""
+    rationale = t.info.get("em_rationale") or deterministic_rationale(t)
+    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos])
+    return (
+        f"<reasoning>{rationale if use_reasoning else ''}</reasoning>\n"
+        f"<next_state>\n{next_state}\n</next_state>\n"
+        f"<reward>{int(t.reward >= 1)}</reward>\n<done>{str(t.done).lower()}</done>\n"
+        f"<success>{str(t.success).lower()}</success>"
+    )
+
+
+def trainable(t: Transition) -> bool:
+    """Steps the experience model should learn from: everything but unparseable actions
+    (the dream handles those without the model) and experience-model failures."""
+    return not t.error.startswith(UNPARSEABLE_PREFIX) and not t.info.get("em_failure")
+
+
+def build_examples(
+    trajectories: Iterable[Trajectory], retriever: Retriever | None, cfg: ExampleConfig,
+    *, where: dict | None = None,
+) -> list[dict[str, Any]]:
+    """One chat example per trainable transition: ``{"messages", "completion", "meta"}``."""
+    steps: list[tuple[Trajectory, int]] = [
+        (traj, i) for traj in trajectories for i, t in enumerate(traj.transitions)
+        if trainable(t)
+    ]
+    if cfg.max_examples is not None and len(steps) > cfg.max_examples:
+        rng = random.Random(cfg.seed)
+        key = [(0 if traj.transitions[i].done else 1, rng.random()) for traj, i in steps]
+        order = sorted(range(len(steps)), key=key.__getitem__)
+        steps = [steps[j] for j in sorted(order[: cfg.max_examples])]
+    examples = []
+    for traj, i in steps:
+        t = traj.transitions[i]
+        demos: list[Transition] = []
+        if cfg.use_retrieval and retriever is not None:
+            demos = retriever.retrieve(t.state, t.action, k=cfg.top_k, where=where,
+                                       exclude_episode=traj.episode_id)[: cfg.top_k]
+        messages = render_compact(
+            traj.task.intent,
+            traj.transitions[:i] if cfg.use_history else None,
+            t.state, t.action,
+            demos if cfg.use_retrieval else None,
+            history_steps=cfg.history_steps, use_reasoning=cfg.use_reasoning,
+        )
+        examples.append({
+            "messages": messages,
+            "completion": completion_text(t, demos, use_reasoning=cfg.use_reasoning),
+            "meta": {"episode_id": traj.episode_id, "step": t.step},
+        })
+    return examples

@@ -1,0 +1,165 @@
+"""Supervised fine-tuning of the experience model with TRL's SFTTrainer (paper Eq. 5).
+
+Starts from any local transformers causal-LM checkpoint, or from scratch: a byte-level BPE
+tokenizer trained on the environment's own text plus a small Qwen2 configuration (the embedded
+default). The loss covers the completion only (reasoning, next state, reward, done, success); the
+prompt is rendered exactly as the in-process ``hf/`` provider renders it at inference.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import ConfigError, MissingExtraError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ExperienceSFTConfig:
+    """SFT settings.
+
+    Attributes:
+        output_dir: Where the trained checkpoint is saved (usable as ``hf/<output_dir>``).
+        base_model: A local checkpoint directory to start from; None trains from scratch.
+        vocab_size: Tokenizer size when training from scratch.
+        hidden_size: Model width when training from scratch.
+        num_layers: Transformer layers when training from scratch.
+        max_length: Longest example in tokens (longer ones are dropped, and counted).
+        epochs: Passes over the examples.
+        batch_size: Examples per optimisation step.
+        learning_rate: Peak learning rate (from scratch wants ~1e-3, fine-tuning ~5e-5).
+        time_budget_s: Stop training after this many seconds (None: run every epoch).
+        seed: Seed of initialisation and data order.
+    """
+
+    output_dir: str
+    base_model: str | None = None
+    vocab_size: int = 3000
+    hidden_size: int = 256
+    num_layers: int = 4
+    max_length: int = 1024
+    epochs: float = 3.0
+    batch_size: int = 8
+    learning_rate: float = 1e-3
+    time_budget_s: float | None = None
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
+            raise ConfigError("epochs, batch_size and learning_rate must be positive")
+        if self.base_model is not None and not Path(self.base_model).is_dir():
+            raise ConfigError(f"base model not found: {self.base_model} (a local checkpoint dir)")
+
+
+@dataclass
+class SFTResult:
+    """What training did."""
+
+    path: str
+    examples: int
+    dropped_too_long: int
+    steps: int
+    first_loss: float
+    last_loss: float
+    seconds: float
+
+
+def _imports() -> tuple[Any, Any, Any]:
+    try:
+        import datasets
+        import transformers
+        import trl
+    except ImportError as exc:
+        raise MissingExtraError(exc.name or "trl", "train") from None
+    return datasets, transformers, trl
+
+
+def train_experience_model(
+    examples: list[dict[str, Any]], cfg: ExperienceSFTConfig, *, corpus: list[str] | None = None
+) -> SFTResult:
+    """Train on ``examples`` (``{"messages", "completion"}``) and save to ``cfg.output_dir``.
+
+    Args:
+        examples: From :func:`dreamgym_agents.training.experience_data.build_examples`.
+        cfg: Settings.
+        corpus: Texts the from-scratch tokenizer learns its merges from (defaults to the examples).
+    """
+    datasets, transformers, trl = _imports()
+    from dreamgym_agents.local_provider import format_prompt, make_tiny_checkpoint
+
+    start = time.perf_counter()
+    out = Path(cfg.output_dir)
+    if cfg.base_model is None:
+        texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
+        make_tiny_checkpoint(out, texts, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                             num_layers=cfg.num_layers, max_positions=cfg.max_length,
+                             seed=cfg.seed)
+        source = str(out)
+    else:
+        source = cfg.base_model
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    model = transformers.AutoModelForCausalLM.from_pretrained(source)
+    rows, dropped = [], 0
+    for e in examples:
+        prompt, _ = format_prompt(tokenizer, e["messages"])
+        length = len(tokenizer(prompt + e["completion"])["input_ids"]) + 1
+        if length > cfg.max_length:
+            dropped += 1
+            continue
+        rows.append({"prompt": prompt, "completion": e["completion"]})
+    if not rows:
+        raise ConfigError(f"no example fits in max_length={cfg.max_length} tokens")
+    logger.info("SFT on %d examples (%d longer than %d tokens dropped)", len(rows), dropped,
+                cfg.max_length)
+    train_set = datasets.Dataset.from_list(rows)
+    steps = math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
+    args = trl.SFTConfig(
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=cfg.batch_size,
+        num_train_epochs=cfg.epochs,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, steps // 20),
+        weight_decay=0.01,
+        logging_steps=max(1, steps // 25),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=cfg.seed,
+        max_length=cfg.max_length,
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+        **cfg.extra,
+    )
+    losses: list[float] = []
+
+    class _Budget(transformers.TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+                logger.warning("SFT time budget of %.0f s reached at step %d/%d",
+                               cfg.time_budget_s, state.global_step, state.max_steps)
+                control.should_training_stop = True
+
+    trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_set,
+                             processing_class=tokenizer, callbacks=[_Budget()])
+    result = trainer.train()
+    trainer.model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return SFTResult(
+        path=str(out), examples=len(rows), dropped_too_long=dropped,
+        steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
+        last_loss=losses[-1] if losses else float("nan"),
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,54 @@
+import pytest
+
+from dreamgym_agents.state_delta import (
+    StateReferenceError,
+    diff_edits,
+    encode_state,
+    expand_state,
+    is_reference,
+)
+
+HOME = ("URL: __SHOPPING__\nTitle: Home\n[12] link 'Home'\n[30] link 'My Cart (4)'\n"
+        "[37] searchbox 'Search'")
+CART = ("URL: __SHOPPING__/cart\nTitle: Cart\n[12] link 'Home'\n[30] link 'My Cart (4)'\n"
+        "StaticText 'Qty: 4'")
+
+
+def test_full_state_passes_through():
+    assert expand_state(CART, HOME, []) == CART
+    assert not is_reference(CART)
+
+
+def test_reference_with_edits_keeps_place():
+    text = "@state\n- [37] searchbox 'Search'\n+ [37] searchbox 'Search' value='usb'"
+    out = expand_state(text, HOME, [])
+    assert out.splitlines()[-1] == "[37] searchbox 'Search' value='usb'"
+    assert len(out.splitlines()) == len(HOME.splitlines())
+    assert expand_state("@demo 1", HOME, [CART]) == CART
+
+
+def test_bad_references_are_errors():
+    with pytest.raises(StateReferenceError, match="demo"):
+        expand_state("@demo 2", HOME, [CART])
+    with pytest.raises(StateReferenceError, match="edit"):
+        expand_state("@state\n* nonsense", HOME, [])
+
+
+@pytest.mark.parametrize("target,current,demos", [
+    (CART, HOME, [CART]),
+    (CART, HOME, []),
+    (HOME.replace("(4)", "(5)"), HOME, [CART]),
+    (HOME + "\nStaticText 'new'", HOME, []),
+    ("StaticText 'first'\n" + HOME, HOME, []),
+    (HOME.replace("[12] link 'Home'\n", ""), HOME, [CART, HOME]),
+    ("URL: x\nTitle: y\nA\nA\nB", "URL: x\nTitle: y\nA\nB\nA", []),
+])
+def test_encode_is_lossless_and_short(target, current, demos):
+    encoded = encode_state(target, current, demos)
+    assert expand_state(encoded, current, demos) == target
+    assert len(encoded.splitlines()) <= len(target.splitlines())
+
+
+def test_encode_prefers_the_matching_demo():
+    assert encode_state(CART, HOME, [HOME, CART]) == "@demo 2"
+    assert diff_edits(CART, CART) == []
