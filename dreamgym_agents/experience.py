@@ -34,6 +34,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.state_delta import StateReferenceError, expand_state
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
 logger = logging.getLogger(__name__)
@@ -351,6 +352,9 @@ class ExperienceConfig:
         retrieval_where: Metadata filter of the retrieval (Chroma ``where`` syntax); by default
             only recorded transitions, never the model's own dreams.
         max_state_lines: Lines of each state shown in the prompt (current state and demos).
+        prompt_style: ``full`` (``prompts/experience_model.md``: every state in full, for hosted
+            and large models) or ``compact`` (``prompts/experience_model_compact.md``: states
+            through their differences, for small models trained on it, e.g. the embedded default).
     """
 
     history_steps: int = 4
@@ -363,8 +367,13 @@ class ExperienceConfig:
         default_factory=lambda: {"provenance": {"$in": ["offline", "real"]}}
     )
     max_state_lines: int = 120
+    prompt_style: str = "full"
 
     def __post_init__(self) -> None:
+        if self.prompt_style not in ("full", "compact"):
+            raise ConfigError(
+                f"experience.prompt_style must be full or compact, got {self.prompt_style!r}"
+            )
         if self.history_steps < 1:
             raise ConfigError(
                 f"experience.history_steps must be >= 1, got {self.history_steps} "
@@ -474,6 +483,16 @@ class ExperienceModel:
         demos: list[Transition],
     ) -> list[dict[str, str]]:
         """The chat messages of one prediction."""
+        if self.cfg.prompt_style == "compact":
+            from dreamgym_agents.experience_compact import render_compact
+
+            cfg = self.cfg
+            return render_compact(
+                task.intent if isinstance(task, Task) else task,
+                history if cfg.use_history else None, state, action,
+                demos if cfg.use_retrieval else None,
+                history_steps=min(cfg.history_steps, 2), use_reasoning=cfg.use_reasoning,
+            )
         inputs = self.render_inputs(task, history, state, action, demos)
         return render_messages(
             load_template()["instruction"], inputs, use_reasoning=self.cfg.use_reasoning
@@ -509,7 +528,13 @@ class ExperienceModel:
             prediction.raw = completion.full_text
             try:
                 prediction.output = parse_experience_output(completion.text)
-            except ExperienceParseError as exc:
+                # A next state written as a reference plus edits (state_delta) is expanded here,
+                # so everything downstream sees full states.
+                prediction.output.next_state = expand_state(
+                    prediction.output.next_state, state, [d.next_state for d in demos]
+                )
+            except (ExperienceParseError, StateReferenceError) as exc:
+                prediction.output = None
                 prediction.failure = str(exc)
                 logger.info("experience answer unreadable (attempt %d): %s", attempt + 1, exc)
                 retry = load_template()["retry"].format(error=exc)

@@ -1,0 +1,89 @@
+"""From recorded trajectories to a trained experience model: annotate, seed, build, SFT.
+
+``train_from_trajectories`` is what ``dg-agents train-experience`` runs; the embedded default
+experience model (:mod:`dreamgym_agents.embedded`) is this pipeline run on data the project
+collects itself on the bundled site.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym_agents.training.annotate import annotate_deterministic, annotate_with_teacher
+from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
+from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.types import Trajectory
+
+if TYPE_CHECKING:
+    from dreamgym_agents.buffer import ReplayBuffer
+    from dreamgym_agents.llm import Gateway
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "dreamgym_manifest.json"
+RECORDED = {"provenance": {"$in": ["offline", "real"]}}
+
+
+def train_from_trajectories(
+    trajectories: list[Trajectory],
+    buffer: ReplayBuffer,
+    example_cfg: ExampleConfig,
+    sft_cfg: ExperienceSFTConfig,
+    *,
+    teacher: Gateway | None = None,
+) -> dict[str, Any]:
+    """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
+
+    The manifest (also written next to the checkpoint) records the data, the settings, the losses
+    and the time of each phase, so a model can always be traced back to how it was made.
+    """
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    if teacher is None:
+        annotated = annotate_deterministic(trajectories)
+        source = "deterministic"
+    else:
+        annotated = annotate_with_teacher(trajectories, teacher)
+        source = f"teacher:{teacher.cfg.model}"
+    timings["annotate_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    if buffer.count() == 0:
+        buffer.add_trajectories(trajectories, provenance="offline")
+    timings["seed_buffer_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    examples = build_examples(trajectories, buffer, example_cfg, where=RECORDED)
+    timings["build_examples_s"] = time.perf_counter() - start
+
+    result = train_experience_model(examples, sft_cfg)
+    timings["sft_s"] = result.seconds
+    manifest = {
+        "kind": "dreamgym-experience-model",
+        "prompt_style": "compact",
+        "episodes": len(trajectories),
+        "transitions": sum(len(t.transitions) for t in trajectories),
+        "annotated": annotated,
+        "rationale_source": source,
+        "examples": result.examples,
+        "dropped_too_long": result.dropped_too_long,
+        "steps": result.steps,
+        "first_loss": result.first_loss,
+        "last_loss": result.last_loss,
+        "example_config": asdict(example_cfg),
+        "sft_config": {k: v for k, v in asdict(sft_cfg).items() if k != "extra"},
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+    }
+    Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
+
+
+def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The manifest of a checkpoint trained by this pipeline, or None."""
+    path = Path(checkpoint, MANIFEST)
+    return json.loads(path.read_text()) if path.exists() else None

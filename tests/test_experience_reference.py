@@ -1,0 +1,38 @@
+"""The experience model expands next states written as references (state_delta)."""
+
+from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+from dreamgym_agents.llm import Gateway, LLMConfig
+from dreamgym_agents.types import Task
+
+STATE = "URL: __SHOPPING__\nTitle: Home\n[37] searchbox 'Search'"
+
+
+def answer(next_state: str) -> str:
+    return (f"<reasoning>fill</reasoning><next_state>\n{next_state}\n</next_state>"
+            "<reward>0</reward><done>false</done><success>false</success>")
+
+
+def model(mock: str, style: str = "full") -> ExperienceModel:
+    gateway = Gateway(LLMConfig(model="openai/test", mock_response=mock))
+    return ExperienceModel(ExperienceConfig(prompt_style=style, max_parse_retries=0), gateway)
+
+
+def test_reference_is_expanded():
+    edits = "@state\n- [37] searchbox 'Search'\n+ [37] searchbox 'Search' value='usb'"
+    prediction = model(answer(edits)).predict(Task("t", "w", "find usb"), [], STATE,
+                                              "fill('37', 'usb')")
+    assert prediction.ok
+    assert prediction.output.next_state.endswith("[37] searchbox 'Search' value='usb'")
+
+
+def test_reference_to_a_missing_demo_is_a_failure():
+    prediction = model(answer("@demo 2")).predict(Task("t", "w", "x"), [], STATE, "click('1')")
+    assert not prediction.ok and "demo" in prediction.failure
+
+
+def test_compact_prompt_style():
+    m = model(answer("@state"), style="compact")
+    messages = m.build_messages(Task("t", "w", "find usb"), [], STATE, "fill('37', 'usb')", [])
+    assert len(messages) == 1 and "action: fill('37', 'usb') on [37] searchbox" in (
+        messages[0]["content"])
+    assert m.predict(Task("t", "w", "x"), [], STATE, "click('1')").output.next_state == STATE
