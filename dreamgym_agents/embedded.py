@@ -1,0 +1,198 @@
+"""The embedded default experience model: built on first use, offline, on two CPU cores.
+
+Recipe (:class:`EmbeddedRecipe`): collect offline data on the bundled shopping site's *train*
+split (oracle, noisy-oracle and random episodes — the paper's "oracle + random" sets), annotate it
+with deterministic rationales, seed a replay buffer with it, and train a small causal LM from
+scratch (tokenizer trained on the site's text, small Qwen2) with TRL's SFTTrainer on the compact
+experience prompt. Everything lands in one cache folder, ``$DG_CACHE_DIR`` or
+``~/.cache/dreamgym-agents``, under a name that changes with the recipe, so a new recipe never
+reuses an old model. Every phase is resumable: collection episodes already recorded are kept, and
+a finished build is marked ``READY``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED = "embedded"
+"""The name users give (``--experience-model embedded``, the default)."""
+
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EmbeddedRecipe:
+    """How the embedded default is made (changing a field makes a new cache folder).
+
+    Attributes:
+        seed: Seed of the site data, exploration and training.
+        oracle_tasks: Train tasks solved by the oracle.
+        noisy_tasks: Train tasks played by the noisy oracle.
+        random_tasks: Train tasks played by the random agent.
+        noise: Exploration rate of the noisy oracle.
+        max_steps: Episode length limit while collecting.
+        concurrency: Browser episodes at once while collecting.
+        max_examples: Cap on SFT examples.
+        hidden_size: Model width.
+        num_layers: Transformer layers.
+        vocab_size: Tokenizer size.
+        max_length: Longest SFT example, tokens.
+        epochs: SFT passes.
+        batch_size: SFT batch size.
+        learning_rate: SFT peak learning rate.
+        sft_budget_s: Wall-time cap of SFT.
+    """
+
+    seed: int = 0
+    oracle_tasks: int = 240
+    noisy_tasks: int = 160
+    random_tasks: int = 60
+    noise: float = 0.3
+    max_steps: int = 10
+    concurrency: int = 2
+    max_examples: int = 3000
+    hidden_size: int = 192
+    num_layers: int = 4
+    vocab_size: int = 4000
+    max_length: int = 768
+    epochs: float = 3.0
+    batch_size: int = 8
+    learning_rate: float = 2e-3
+    sft_budget_s: float = 600.0
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
+
+
+def cache_root() -> Path:
+    """Where built models live: ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``."""
+    return Path(os.environ.get("DG_CACHE_DIR") or Path.home() / ".cache" / "dreamgym-agents")
+
+
+def embedded_dir(recipe: EmbeddedRecipe | None = None) -> Path:
+    return cache_root() / (recipe or EmbeddedRecipe()).key
+
+
+def is_ready(recipe: EmbeddedRecipe | None = None) -> bool:
+    return (embedded_dir(recipe) / "READY").exists()
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a second process waits for the first build
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+Progress = Callable[[str], None]
+
+
+def ensure_embedded_experience_model(
+    recipe: EmbeddedRecipe | None = None, *, progress: Progress | None = None,
+    on_episode: Callable[[Any], None] | None = None,
+) -> dict[str, str]:
+    """Build the embedded default if it is not cached; return its ``model`` and ``buffer`` paths.
+
+    Returns:
+        ``{"model": "hf/<checkpoint>", "checkpoint": ..., "buffer": <buffer dir>}``.
+    """
+    recipe = recipe or EmbeddedRecipe()
+    folder = embedded_dir(recipe)
+    paths = {"checkpoint": str(folder / "model"), "model": f"hf/{folder / 'model'}",
+             "buffer": str(folder / "buffer")}
+    if is_ready(recipe):
+        return paths
+    say = progress or (lambda msg: logger.info("%s", msg))
+    with _build_lock(folder):
+        if is_ready(recipe):
+            return paths
+        timings = _build(recipe, folder, say, on_episode)
+        (folder / "READY").write_text(json.dumps(
+            {"recipe": asdict(recipe), "timings": timings}, indent=2, sort_keys=True))
+    return paths
+
+
+def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
+           on_episode: Callable[[Any], None] | None) -> dict[str, float]:
+    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, RandomAgent
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.env import EnvConfig, make_family
+    from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
+    from dreamgym_agents.training.experience_data import ExampleConfig
+    from dreamgym_agents.training.experience_pipeline import train_from_trajectories
+    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
+    from dreamgym_agents.types import read_trajectories
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    family = make_family("webarena")
+    env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
+    tasks = family.load_tasks("train")
+    plan = [("oracle", OracleAgent(), recipe.oracle_tasks),
+            ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks),
+            ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks)]
+    trajectories = []
+    try:
+        say(f"embedded experience model: collecting on the bundled site "
+            f"({family.prepare(env_cfg, tasks)})")
+        for name, agent, count in plan:
+            # Spread each agent over the whole split (every template), deterministically.
+            chosen = tasks[:: max(1, len(tasks) // max(count, 1))][:count]
+            out = folder / "collect" / name
+            say(f"  {name}: {len(chosen)} episodes")
+            run_cfg = RunConfig(out_dir=out, concurrency=recipe.concurrency,
+                                max_steps=recipe.max_steps,
+                                meta={"command": "embedded-collect", "agent": name,
+                                      "recipe": asdict(recipe)})
+            asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                     on_episode=on_episode))
+            trajectories.extend(read_trajectories(out / TRAJECTORIES_FILE))
+    finally:
+        family.close()
+    for traj in trajectories:
+        traj.provenance = "offline"
+        for t in traj.transitions:
+            t.provenance = "offline"
+    timings["collect_s"] = time.perf_counter() - start
+    steps = sum(len(t.transitions) for t in trajectories)
+    say(f"  collected {len(trajectories)} episodes, {steps} transitions "
+        f"in {timings['collect_s']:.0f} s; training (at most {recipe.sft_budget_s:.0f} s)")
+    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer")))
+    try:
+        buffer.clear()
+        manifest = train_from_trajectories(
+            trajectories, buffer,
+            ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed),
+            ExperienceSFTConfig(
+                output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
+                hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
+                max_length=recipe.max_length, epochs=recipe.epochs,
+                batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
+                time_budget_s=recipe.sft_budget_s, seed=recipe.seed),
+        )
+    finally:
+        buffer.close()
+    timings.update(manifest["timings"])
+    timings["total_s"] = time.perf_counter() - start
+    say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
+        f"{manifest['steps']} steps; total {timings['total_s']:.0f} s")
+    return {k: round(v, 1) for k, v in timings.items()}
