@@ -326,6 +326,11 @@ def site_command(
         site.stop()
 
 
+from dreamgym_agents.cli_experience import register as _register_experience_commands  # noqa: E402
+
+_register_experience_commands(app)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and turn every error into one line and an exit code."""
     try:
@@ -336,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         print("aborted", file=sys.stderr)
         return 130
     except (_ClickException, click.ClickException) as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # help was printed: not an error
+            return 0
         message = exc.format_message().strip().replace("\n", " ")
         param = getattr(exc, "param", None)
         hint = getattr(param, "opts", None)

@@ -15,6 +15,7 @@ and ``--set llm.temperature=0.2`` overrides one field (the value is read as YAML
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -52,13 +53,24 @@ def apply_mapping(obj: Any, mapping: dict[str, Any], prefix: str = "") -> None:
         obj.__post_init__()
 
 
+class RawText(str):
+    """A ``--set`` value as typed: read as YAML unless the field is a string."""
+
+
 def _coerce(value: Any, tp: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType) and args:
+        tp = args[0]
+    if isinstance(value, RawText):
+        if tp is str:
+            return str(value)
+        try:
+            value = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            value = str(value)
     if value is None:
         return None
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)) and args:
-        tp = args[0]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp in (int, float, str, bool) and not isinstance(value, tp):
@@ -67,17 +79,17 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``a.b=value`` into (["a", "b"], parsed value)."""
+    """Split ``a.b=value`` into (["a", "b"], the value as typed).
+
+    The value is read as YAML when applied to a non-string field (``true``, ``3``, ``[a, b]``),
+    and kept verbatim for a string field (a mock answer may contain ``: ``).
+    """
     if "=" not in text:
         raise ConfigError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
     if not key.strip():
         raise ConfigError(f"--set expects key=value, got {text!r}")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip().split("."), value
+    return key.strip().split("."), RawText(raw)
 
 
 def load_config(

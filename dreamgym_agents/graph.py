@@ -202,8 +202,11 @@ class RunResult:
     skipped: int
 
 
-def episode_id_for(task: Task) -> str:
-    return f"{task.family}-{task.split or 'file'}-{task.task_id}"
+def episode_id_for(task: Task, agent: str) -> str:
+    """A run's episode id: unique per agent and task, stable across reruns (resume), and
+    distinct between runs of different agents (their transitions share one buffer)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in agent)
+    return f"{safe}-{task.family}-{task.split or 'file'}-{task.task_id}"
 
 
 def _prepare_out_dir(cfg: RunConfig) -> set[str]:
@@ -250,7 +253,7 @@ async def run_episodes(
 
     finished = _prepare_out_dir(cfg)
     traj_file = cfg.out_dir / TRAJECTORIES_FILE
-    pending = [t for t in tasks if episode_id_for(t) not in finished]
+    pending = [t for t in tasks if episode_id_for(t, agent.name) not in finished]
     skipped = len(tasks) - len(pending)
     for _ in range(skipped):
         if on_episode:
@@ -273,7 +276,7 @@ async def run_episodes(
         semaphore = asyncio.Semaphore(cfg.concurrency)
 
         async def play(task: Task) -> None:
-            episode_id = episode_id_for(task)
+            episode_id = episode_id_for(task, agent.name)
             config = {"configurable": {"thread_id": episode_id},
                       "recursion_limit": 2 * cfg.max_steps + 10}
             async with semaphore:

@@ -82,3 +82,17 @@ def test_doctor_reports_keys_without_values():
     proc = dg("doctor", env={"OPENAI_API_KEY": "sk-secret-value-123", "COLUMNS": "200"})
     assert "sk-secret-value-123" not in proc.stdout + proc.stderr
     assert "OPENAI_API_KEY" in proc.stdout and "chromium" in proc.stdout
+
+
+def test_no_arguments_prints_help_without_error():
+    proc = dg()
+    assert proc.returncode == 0 and "Usage" in proc.stdout and "error" not in proc.stderr
+
+
+def test_string_settings_are_verbatim():
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.llm import LLMConfig
+
+    cfg = load_config(LLMConfig(model="openai/x"), None,
+                      ["mock_response=URL: x", "temperature=0.5", "stop=[a, b]"])
+    assert cfg.mock_response == "URL: x" and cfg.temperature == 0.5 and cfg.stop == ["a", "b"]

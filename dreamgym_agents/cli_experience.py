@@ -1,0 +1,637 @@
+"""``dg-agents buffer …``, ``dg-agents dream`` and ``dg-agents fidelity``: the experience side.
+
+Like the rest of the CLI: parse flags, load config, call one library function. Heavy imports
+(chromadb, LiteLLM, LangGraph) stay inside the commands so ``dg-agents --help`` stays fast. The
+helpers shared with ``eval`` live in :mod:`dreamgym_agents.cli`, imported inside the commands
+(``cli`` imports this module at its end, to register the commands).
+
+``--set section.key=value`` (and ``--config FILE`` sections) of ``dream`` and ``fidelity``:
+
+- ``llm.*`` — the experience model's gateway (``--experience-model`` is its ``llm.model``);
+- ``agent.*`` — the agent's gateway when ``--agent`` is a model string (dream);
+- ``judge.*`` — the judge's gateway (fidelity, with ``--judge``);
+- ``experience.*``, ``buffer.*``, ``dream.*`` — ExperienceConfig, BufferConfig, DreamConfig;
+- ``fidelity.*`` — FidelityConfig (fidelity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dreamgym_agents.errors import ConfigError
+
+DEFAULT_BUFFER_PATH = ".dreamgym/buffer"
+BUFFER_URL_ENV = "DG_BUFFER_URL"
+DREAM_SECTIONS = ("llm", "agent", "experience", "buffer", "dream")
+FIDELITY_SECTIONS = ("llm", "judge", "experience", "buffer", "dream", "fidelity")
+
+
+class Split(StrEnum):
+    train = "train"
+    test = "test"
+
+
+class Provenance(StrEnum):
+    real = "real"
+    offline = "offline"
+    synthetic = "synthetic"
+
+
+class Keep(StrEnum):
+    newest = "newest"
+    oldest = "oldest"
+
+
+def resolve_experience_model(name: str | None) -> str:
+    """The experience model to use: ``name``, else the embedded default (none yet).
+
+    Raises:
+        ConfigError: No model was named and there is no embedded default.
+    """
+    if name:
+        return name
+    raise ConfigError("no embedded default experience model yet: pass --experience-model MODEL")
+
+
+# --------------------------------------------------------------------------------------------
+# Config sections: --config FILE and --set section.key=value
+# --------------------------------------------------------------------------------------------
+
+
+def _read_sections(path: Path | None, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The sections of a YAML config file (only ``names`` allowed)."""
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections "
+                          f"({', '.join(names)})")
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; use "
+                          f"{', '.join(names)}")
+    return {k: v or {} for k, v in data.items()}
+
+
+def _group_overrides(overrides: list[str] | None, names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Group ``--set section.key=value`` by section."""
+    groups: dict[str, list[str]] = {name: [] for name in names}
+    for text in overrides or []:
+        section, _, rest = text.partition(".")
+        if section not in groups or not rest:
+            raise ConfigError(f"--set {text!r}: keys start with one of {', '.join(names)} "
+                              "(e.g. experience.top_k=5)")
+        groups[section].append(rest)
+    return groups
+
+
+class _Sections:
+    """Config-file data and ``--set`` overrides of each section of one command."""
+
+    def __init__(self, config: Path | None, overrides: list[str] | None,
+                 names: tuple[str, ...]) -> None:
+        self.data = _read_sections(config, names)
+        self.overrides = _group_overrides(overrides, names)
+
+    def configure(self, obj: Any, section: str, flags: dict[str, Any] | None = None) -> Any:
+        """Apply, in order, the file's section, the explicit flags and the ``--set`` overrides."""
+        from dreamgym_agents.config import apply_mapping, load_config
+
+        prefix = f"{section}."
+        apply_mapping(obj, self.data.get(section) or {}, prefix)
+        if flags:
+            apply_mapping(obj, flags, prefix)
+        return load_config(obj, None, self.overrides[section], prefix=prefix)
+
+    def gateway(self, model: str, section: str) -> Any:
+        """A gateway for ``model`` configured by ``section`` (``llm``, ``agent``, ``judge``)."""
+        from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
+
+        cfg = self.configure(LLMConfig(model=model), section, {"model": model})
+        check_model_string(cfg.model)
+        return Gateway(cfg)
+
+
+# --------------------------------------------------------------------------------------------
+# dg-agents buffer …
+# --------------------------------------------------------------------------------------------
+
+PathOpt = Annotated[
+    Path, typer.Option("--path", help="Directory of the embedded Chroma buffer.")
+]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", envvar=BUFFER_URL_ENV,
+                 help=f"Chroma server URL (http://host:port); also read from {BUFFER_URL_ENV}."),
+]
+EmbeddingOpt = Annotated[
+    str, typer.Option("--embedding", help="hash, st:<model or path> or litellm:<model>.")
+]
+
+
+@contextmanager
+def _open_buffer(path: Path, url: str | None, embedding: str) -> Iterator[Any]:
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+
+    with ReplayBuffer(BufferConfig(path=str(path), url=url or None,
+                                   embedding=embedding)) as buffer:
+        yield buffer
+
+
+def _stdout() -> Any:
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+def _where(buffer: Any) -> str:
+    return buffer.cfg.url or buffer.cfg.path
+
+
+buffer_app = typer.Typer(
+    name="buffer", help="Inspect and maintain the replay buffer (Chroma).",
+    invoke_without_command=True,
+)
+
+
+@buffer_app.callback()
+def _buffer_group(ctx: typer.Context) -> None:
+    # Help and exit 0 without a subcommand (no_args_is_help would end as an empty error line).
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+def _check_files(files: list[Path], hint: str) -> None:
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise ConfigError(f"no such file: {', '.join(missing)} ({hint})")
+
+
+@buffer_app.command("seed")
+def buffer_seed(
+    files: Annotated[
+        list[Path],
+        typer.Argument(metavar="FILE...",
+                       help="trajectories.jsonl files (from dg-agents eval or collect)."),
+    ],
+    provenance: Annotated[
+        Provenance, typer.Option("--provenance", help="Provenance the transitions are stored with.")
+    ] = Provenance.offline,
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Add every transition of recorded episodes to the buffer."""
+    _check_files(files, "pass the trajectories.jsonl of a `dg-agents eval --out DIR` run")
+    with _open_buffer(path, url, embedding) as buffer:
+        total = 0
+        for file in files:
+            added = buffer.seed_from_jsonl(file, provenance=provenance.value)
+            total += added
+            typer.echo(f"{file}: {added} transitions")
+        typer.echo(f"added {total} transitions as {provenance.value} to {_where(buffer)} "
+                   f"({buffer.count()} in total)")
+
+
+@buffer_app.command("stats")
+def buffer_stats(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Totals of the buffer: transitions by provenance and family, episodes, tasks."""
+    with _open_buffer(path, url, embedding) as buffer:
+        stats = buffer.stats()
+        where = _where(buffer)
+    if as_json:
+        typer.echo(json.dumps({"buffer": where, **stats}, sort_keys=True))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"replay buffer {where}")
+    table.add_column("")
+    table.add_column("transitions", justify="right")
+    table.add_row("[bold]total", str(stats["total"]))
+    for name, count in sorted(stats["by_provenance"].items()):
+        table.add_row(f"provenance {name}", str(count))
+    for name, count in sorted(stats["by_family"].items()):
+        table.add_row(f"family {name or '(none)'}", str(count))
+    table.add_row("episodes", str(stats["episodes"]))
+    table.add_row("tasks", str(stats["tasks"]))
+    _stdout().print(table)
+
+
+@buffer_app.command("query")
+def buffer_query(
+    state_file: Annotated[
+        Path, typer.Option("--state-file",
+                           help="A file holding the abstract state (URL, Title, lines).")
+    ],
+    action: Annotated[str, typer.Option("--action", help="The action, e.g. \"click('12')\".")],
+    k: Annotated[int, typer.Option("--k", min=1, help="How many transitions.")] = 3,
+    provenance: Annotated[
+        Provenance | None, typer.Option("--provenance", help="Only this provenance.")
+    ] = None,
+    lines: Annotated[int, typer.Option("--lines", min=1, help="Next-state lines shown.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Show the k stored transitions most similar to a (state, action)."""
+    from dreamgym_agents.experience import transition_id
+
+    _check_files([state_file], "write the state, as the models see it, to a file")
+    state = state_file.read_text(encoding="utf-8")
+    where = {"provenance": provenance.value} if provenance else None
+    with _open_buffer(path, url, embedding) as buffer:
+        found = buffer.retrieve(state, action, k=k, where=where)
+    rows = [{"id": transition_id(t), "similarity": round(t.info["similarity"], 4),
+             "action": t.action, "reward": t.reward, "done": t.done,
+             "provenance": t.provenance,
+             "next_state": "\n".join(t.next_state.strip().splitlines()[:lines])} for t in found]
+    if as_json:
+        typer.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"top {k} for {action}", show_lines=True)
+    for name in ("id", "similarity", "action", "reward", "done", "next state"):
+        table.add_column(name, justify="right" if name in ("similarity", "reward") else "left",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(row["id"], f"{row['similarity']:.3f}", row["action"], f"{row['reward']:g}",
+                      str(row["done"]).lower(), row["next_state"])
+    _stdout().print(table if rows else "no transitions found")
+
+
+@buffer_app.command("prune")
+def buffer_prune(
+    provenance: Annotated[
+        Provenance | None,
+        typer.Option("--provenance", help="Only this provenance (all of it without --max-size)."),
+    ] = None,
+    max_size: Annotated[
+        int | None, typer.Option("--max-size", min=0, help="Keep at most N transitions.")
+    ] = None,
+    keep: Annotated[
+        Keep, typer.Option("--keep", help="Which ones --max-size keeps.")
+    ] = Keep.newest,
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Remove transitions: all of one provenance, or the oldest (newest) beyond --max-size."""
+    if provenance is None and max_size is None:
+        raise ConfigError("buffer prune needs --provenance and/or --max-size")
+    with _open_buffer(path, url, embedding) as buffer:
+        removed = buffer.prune(provenance=provenance.value if provenance else None,
+                               max_size=max_size, keep=keep.value)
+        typer.echo(f"removed {removed} transitions ({buffer.count()} left in {_where(buffer)})")
+
+
+@buffer_app.command("export")
+def buffer_export(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="The JSONL file to write.")],
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Write every transition, in insertion order, as one JSON line."""
+    with _open_buffer(path, url, embedding) as buffer:
+        count = buffer.export(file)
+    typer.echo(f"exported {count} transitions to {file}")
+
+
+@buffer_app.command("import")
+def buffer_import(
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="A file from `buffer export`.")
+    ],
+    path: PathOpt = Path(DEFAULT_BUFFER_PATH),
+    url: UrlOpt = None,
+    embedding: EmbeddingOpt = "hash",
+) -> None:
+    """Add the transitions of a `buffer export` file (same ids replace the stored ones)."""
+    _check_files([file], "write one with `dg-agents buffer export FILE`")
+    with _open_buffer(path, url, embedding) as buffer:
+        count = buffer.import_(file)
+        typer.echo(f"imported {count} transitions from {file} ({buffer.count()} in total)")
+
+
+# --------------------------------------------------------------------------------------------
+# Shared by dream and fidelity
+# --------------------------------------------------------------------------------------------
+
+ExperienceModelOpt = Annotated[
+    str | None,
+    typer.Option("--experience-model",
+                 help="LiteLLM model string of the experience model (required for now)."),
+]
+BufferPathOpt = Annotated[
+    Path | None, typer.Option("--buffer-path", help=f"Buffer directory [{DEFAULT_BUFFER_PATH}].")
+]
+BufferUrlOpt = Annotated[
+    str | None, typer.Option("--buffer-url", envvar=BUFFER_URL_ENV, help="Chroma server URL.")
+]
+NoHistoryOpt = Annotated[
+    bool, typer.Option("--no-history", help="Ablation: show the model no previous steps.")
+]
+NoRetrievalOpt = Annotated[
+    bool, typer.Option("--no-retrieval", help="Ablation: retrieve no similar transitions.")
+]
+NoReasoningOpt = Annotated[
+    bool, typer.Option("--no-reasoning", help="Ablation: no step-by-step reasoning.")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML file with the --set sections.")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a config key: experience.top_k=5, llm.temperature=0.2"),
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")]
+
+
+def _build_experience(
+    sections: _Sections, experience_model: str, buffer_path: Path | None,
+    buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
+) -> tuple[Any, Any, Any]:
+    """(experience model, its gateway, the replay buffer), configured from flags and sections."""
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+
+    flags = {k: False for k, off in (("use_history", no_history), ("use_retrieval", no_retrieval),
+                                     ("use_reasoning", no_reasoning)) if off}
+    exp_cfg = sections.configure(ExperienceConfig(), "experience", flags)
+    buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else None),
+                                   ("url", buffer_url)) if v}
+    buf_cfg = sections.configure(BufferConfig(), "buffer", buf_flags)
+    gateway = sections.gateway(experience_model, "llm")
+    try:
+        buffer = ReplayBuffer(buf_cfg)
+    except BaseException:
+        gateway.close()
+        raise
+    return ExperienceModel(exp_cfg, gateway, buffer), gateway, buffer
+
+
+def _ablation_meta(model: Any) -> dict[str, Any]:
+    return {"experience_model": model.gateway.cfg.model, "use_history": model.cfg.use_history,
+            "use_retrieval": model.cfg.use_retrieval, "use_reasoning": model.cfg.use_reasoning}
+
+
+# --------------------------------------------------------------------------------------------
+# dg-agents dream
+# --------------------------------------------------------------------------------------------
+
+
+def dream_command(
+    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
+    experience_model: ExperienceModelOpt = None,
+    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
+    agent: Annotated[
+        str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
+    ] = "oracle",
+    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.train,
+    tasks_file: Annotated[
+        Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Run only the first N tasks.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=64, help="Episodes at once.")
+    ] = 2,
+    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Steps per episode.")] = 15,
+    seed: Annotated[int, typer.Option("--seed", help="Seed (random agent).")] = 0,
+    buffer_path: BufferPathOpt = None,
+    buffer_url: BufferUrlOpt = None,
+    no_history: NoHistoryOpt = False,
+    no_retrieval: NoRetrievalOpt = False,
+    no_reasoning: NoReasoningOpt = False,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Play episodes in the dream: the experience model replaces the environment.
+
+    Writes OUT/trajectories.jsonl (provenance synthetic) and OUT/summary.json like eval, plus
+    em_failures and the ablation flags. --set llm.* configures the experience model's gateway,
+    agent.* the agent's (when --agent is a model).
+    """
+    from dreamgym_agents import cli
+    from dreamgym_agents.adapters.web_action import WebActionSet
+    from dreamgym_agents.dream import DreamConfig
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.fidelity_run import run_dream
+    from dreamgym_agents.graph import RunConfig
+
+    cli._setup_logging(verbose)
+    experience_model = resolve_experience_model(experience_model)
+    sections = _Sections(config, overrides, DREAM_SECTIONS)
+    dream_cfg = sections.configure(DreamConfig(), "dream")
+    family = make_family(task)
+    tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
+    tasks = tasks[:limit]
+    runner = _build_agent(agent, seed, WebActionSet().describe(), sections)
+    model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
+                                               buffer_url, no_history, no_retrieval, no_reasoning)
+    console = cli._console()
+    try:
+        meta = {"command": "dream", "task": task, "agent": agent,
+                "split": split.value if not tasks_file else "",
+                "tasks_file": str(tasks_file or ""), "limit": limit, "max_steps": max_steps,
+                "seed": seed, "buffer": _where(buffer), **_ablation_meta(model)}
+        count = buffer.count()
+        console.print(f"[bold]dream[/]: experience model {experience_model}, buffer "
+                      f"{_where(buffer)} ({count} transitions)")
+        if count == 0:
+            console.print(f"[yellow]warning:[/] the buffer at {_where(buffer)} is empty: the "
+                          "dream has no real transitions to ground on (seed it with `dg-agents "
+                          "buffer seed trajectories.jsonl`)")
+        console.print(f"{len(tasks)} task(s), agent {runner.name}, concurrency {concurrency} "
+                      f"→ {out}")
+        run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
+        result = cli._run_with_progress(
+            console, len(tasks),
+            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg, on_episode=cb),
+        )
+    finally:
+        buffer.close()
+        gateway.close()
+        family.close()
+        if hasattr(runner, "gateway"):  # an LLM agent
+            runner.gateway.close()
+    cli._print_summary(console, result.summary, out)
+    console.print(f"em_failures={result.summary['em_failures']}")
+    cli._raise_if_failed(result, out)
+
+
+def _build_agent(agent: str, seed: int, action_space: str, sections: _Sections) -> Any:
+    """``oracle``, ``random`` or a model string (its gateway configured by ``agent.*``)."""
+    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
+
+    if agent == "oracle":
+        return OracleAgent()
+    if agent == "random":
+        return RandomAgent(seed=seed)
+    return LLMAgent(sections.gateway(agent, "agent"), action_space=action_space)
+
+
+# --------------------------------------------------------------------------------------------
+# dg-agents fidelity
+# --------------------------------------------------------------------------------------------
+
+
+def fidelity_command(
+    out: Annotated[Path, typer.Option("--out", help="Output folder (fidelity.json, …).")],
+    real: Annotated[
+        list[Path],
+        typer.Option("--real", help="A dg-agents eval output folder (test split); repeatable, "
+                                    "e.g. an oracle run and a random run."),
+    ],
+    experience_model: ExperienceModelOpt = None,
+    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
+    buffer_path: BufferPathOpt = None,
+    buffer_url: BufferUrlOpt = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Use only the first N tasks.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=64, help="Model calls at once.")
+    ] = 2,
+    max_steps: Annotated[
+        int | None,
+        typer.Option("--max-steps", min=1, help="Steps of the random dream episodes "
+                                                "[the random real run's].")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed (random agent, judge sample).")] = 0,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="Model that scores dream episodes (rubric).")
+    ] = None,
+    judge_samples: Annotated[
+        int, typer.Option("--judge-samples", min=1, help="Dream episodes judged.")
+    ] = 10,
+    no_history: NoHistoryOpt = False,
+    no_retrieval: NoRetrievalOpt = False,
+    no_reasoning: NoReasoningOpt = False,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure how closely the dream follows held-out real runs.
+
+    Per-transition reward/done/success accuracy and state F1 (teacher forcing), oracle and random
+    success real vs dream, and with --judge an LLM judge's rubric; writes OUT/fidelity.json.
+    --set llm.* configures the experience model's gateway, judge.* the judge's.
+    """
+    from dreamgym_agents import cli
+    from dreamgym_agents.dream import DreamConfig
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.fidelity_run import (
+        FIDELITY_FILE,
+        FidelityConfig,
+        load_real_runs,
+        run_fidelity,
+    )
+
+    cli._setup_logging(verbose)
+    experience_model = resolve_experience_model(experience_model)
+    sections = _Sections(config, overrides, FIDELITY_SECTIONS)
+    make_family(task)  # an unknown family fails here, before any model is built
+    fid_cfg = sections.configure(
+        FidelityConfig(out_dir=out, family=task, concurrency=concurrency, seed=seed,
+                       judge_samples=judge_samples),
+        "fidelity",
+        {k: v for k, v in (("limit", limit), ("max_steps", max_steps)) if v is not None},
+    )
+    dream_cfg = sections.configure(DreamConfig(), "dream")
+    runs = load_real_runs(real)
+    judge_gateway = sections.gateway(judge, "judge") if judge else None
+    console = cli._console()
+    try:
+        model, gateway, buffer = _build_experience(
+            sections, experience_model, buffer_path, buffer_url, no_history, no_retrieval,
+            no_reasoning)
+    except BaseException:
+        if judge_gateway is not None:
+            judge_gateway.close()
+        raise
+    try:
+        meta = {**_ablation_meta(model), "buffer": _where(buffer),
+                "real": [str(p) for p in real], "limit": fid_cfg.limit}
+        console.print(f"[bold]fidelity[/]: experience model {experience_model} against "
+                      + ", ".join(f"{r.path} ({r.agent}, {len(r.trajectories)} episodes)"
+                                  for r in runs))
+        with _phase_progress(console) as progress:
+            report = asyncio.run(run_fidelity(fid_cfg, runs, model, buffer, dream_cfg,
+                                              judge=judge_gateway, meta=meta, progress=progress))
+    finally:
+        buffer.close()
+        gateway.close()
+        if judge_gateway is not None:
+            judge_gateway.close()
+    keys = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1", "em_failure_rate",
+            "oracle_real_success", "oracle_dream_success", "random_real_success",
+            "random_dream_success")
+    console.print("  ".join(f"{k}={report.get(k)}" for k in keys))
+    console.print(f"wrote {out / FIDELITY_FILE}")
+    print(json.dumps({k: report.get(k) for k in keys}))
+
+
+@contextmanager
+def _phase_progress(console: Any) -> Iterator[Any]:
+    """A rich progress display with one bar per phase of the fidelity run."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn("[bold]{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("ok {task.fields[ok]}"), TimeElapsedColumn(),
+        console=console, transient=False, disable=not console.is_terminal,
+    ) as progress:
+
+        def phase(name: str, total: int) -> Any:
+            bar = progress.add_task(name, total=total, ok=0)
+            counts = {"ok": 0}
+
+            def tick(ok: bool) -> None:
+                counts["ok"] += bool(ok)
+                progress.update(bar, advance=1, ok=counts["ok"])
+
+            return tick
+
+        yield phase
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``buffer …``, ``dream`` and ``fidelity`` to the ``dg-agents`` app."""
+    app.add_typer(buffer_app, name="buffer")
+    app.command("dream")(dream_command)
+    app.command("fidelity")(fidelity_command)
