@@ -50,15 +50,23 @@ class Keep(StrEnum):
     oldest = "oldest"
 
 
-def resolve_experience_model(name: str | None) -> str:
-    """The experience model to use: ``name``, else the embedded default (none yet).
+def resolve_experience_model(
+    name: str | None, *, ablations: dict[str, bool] | None = None, say: Any = None
+) -> tuple[str, str | None]:
+    """The experience model to use and the buffer that goes with it.
 
-    Raises:
-        ConfigError: No model was named and there is no embedded default.
+    ``name`` (a model string) is used as given, with no buffer of its own. No name, or
+    ``embedded``, means the embedded default: built on first use (minutes, offline), then cached;
+    its buffer holds the data it was trained on. Ablation flags select the matching embedded
+    ablation model (trained without history, retrieval or reasoning), as in the paper.
     """
-    if name:
-        return name
-    raise ConfigError("no embedded default experience model yet: pass --experience-model MODEL")
+    from dreamgym_agents.embedded import EMBEDDED, EmbeddedRecipe, ensure_embedded_experience_model
+
+    if name and name != EMBEDDED:
+        return name, None
+    recipe = EmbeddedRecipe(**(ablations or {}))
+    paths = ensure_embedded_experience_model(recipe, progress=say)
+    return paths["model"], paths["buffer"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,15 +381,28 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")]
 def _build_experience(
     sections: _Sections, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
+    model_buffer: str | None = None,
 ) -> tuple[Any, Any, Any]:
-    """(experience model, its gateway, the replay buffer), configured from flags and sections."""
+    """(experience model, its gateway, the replay buffer), configured from flags and sections.
+
+    ``model_buffer`` is the buffer that comes with the model (the embedded default's), used when
+    no buffer is named.
+    """
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+    from dreamgym_agents.training.experience_pipeline import read_manifest
 
-    flags = {k: False for k, off in (("use_history", no_history), ("use_retrieval", no_retrieval),
-                                     ("use_reasoning", no_reasoning)) if off}
-    exp_cfg = sections.configure(ExperienceConfig(), "experience", flags)
-    buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else None),
+    flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
+    # A checkpoint trained by our pipeline says how it must be prompted.
+    manifest = (read_manifest(experience_model[3:])
+                if experience_model.startswith("hf/") else None) or {}
+    trained = manifest.get("example_config", {})
+    defaults = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval",
+                                         "use_reasoning") if k in trained}
+    if "prompt_style" in manifest:
+        defaults["prompt_style"] = manifest["prompt_style"]
+    exp_cfg = sections.configure(ExperienceConfig(**defaults), "experience", flags)
+    buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else model_buffer),
                                    ("url", buffer_url)) if v}
     buf_cfg = sections.configure(BufferConfig(), "buffer", buf_flags)
     gateway = sections.gateway(experience_model, "llm")
@@ -391,6 +412,18 @@ def _build_experience(
         gateway.close()
         raise
     return ExperienceModel(exp_cfg, gateway, buffer), gateway, buffer
+
+
+def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) -> dict[str, bool]:
+    return {k: False for k, off in (("use_history", no_history), ("use_retrieval", no_retrieval),
+                                    ("use_reasoning", no_reasoning)) if off}
+
+
+def _resolve(name: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
+             console: Any) -> tuple[str, str | None]:
+    return resolve_experience_model(
+        name, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
+        say=console.print)
 
 
 def _ablation_meta(model: Any) -> dict[str, Any]:
@@ -445,7 +478,8 @@ def dream_command(
     from dreamgym_agents.graph import RunConfig
 
     cli._setup_logging(verbose)
-    experience_model = resolve_experience_model(experience_model)
+    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
+                                              no_reasoning, cli._console())
     sections = _Sections(config, overrides, DREAM_SECTIONS)
     dream_cfg = sections.configure(DreamConfig(), "dream")
     family = make_family(task)
@@ -453,7 +487,8 @@ def dream_command(
     tasks = tasks[:limit]
     runner = _build_agent(agent, seed, WebActionSet().describe(), sections)
     model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
-                                               buffer_url, no_history, no_retrieval, no_reasoning)
+                                               buffer_url, no_history, no_retrieval, no_reasoning,
+                                               model_buffer)
     console = cli._console()
     try:
         meta = {"command": "dream", "task": task, "agent": agent,
@@ -554,7 +589,8 @@ def fidelity_command(
     )
 
     cli._setup_logging(verbose)
-    experience_model = resolve_experience_model(experience_model)
+    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
+                                              no_reasoning, cli._console())
     sections = _Sections(config, overrides, FIDELITY_SECTIONS)
     make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
@@ -570,7 +606,7 @@ def fidelity_command(
     try:
         model, gateway, buffer = _build_experience(
             sections, experience_model, buffer_path, buffer_url, no_history, no_retrieval,
-            no_reasoning)
+            no_reasoning, model_buffer)
     except BaseException:
         if judge_gateway is not None:
             judge_gateway.close()

@@ -54,6 +54,9 @@ class EmbeddedRecipe:
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
         sft_budget_s: Wall-time cap of SFT.
+        use_history: Train with history in the prompt (False: the no-history ablation).
+        use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
+        use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
     """
 
     seed: int = 0
@@ -72,6 +75,9 @@ class EmbeddedRecipe:
     batch_size: int = 8
     learning_rate: float = 2e-3
     sft_budget_s: float = 600.0
+    use_history: bool = True
+    use_retrieval: bool = True
+    use_reasoning: bool = True
 
     @property
     def key(self) -> str:
@@ -181,7 +187,9 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
         buffer.clear()
         manifest = train_from_trajectories(
             trajectories, buffer,
-            ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed),
+            ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed,
+                          use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
+                          use_reasoning=recipe.use_reasoning),
             ExperienceSFTConfig(
                 output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,

@@ -205,8 +205,8 @@ def generate_local(
             is left untouched.
 
     Raises:
-        ModelError: (not retryable) missing checkpoint, or prompt plus ``max_tokens`` longer
-            than the model's context.
+        ModelError: (not retryable) missing checkpoint, or a prompt longer than the model's
+            context (``max_tokens`` is lowered to what the context leaves).
         MissingExtraError: transformers/torch are not installed.
     """
     torch, _ = _import_torch_transformers()
@@ -219,13 +219,16 @@ def generate_local(
         enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=not templated)
         prompt_tokens = int(enc["input_ids"].shape[1])
         context = getattr(model.config, "max_position_embeddings", None)
-        if context is not None and prompt_tokens + max_tokens > context:
+        if context is not None and prompt_tokens >= context:
             raise ModelError(
-                f"local model {str(path)!r}: prompt of {prompt_tokens} tokens plus max_tokens="
-                f"{max_tokens} exceeds its context of {context} tokens; shorten the prompt or "
-                "lower max_tokens",
+                f"local model {str(path)!r}: prompt of {prompt_tokens} tokens does not fit its "
+                f"context of {context} tokens; shorten the prompt",
                 retryable=False,
             )
+        if context is not None:
+            # The answer may use what the prompt leaves of the context (finish_reason "length"
+            # tells when it was cut).
+            max_tokens = min(max_tokens, context - prompt_tokens)
         pad_id = tokenizer.pad_token_id
         if pad_id is None:
             pad_id = tokenizer.eos_token_id

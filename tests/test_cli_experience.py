@@ -28,9 +28,11 @@ JUDGE_ANSWER = ("judge.mock_response=" + "".join(f"<{k}>2</{k}>" for k in RUBRIC
 
 
 @pytest.fixture(autouse=True)
-def _no_shared_buffer(monkeypatch):
+def _no_shared_buffer(monkeypatch, tmp_path):
     for name in ("DG_BUFFER_URL", "SHOPPING", "WA_SHOPPING", "WEBARENA_TASKS_FILE"):
         monkeypatch.delenv(name, raising=False)
+    # Never build the real embedded default here (minutes of collection and training).
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +220,6 @@ def test_dream_counts_experience_model_failures_and_records_ablations(tmp_path, 
 
 
 @pytest.mark.parametrize("args,needles", [
-    ([], ["no embedded default experience model yet: pass --experience-model MODEL"]),
     (["--experience-model", "openai/test", "--set", "bogus.key=1"], ["bogus.key"]),
     (["--experience-model", "openai/test", "--set", "experience.top_k=0"],
      ["experience.top_k"]),
@@ -304,11 +305,32 @@ def test_fidelity_errors(tmp_path, capsys, real_runs):
     assert_one_line_error(code, err, str(empty), "no trajectories.jsonl")
     code, _, err = dg(capsys, *base, *model)
     assert_one_line_error(code, err, "--real")
-    code, _, err = dg(capsys, *base, "--real", str(oracle))
-    assert_one_line_error(code, err, "no embedded default experience model yet")
     code, _, err = dg(capsys, *base, *model, "--real", str(oracle), "--set", "env.max_steps=3")
     assert_one_line_error(code, err, "env.max_steps")
     code, _, err = dg(capsys, *base, *model, "--real", str(oracle), "--judge-samples", "0")
     assert_one_line_error(code, err, "--judge-samples")
     code, _, err = dg(capsys, *base, *model, "--real", str(oracle), "--task", "textworld")
     assert_one_line_error(code, err, "unknown task family")
+
+
+def test_dream_defaults_to_the_embedded_model(tmp_path, capsys):
+    """No --experience-model: the cached embedded default (here a tiny stand-in) and its buffer."""
+    from dreamgym_agents.embedded import embedded_dir
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
+
+    folder = embedded_dir()
+    make_tiny_checkpoint(folder / "model")
+    (folder / "model" / "dreamgym_manifest.json").write_text(json.dumps(
+        {"prompt_style": "compact", "example_config": {"top_k": 2, "use_history": True,
+                                                        "use_retrieval": True,
+                                                        "use_reasoning": True}}))
+    (folder / "READY").write_text("{}")
+    out = tmp_path / "dream"
+    code, _, err = dg(capsys, "dream", "--agent", "random", "--split", "test", "--limit", "1",
+                      "--max-steps", "1", "--out", str(out), "--set", "llm.max_tokens=8",
+                      "--set", "experience.max_parse_retries=0")
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["experience_model"] == f"hf/{folder / 'model'}"
+    assert str(folder / "buffer") in json.dumps(summary)  # the model's own buffer
+    assert summary["em_failures"] == 1  # a random tiny model writes nothing readable

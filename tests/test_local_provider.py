@@ -113,9 +113,15 @@ def test_directory_without_checkpoint_is_a_model_error(tmp_path: Path) -> None:
 
 
 def test_prompt_longer_than_the_context_is_a_model_error(checkpoint: str) -> None:
+    long = [{"role": "user", "content": "word " * 20_000}]
     with pytest.raises(ModelError, match="context") as info:
-        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=10_000)).complete(MESSAGES)
+        Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=4)).complete(long)
     assert not info.value.retryable
+
+
+def test_max_tokens_is_capped_by_the_context(checkpoint: str) -> None:
+    reply = Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=10_000)).complete(MESSAGES)
+    assert 0 < reply.usage.completion_tokens
 
 
 def test_missing_transformers_names_the_extra(
