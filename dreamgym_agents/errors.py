@@ -37,6 +37,17 @@ class ModelError(DreamGymError):
         self.retryable = retryable
 
 
+class ContextLengthError(ModelError):
+    """The prompt does not fit the model's context window (never retryable).
+
+    Callers that build prompts from data (the experience model) record it as a failed step
+    instead of ending the run.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 class EnvironmentError_(DreamGymError):
     """An environment could not be set up or driven (browser missing, site unreachable)."""
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
-from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.errors import ConfigError, ContextLengthError
 from dreamgym_agents.state_delta import StateReferenceError, expand_state
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
@@ -522,7 +522,14 @@ class ExperienceModel:
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
         for attempt in range(1 + self.cfg.max_parse_retries):
-            completion = self.gateway.complete(messages)
+            try:
+                completion = self.gateway.complete(messages)
+            except ContextLengthError as exc:
+                # The step's prompt is too long for this model: a failed prediction, counted
+                # like an unreadable one, not the end of the run.
+                prediction.failure = str(exc)
+                prediction.attempts = attempt + 1
+                break
             prediction.usage.add(completion.usage)
             prediction.attempts = attempt + 1
             prediction.raw = completion.full_text

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dreamgym_agents.errors import ConfigError, DreamGymError, ModelError
+from dreamgym_agents.errors import ConfigError, ContextLengthError, DreamGymError, ModelError
 from dreamgym_agents.types import ModelUsage
 
 # Without this, importing LiteLLM fetches its model price list from GitHub (and waits on it).
@@ -555,9 +555,10 @@ class Gateway:
         detail = _one_line(str(exc), api_key, prefix=type(exc).__name__)
         where = f" (HTTP {status})" if isinstance(status, int) else ""
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        return ModelError(
-            f"{self.cfg.model}: {type(exc).__name__}{where}{tries}: {detail}", retryable=retryable
-        )
+        message = f"{self.cfg.model}: {type(exc).__name__}{where}{tries}: {detail}"
+        if isinstance(exc, import_litellm().ContextWindowExceededError):
+            return ContextLengthError(message)
+        return ModelError(message, retryable=retryable)
 
     def _to_completion(self, response: Any, mocked: bool) -> Completion:
         choice = response.choices[0]

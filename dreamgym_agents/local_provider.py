@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.errors import MissingExtraError, ModelError
+from dreamgym_agents.errors import ContextLengthError, MissingExtraError, ModelError
 
 logger = logging.getLogger(__name__)
 
@@ -220,10 +220,9 @@ def generate_local(
         prompt_tokens = int(enc["input_ids"].shape[1])
         context = getattr(model.config, "max_position_embeddings", None)
         if context is not None and prompt_tokens >= context:
-            raise ModelError(
+            raise ContextLengthError(
                 f"local model {str(path)!r}: prompt of {prompt_tokens} tokens does not fit its "
-                f"context of {context} tokens; shorten the prompt",
-                retryable=False,
+                f"context of {context} tokens; shorten the prompt"
             )
         if context is not None:
             # The answer may use what the prompt leaves of the context (finish_reason "length"

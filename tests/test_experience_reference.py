@@ -36,3 +36,16 @@ def test_compact_prompt_style():
     assert len(messages) == 1 and "action: fill('37', 'usb') on [37] searchbox" in (
         messages[0]["content"])
     assert m.predict(Task("t", "w", "x"), [], STATE, "click('1')").output.next_state == STATE
+
+
+def test_prompt_too_long_for_the_model_is_a_failed_step():
+    from dreamgym_agents.errors import ContextLengthError
+
+    class Tight:
+        def complete(self, messages):
+            raise ContextLengthError("prompt of 900 tokens does not fit its context of 768")
+
+    m = ExperienceModel(ExperienceConfig(), Tight())
+    prediction = m.predict(Task("t", "w", "x"), [], STATE, "click('1')")
+    assert not prediction.ok and "does not fit" in prediction.failure
+    assert m.metrics["experience/failures"] == 1
