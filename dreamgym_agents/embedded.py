@@ -69,8 +69,8 @@ class EmbeddedRecipe:
     max_examples: int = 3000
     hidden_size: int = 192
     num_layers: int = 4
-    vocab_size: int = 4000
-    max_length: int = 768
+    vocab_size: int = 6000
+    max_length: int = 1024
     epochs: float = 3.0
     batch_size: int = 8
     learning_rate: float = 2e-3

@@ -106,7 +106,8 @@ def render_compact(
         action: The agent's action.
         demos: Retrieved transitions, best first (None: retrieval ablated).
         history_steps: How many previous steps to show.
-        max_changed: Most changed lines shown per demonstration.
+        max_changed: Most changed lines shown for the best demonstration (the others show
+            only how many lines differ).
         use_reasoning: Ask for reasoning (False: empty reasoning).
     """
     template = load_compact_template()
@@ -126,7 +127,9 @@ def render_compact(
             parts.append("demos: (none)")
         for i, demo in enumerate(demos, 1):
             changes = changed_lines(state, demo.state)
-            shown = changes[:max_changed] + (["…"] if len(changes) > max_changed else [])
+            # Only the best demonstration's differences are spelled out (prompt length).
+            limit = max_changed if i == 1 else 0
+            shown = changes[:limit] + (["…"] if len(changes) > limit else [])
             parts.append(
                 f"demo {i}: {head(demo.state).split(' | ')[0]} | "
                 f"{describe_action(demo.state, demo.action)} -> "

@@ -61,7 +61,11 @@ def train_from_trajectories(
     examples = build_examples(trajectories, buffer, example_cfg, where=RECORDED)
     timings["build_examples_s"] = time.perf_counter() - start
 
-    result = train_experience_model(examples, sft_cfg)
+    # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
+    # site's full pages, so page text costs few tokens.
+    corpus = [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
+    corpus += [t.next_state for traj in trajectories for t in traj.transitions[:3]]
+    result = train_experience_model(examples, sft_cfg, corpus=corpus)
     timings["sft_s"] = result.seconds
     manifest = {
         "kind": "dreamgym-experience-model",
