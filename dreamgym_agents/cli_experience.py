@@ -666,8 +666,69 @@ def _phase_progress(console: Any) -> Iterator[Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def train_experience_command(
+    data: Annotated[list[Path], typer.Argument(help="trajectories.jsonl / offline.jsonl files.")],
+    out: Annotated[Path, typer.Option("--out", help="Checkpoint folder (use as hf/<out>).")],
+    base_model: Annotated[
+        Path | None, typer.Option("--base-model", help="Local checkpoint to start from.")
+    ] = None,
+    teacher: Annotated[
+        str | None, typer.Option("--teacher", help="Model that annotates the reasoning.")
+    ] = None,
+    buffer_path: Annotated[
+        Path | None, typer.Option("--buffer-path", help="Buffer to retrieve demos from.")
+    ] = None,
+    max_examples: Annotated[int | None, typer.Option("--max-examples", min=1)] = None,
+    epochs: Annotated[float, typer.Option("--epochs", min=0.01)] = 3.0,
+    time_budget_s: Annotated[
+        float | None, typer.Option("--time-budget-s", min=1.0, help="Stop SFT after this.")
+    ] = None,
+    no_history: NoHistoryOpt = False,
+    no_retrieval: NoRetrievalOpt = False,
+    no_reasoning: NoReasoningOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Train an experience model (SFT, paper Eq. 5) on recorded trajectories."""
+    from dreamgym_agents import cli
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
+    from dreamgym_agents.training.experience_data import ExampleConfig
+    from dreamgym_agents.training.experience_pipeline import train_from_trajectories
+    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
+    from dreamgym_agents.types import read_trajectories
+
+    cli._setup_logging(verbose)
+    trajectories = []
+    for path in data:
+        if not path.is_file():
+            raise ConfigError(f"trajectory file not found: {path}")
+        trajectories.extend(read_trajectories(path))
+    if not trajectories:
+        raise ConfigError("the trajectory files hold no episodes")
+    if teacher:
+        check_model_string(teacher)
+    flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
+    sft_cfg = ExperienceSFTConfig(output_dir=str(out),
+                                  base_model=str(base_model) if base_model else None,
+                                  epochs=epochs, time_budget_s=time_budget_s,
+                                  **({"learning_rate": 5e-5} if base_model else {}))
+    buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))
+    console = cli._console()
+    try:
+        console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")
+        manifest = train_from_trajectories(
+            trajectories, buffer, ExampleConfig(max_examples=max_examples, **flags), sft_cfg,
+            teacher=Gateway(LLMConfig(model=teacher)) if teacher else None)
+    finally:
+        buffer.close()
+    console.print(f"loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} over "
+                  f"{manifest['steps']} steps, {manifest['examples']} examples; use "
+                  f"--experience-model hf/{out} --buffer-path {buffer_path or out / 'buffer'}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``buffer …``, ``dream`` and ``fidelity`` to the ``dg-agents`` app."""
+    """Add ``buffer …``, ``dream``, ``fidelity`` and ``train-experience`` to ``dg-agents``."""
     app.add_typer(buffer_app, name="buffer")
     app.command("dream")(dream_command)
     app.command("fidelity")(fidelity_command)
+    app.command("train-experience")(train_experience_command)

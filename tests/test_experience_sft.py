@@ -1,0 +1,50 @@
+"""SFT of the experience model: a tiny from-scratch model learns (loss falls), is saved with its
+manifest, and answers through the in-process provider."""
+
+import json
+import math
+
+from test_experience_training_data import ListRetriever, episode
+
+from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+from dreamgym_agents.cli import main
+from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
+from dreamgym_agents.training.experience_pipeline import read_manifest, train_from_trajectories
+from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.types import write_trajectories
+
+
+def tiny(out, **kw):
+    return ExperienceSFTConfig(output_dir=str(out), vocab_size=400, hidden_size=32, num_layers=1,
+                               max_length=512, batch_size=2, learning_rate=3e-3, **kw)
+
+
+def test_loss_falls_on_a_learnable_set(tmp_path):
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    result = train_experience_model(examples, tiny(tmp_path / "m", epochs=6))
+    assert result.steps > 0 and math.isfinite(result.first_loss)
+    assert result.last_loss < result.first_loss * 0.7
+    assert (tmp_path / "m" / "config.json").exists()
+
+
+def test_pipeline_writes_a_manifest(tmp_path):
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    buffer = ReplayBuffer(BufferConfig(path=str(tmp_path / "buf")))
+    manifest = train_from_trajectories(trajs, buffer, ExampleConfig(top_k=1),
+                                       tiny(tmp_path / "m", epochs=1))
+    buffer.close()
+    assert manifest["rationale_source"] == "deterministic" and manifest["examples"] == 4
+    assert read_manifest(tmp_path / "m")["prompt_style"] == "compact"
+
+
+def test_cli_train_experience(tmp_path, capsys):
+    data = tmp_path / "offline.jsonl"
+    write_trajectories(data, [episode("a", "$9.99", True), episode("b", "$1.00", False)])
+    assert main(["train-experience", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
+    assert "not found" in capsys.readouterr().err
+    code = main(["train-experience", str(data), "--out", str(tmp_path / "m"), "--epochs", "1",
+                 "--time-budget-s", "120"])
+    assert code == 0, capsys.readouterr().err
+    manifest = json.loads((tmp_path / "m" / "dreamgym_manifest.json").read_text())
+    assert manifest["episodes"] == 2 and manifest["steps"] >= 1
