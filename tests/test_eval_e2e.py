@@ -150,3 +150,23 @@ def test_kill_9_mid_eval_then_resume(tmp_path, test_tasks):
     s = summary(out)
     assert s["episodes"] == 12 and s["success_rate"] == 1.0 and s["resumed_episodes"] == before
     assert re.search(r"\d+", json.dumps(s["wall_seconds"]))
+
+
+def test_real_site_mode_against_a_user_hosted_site(tmp_path, test_tasks):
+    """SHOPPING set: the WebArena task file runs against that site (here the bundled one, served
+    like a user-hosted site on 127.0.0.1), and the command says so first."""
+    from dreamgym_agents.adapters.shopping.server import ShoppingSite
+
+    info = [t.config for t in test_tasks
+            if t.config["eval"]["eval_types"] == ["string_match"]][:2]
+    task_file = tmp_path / "test.raw.json"
+    task_file.write_text(json.dumps(info))
+    with ShoppingSite(seed=0) as site:
+        site.start()
+        base = site.new_instance(login=True)
+        proc = dg("eval", "--agent", "oracle", "--split", "test", "--out", str(tmp_path / "o"),
+                  env={"SHOPPING": base, "WEBARENA_TASKS_FILE": str(task_file)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0].startswith("webarena: real WebArena sites: SHOPPING=")
+    s = summary(tmp_path / "o")
+    assert s["episodes"] == 2 and s["success_rate"] == 1.0
