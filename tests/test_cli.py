@@ -96,3 +96,14 @@ def test_string_settings_are_verbatim():
     cfg = load_config(LLMConfig(model="openai/x"), None,
                       ["mock_response=URL: x", "temperature=0.5", "stop=[a, b]"])
     assert cfg.mock_response == "URL: x" and cfg.temperature == 0.5 and cfg.stop == ["a", "b"]
+
+
+def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
+    import dreamgym_agents.adapters.chromium as chromium
+    from dreamgym_agents.doctor import run_doctor
+
+    monkeypatch.setattr(chromium, "find_chromium", lambda: None)
+    monkeypatch.setenv("COLUMNS", "250")
+    assert run_doctor() == 1
+    out = capsys.readouterr().out
+    assert "apt-get install chromium" in out and "DG_CHROMIUM" in out
