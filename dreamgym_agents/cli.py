@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +22,22 @@ except ImportError:  # pragma: no cover - depends on the typer version
     from click import ClickException as _ClickException
 import click
 
+from dreamgym_agents.cli_common import (
+    AgentOpt,
+    ConcurrencyOpt,
+    ConfigOpt,
+    LimitOpt,
+    MaxStepsOpt,
+    OutOpt,
+    Sections,
+    SeedOpt,
+    SetOpt,
+    Split,
+    SplitOpt,
+    TaskOpt,
+    TasksFileOpt,
+    VerboseOpt,
+)
 from dreamgym_agents.errors import ConfigError, DreamGymError
 
 app = typer.Typer(
@@ -32,11 +47,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-class Split(StrEnum):
-    train = "train"
-    test = "test"
 
 
 BUILTIN_AGENTS = ("oracle", "random")
@@ -52,103 +62,57 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
 
 
-def _split_overrides(overrides: list[str]) -> dict[str, list[str]]:
-    """Group ``--set section.key=value`` by section (``env``, ``llm``)."""
-    groups: dict[str, list[str]] = {"env": [], "llm": []}
-    for text in overrides:
-        section, _, rest = text.partition(".")
-        if section not in groups or not rest:
-            raise ConfigError(
-                f"--set {text!r}: keys start with one of {', '.join(groups)} "
-                "(e.g. env.max_steps=20)"
-            )
-        groups[section].append(rest)
-    return groups
-
-
-def _read_config_file(path: Path | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    unknown = set(data) - {"env", "llm"} if isinstance(data, dict) else {"(top level)"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; use env, llm")
-    return data
-
-
-def build_agent(agent: str, *, seed: int, action_space: str, llm_data: dict, llm_overrides: list):
-    """``oracle``, ``random`` or a model string → an agent."""
+def build_agent(agent: str, *, seed: int, action_space: str, sections: Sections) -> Any:
+    """``oracle``, ``random`` or a model string (configured by the ``llm`` section) → an agent."""
     from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
-    from dreamgym_agents.config import apply_mapping, load_config
 
     if agent == "oracle":
         return OracleAgent()
     if agent == "random":
         return RandomAgent(seed=seed)
-    from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
-
-    check_model_string(agent)
-    cfg = LLMConfig(model=agent)
-    apply_mapping(cfg, llm_data, "llm.")
-    load_config(cfg, None, llm_overrides, prefix="llm.")
-    return LLMAgent(Gateway(cfg), action_space=action_space)
+    return LLMAgent(sections.gateway(agent, "llm"), action_space=action_space)
 
 
 @app.command("eval")
 def eval_command(
-    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
-    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
-    agent: Annotated[
-        str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
-    ] = "oracle",
-    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.test,
-    tasks_file: Annotated[
-        Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    agent: AgentOpt = "oracle",
+    split: SplitOpt = Split.test,
+    tasks_file: TasksFileOpt = None,
+    limit: LimitOpt = None,
+    concurrency: ConcurrencyOpt = 2,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", min=1, help="Steps per episode [15].")
     ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Run only the first N tasks.")
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed (site data, random agent) [0].")
     ] = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, max=64, help="Episodes at once.")
-    ] = 2,
-    max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Steps per episode.")] = 15,
-    seed: Annotated[int, typer.Option("--seed", help="Seed (site data, random agent).")] = 0,
     judge: Annotated[
         str | None, typer.Option("--judge", help="Model for fuzzy_match evaluators.")
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", help="YAML file with env/llm sections.")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a config key: llm.temperature=0.2")
-    ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")] = False,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run an agent on real environments and record its trajectories."""
     from dreamgym_agents.adapters.web_action import WebActionSet
-    from dreamgym_agents.config import apply_mapping, load_config
     from dreamgym_agents.env import EnvConfig, make_family
 
     _setup_logging(verbose)
-    data = _read_config_file(config)
-    groups = _split_overrides(overrides or [])
-    env_cfg = EnvConfig(max_steps=max_steps, judge_model=judge, seed=seed)
-    apply_mapping(env_cfg, data.get("env") or {}, "env.")
-    load_config(env_cfg, None, groups["env"], prefix="env.")
+    sections = Sections(config, overrides, ("env", "llm"))
+    # Precedence: --set, then explicit flags, then the config file, then defaults.
+    flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
+             if v is not None}
+    env_cfg = sections.configure(EnvConfig(), "env", flags)
+    seed = env_cfg.seed
 
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, action_space=WebActionSet().describe(),
-                         llm_data=data.get("llm") or {}, llm_overrides=groups["llm"])
+                         sections=sections)
     meta = {
         "command": "eval", "task": task, "agent": agent,
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
@@ -198,22 +162,20 @@ COLLECT_AGENTS = ("oracle", "noisy", "random")
 
 @app.command("collect")
 def collect_command(
-    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
-    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
-    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.train,
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    split: SplitOpt = Split.train,
     agents: Annotated[
         str, typer.Option("--agents", help="Comma list of oracle, noisy, random.")
     ] = "oracle,noisy,random",
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
     ] = 0.3,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Use only the first N tasks.")
-    ] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64)] = 2,
-    max_steps: Annotated[int, typer.Option("--max-steps", min=1)] = 12,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    limit: LimitOpt = None,
+    concurrency: ConcurrencyOpt = 2,
+    max_steps: MaxStepsOpt = 12,
+    seed: SeedOpt = 0,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Gather offline data on real environments: oracle, noisy-oracle and random episodes.
 

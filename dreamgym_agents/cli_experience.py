@@ -26,17 +26,33 @@ from typing import Annotated, Any
 
 import typer
 
+from dreamgym_agents.cli_common import (
+    BUFFER_URL_ENV,
+    DEFAULT_BUFFER_PATH,
+    AgentOpt,
+    BufferPathOpt,
+    BufferUrlOpt,
+    ConcurrencyOpt,
+    ConfigOpt,
+    ExperienceModelOpt,
+    LimitOpt,
+    NoHistoryOpt,
+    NoReasoningOpt,
+    NoRetrievalOpt,
+    OutOpt,
+    Sections,
+    SeedOpt,
+    SetOpt,
+    Split,
+    SplitOpt,
+    TaskOpt,
+    TasksFileOpt,
+    VerboseOpt,
+)
 from dreamgym_agents.errors import ConfigError
 
-DEFAULT_BUFFER_PATH = ".dreamgym/buffer"
-BUFFER_URL_ENV = "DG_BUFFER_URL"
 DREAM_SECTIONS = ("llm", "agent", "experience", "buffer", "dream")
 FIDELITY_SECTIONS = ("llm", "judge", "experience", "buffer", "dream", "fidelity")
-
-
-class Split(StrEnum):
-    train = "train"
-    test = "test"
 
 
 class Provenance(StrEnum):
@@ -67,72 +83,6 @@ def resolve_experience_model(
     recipe = EmbeddedRecipe(**(ablations or {}))
     paths = ensure_embedded_experience_model(recipe, progress=say)
     return paths["model"], paths["buffer"]
-
-
-# --------------------------------------------------------------------------------------------
-# Config sections: --config FILE and --set section.key=value
-# --------------------------------------------------------------------------------------------
-
-
-def _read_sections(path: Path | None, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """The sections of a YAML config file (only ``names`` allowed)."""
-    if path is None:
-        return {}
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections "
-                          f"({', '.join(names)})")
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; use "
-                          f"{', '.join(names)}")
-    return {k: v or {} for k, v in data.items()}
-
-
-def _group_overrides(overrides: list[str] | None, names: tuple[str, ...]) -> dict[str, list[str]]:
-    """Group ``--set section.key=value`` by section."""
-    groups: dict[str, list[str]] = {name: [] for name in names}
-    for text in overrides or []:
-        section, _, rest = text.partition(".")
-        if section not in groups or not rest:
-            raise ConfigError(f"--set {text!r}: keys start with one of {', '.join(names)} "
-                              "(e.g. experience.top_k=5)")
-        groups[section].append(rest)
-    return groups
-
-
-class _Sections:
-    """Config-file data and ``--set`` overrides of each section of one command."""
-
-    def __init__(self, config: Path | None, overrides: list[str] | None,
-                 names: tuple[str, ...]) -> None:
-        self.data = _read_sections(config, names)
-        self.overrides = _group_overrides(overrides, names)
-
-    def configure(self, obj: Any, section: str, flags: dict[str, Any] | None = None) -> Any:
-        """Apply, in order, the file's section, the explicit flags and the ``--set`` overrides."""
-        from dreamgym_agents.config import apply_mapping, load_config
-
-        prefix = f"{section}."
-        apply_mapping(obj, self.data.get(section) or {}, prefix)
-        if flags:
-            apply_mapping(obj, flags, prefix)
-        return load_config(obj, None, self.overrides[section], prefix=prefix)
-
-    def gateway(self, model: str, section: str) -> Any:
-        """A gateway for ``model`` configured by ``section`` (``llm``, ``agent``, ``judge``)."""
-        from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
-
-        cfg = self.configure(LLMConfig(model=model), section, {"model": model})
-        check_model_string(cfg.model)
-        return Gateway(cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,38 +298,10 @@ def buffer_import(
 # Shared by dream and fidelity
 # --------------------------------------------------------------------------------------------
 
-ExperienceModelOpt = Annotated[
-    str | None,
-    typer.Option("--experience-model",
-                 help="LiteLLM model string of the experience model (required for now)."),
-]
-BufferPathOpt = Annotated[
-    Path | None, typer.Option("--buffer-path", help=f"Buffer directory [{DEFAULT_BUFFER_PATH}].")
-]
-BufferUrlOpt = Annotated[
-    str | None, typer.Option("--buffer-url", envvar=BUFFER_URL_ENV, help="Chroma server URL.")
-]
-NoHistoryOpt = Annotated[
-    bool, typer.Option("--no-history", help="Ablation: show the model no previous steps.")
-]
-NoRetrievalOpt = Annotated[
-    bool, typer.Option("--no-retrieval", help="Ablation: retrieve no similar transitions.")
-]
-NoReasoningOpt = Annotated[
-    bool, typer.Option("--no-reasoning", help="Ablation: no step-by-step reasoning.")
-]
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="YAML file with the --set sections.")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", help="Override a config key: experience.top_k=5, llm.temperature=0.2"),
-]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")]
 
 
 def _build_experience(
-    sections: _Sections, experience_model: str, buffer_path: Path | None,
+    sections: Sections, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
     model_buffer: str | None = None,
 ) -> tuple[Any, Any, Any]:
@@ -437,24 +359,16 @@ def _ablation_meta(model: Any) -> dict[str, Any]:
 
 
 def dream_command(
-    out: Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")],
+    out: OutOpt,
     experience_model: ExperienceModelOpt = None,
-    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
-    agent: Annotated[
-        str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
-    ] = "oracle",
-    split: Annotated[Split, typer.Option("--split", help="Task split.")] = Split.train,
-    tasks_file: Annotated[
-        Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Run only the first N tasks.")
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, max=64, help="Episodes at once.")
-    ] = 2,
+    task: TaskOpt = "webarena",
+    agent: AgentOpt = "oracle",
+    split: SplitOpt = Split.train,
+    tasks_file: TasksFileOpt = None,
+    limit: LimitOpt = None,
+    concurrency: ConcurrencyOpt = 2,
     max_steps: Annotated[int, typer.Option("--max-steps", min=1, help="Steps per episode.")] = 15,
-    seed: Annotated[int, typer.Option("--seed", help="Seed (random agent).")] = 0,
+    seed: SeedOpt = 0,
     buffer_path: BufferPathOpt = None,
     buffer_url: BufferUrlOpt = None,
     no_history: NoHistoryOpt = False,
@@ -480,7 +394,7 @@ def dream_command(
     cli._setup_logging(verbose)
     experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
                                               no_reasoning, cli._console())
-    sections = _Sections(config, overrides, DREAM_SECTIONS)
+    sections = Sections(config, overrides, DREAM_SECTIONS)
     dream_cfg = sections.configure(DreamConfig(), "dream")
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
@@ -520,7 +434,7 @@ def dream_command(
     cli._raise_if_failed(result, out)
 
 
-def _build_agent(agent: str, seed: int, action_space: str, sections: _Sections) -> Any:
+def _build_agent(agent: str, seed: int, action_space: str, sections: Sections) -> Any:
     """``oracle``, ``random`` or a model string (its gateway configured by ``agent.*``)."""
     from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
 
@@ -544,7 +458,7 @@ def fidelity_command(
                                     "e.g. an oracle run and a random run."),
     ],
     experience_model: ExperienceModelOpt = None,
-    task: Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")] = "webarena",
+    task: TaskOpt = "webarena",
     buffer_path: BufferPathOpt = None,
     buffer_url: BufferUrlOpt = None,
     limit: Annotated[
@@ -591,7 +505,7 @@ def fidelity_command(
     cli._setup_logging(verbose)
     experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
                                               no_reasoning, cli._console())
-    sections = _Sections(config, overrides, FIDELITY_SECTIONS)
+    sections = Sections(config, overrides, FIDELITY_SECTIONS)
     make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
         FidelityConfig(out_dir=out, family=task, concurrency=concurrency, seed=seed,

@@ -107,3 +107,20 @@ def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
     assert run_doctor() == 1
     out = capsys.readouterr().out
     assert "apt-get install chromium" in out and "DG_CHROMIUM" in out
+
+
+def test_config_file_then_flags_then_set(tmp_path):
+    """A config file's env.max_steps holds unless --max-steps or --set overrides it."""
+    import yaml
+
+    from dreamgym_agents.cli_common import Sections
+    from dreamgym_agents.env import EnvConfig
+
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump({"env": {"max_steps": 7, "seed": 3}}))
+    assert Sections(cfg_file, None, ("env",)).configure(EnvConfig(), "env", {}).max_steps == 7
+    flagged = Sections(cfg_file, None, ("env",)).configure(EnvConfig(), "env", {"max_steps": 9})
+    assert flagged.max_steps == 9 and flagged.seed == 3
+    overridden = Sections(cfg_file, ["env.max_steps=11"], ("env",)).configure(
+        EnvConfig(), "env", {"max_steps": 9})
+    assert overridden.max_steps == 11
