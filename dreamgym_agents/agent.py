@@ -179,6 +179,34 @@ class NoisyOracleAgent:
         return self.oracle.step_at(task, observation, followed)
 
 
+class QuitterAgent:
+    """Follows the oracle for a few steps, then gives up with a wrong or premature answer.
+
+    Offline data needs final answers that fail as much as ones that succeed, or an experience
+    model learns that every answer is right. The quitter stops after a random prefix of the
+    oracle program (never the whole of it) with a word from the page or a bare "done"; the real
+    environment's evaluator decides the reward, so the labels stay real.
+    """
+
+    name = "quitter"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.oracle = OracleAgent()
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        rng = random.Random(f"quit|{self.seed}|{episode_id}")
+        program = len(task.oracle or [])
+        quit_at = rng.randrange(max(program - 1, 1))  # before the oracle's own final step
+        if len(history) < quit_at:
+            return self.oracle.step_at(task, observation, len(history))
+        words = [w for line in parse_state(observation.state).lines for w in line.name.split()]
+        answer = rng.choice(words) if words and rng.random() < 0.7 else "done"
+        return Decision(action=_call("send_msg_to_user", answer), reasoning="quitter stop")
+
+
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 _ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.S)
 

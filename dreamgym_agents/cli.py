@@ -157,7 +157,7 @@ def _raise_if_failed(result: Any, out: Path) -> None:
         )
 
 
-COLLECT_AGENTS = ("oracle", "noisy", "random")
+COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random")
 
 
 @app.command("collect")
@@ -166,8 +166,8 @@ def collect_command(
     task: TaskOpt = "webarena",
     split: SplitOpt = Split.train,
     agents: Annotated[
-        str, typer.Option("--agents", help="Comma list of oracle, noisy, random.")
-    ] = "oracle,noisy,random",
+        str, typer.Option("--agents", help="Comma list of oracle, noisy, quitter, random.")
+    ] = "oracle,noisy,quitter,random",
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
     ] = 0.3,
@@ -177,13 +177,13 @@ def collect_command(
     seed: SeedOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Gather offline data on real environments: oracle, noisy-oracle and random episodes.
+    """Gather offline data on real environments: oracle, noisy-oracle, quitter, random episodes.
 
     Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
     written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
     experience model).
     """
-    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, RandomAgent
+    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.types import read_trajectories, write_trajectories
 
@@ -194,7 +194,7 @@ def collect_command(
         raise ConfigError(f"--agents takes a comma list of {', '.join(COLLECT_AGENTS)}, "
                           f"got {agents!r}")
     makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
-              "random": lambda: RandomAgent(seed=seed)}
+              "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed)}
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
     tasks = family.load_tasks(split.value)[:limit]

@@ -1,7 +1,8 @@
 """The embedded default experience model: built on first use, offline, on two CPU cores.
 
 Recipe (:class:`EmbeddedRecipe`): collect offline data on the bundled shopping site's *train*
-split (oracle, noisy-oracle and random episodes — the paper's "oracle + random" sets), annotate it
+split (oracle, noisy-oracle, quitter and random episodes — the paper's "oracle + random" sets, plus
+wrong and premature answers so the model learns what failure looks like), annotate it
 with deterministic rationales, seed a replay buffer with it, and train a small causal LM from
 scratch (tokenizer trained on the site's text, small Qwen2) with TRL's SFTTrainer on the compact
 experience prompt. Everything lands in one cache folder, ``$DG_CACHE_DIR`` or
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class EmbeddedRecipe:
         seed: Seed of the site data, exploration and training.
         oracle_tasks: Train tasks solved by the oracle.
         noisy_tasks: Train tasks played by the noisy oracle.
+        quitter_tasks: Train tasks where the agent answers wrongly or too early.
         random_tasks: Train tasks played by the random agent.
         noise: Exploration rate of the noisy oracle.
         max_steps: Episode length limit while collecting.
@@ -60,9 +62,10 @@ class EmbeddedRecipe:
     """
 
     seed: int = 0
-    oracle_tasks: int = 240
-    noisy_tasks: int = 160
-    random_tasks: int = 60
+    oracle_tasks: int = 160
+    noisy_tasks: int = 100
+    quitter_tasks: int = 100
+    random_tasks: int = 40
     noise: float = 0.3
     max_steps: int = 10
     concurrency: int = 2
@@ -74,7 +77,7 @@ class EmbeddedRecipe:
     epochs: float = 3.0
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 600.0
+    sft_budget_s: float = 540.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
@@ -139,7 +142,7 @@ def ensure_embedded_experience_model(
 
 def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
            on_episode: Callable[[Any], None] | None) -> dict[str, float]:
-    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, RandomAgent
+    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
@@ -155,6 +158,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     tasks = family.load_tasks("train")
     plan = [("oracle", OracleAgent(), recipe.oracle_tasks),
             ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks),
+            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks),
             ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks)]
     trajectories = []
     try:

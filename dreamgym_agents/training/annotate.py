@@ -37,8 +37,12 @@ def deterministic_rationale(t: Transition) -> str:
     verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
     parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
     before, after = _path(t.state), _path(t.next_state)
-    if answer_text(t.action) is not None:
-        parts.append("This is its final answer.")
+    answer = answer_text(t.action)
+    if answer is not None:
+        body = t.state.splitlines()[2:]
+        hit = next((ln for ln in body if answer and answer.lower() in ln.lower()), None)
+        where = f"the page shows it in {hit}" if hit else "the page does not show it"
+        parts.append(f"This is its final answer {answer!r}; {where}.")
     elif after != before:
         parts.append(f"The site goes to {after}.")
     elif t.next_state.strip() != t.state.strip():
