@@ -43,6 +43,8 @@ PROMPT_FILE = "experience_model.md"
 INPUT_FIELDS = ("task", "history", "retrieved", "state", "action")
 OUTPUT_FIELDS = ("reasoning", "next_state", "reward", "done", "success")
 _REQUIRED = ("next_state", "reward", "done")
+COMPACT_RETRY_TEMPERATURE = 0.7
+"""Sampling temperature of a retry after an unreadable answer with the compact prompt."""
 _TRUE, _FALSE = {"true", "yes", "1", "y"}, {"false", "no", "0", "n"}
 _BLOCK = re.compile(r"^<!--\s*([a-z_]+)\s*-->\s*$", re.M)
 _FENCE_LINE = re.compile(r"^\s*```[\w+-]*\s*$", re.M)
@@ -521,9 +523,10 @@ class ExperienceModel:
         demos = self.retrieve(state, action, exclude_episode)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
+        overrides: dict[str, Any] = {}
         for attempt in range(1 + self.cfg.max_parse_retries):
             try:
-                completion = self.gateway.complete(messages)
+                completion = self.gateway.complete(messages, **overrides)
             except ContextLengthError as exc:
                 # The step's prompt is too long for this model: a failed prediction, counted
                 # like an unreadable one, not the end of the run.
@@ -544,6 +547,11 @@ class ExperienceModel:
                 prediction.output = None
                 prediction.failure = str(exc)
                 logger.info("experience answer unreadable (attempt %d): %s", attempt + 1, exc)
+                if self.cfg.prompt_style == "compact":
+                    # Small models trained on the compact prompt never saw a feedback turn (and a
+                    # long failed answer would overflow their context): sample a fresh answer.
+                    overrides = {"temperature": COMPACT_RETRY_TEMPERATURE}
+                    continue
                 retry = load_template()["retry"].format(error=exc)
                 messages = [*messages, {"role": "assistant", "content": completion.text},
                             {"role": "user", "content": retry}]

@@ -49,3 +49,21 @@ def test_prompt_too_long_for_the_model_is_a_failed_step():
     prediction = m.predict(Task("t", "w", "x"), [], STATE, "click('1')")
     assert not prediction.ok and "does not fit" in prediction.failure
     assert m.metrics["experience/failures"] == 1
+
+
+def test_compact_retry_resamples_instead_of_appending_feedback():
+    calls = []
+
+    class Flaky:
+        def complete(self, messages, **overrides):
+            from dreamgym_agents.llm import Completion
+            from dreamgym_agents.types import ModelUsage
+
+            calls.append((len(messages), overrides))
+            text = "garbage" if len(calls) == 1 else answer("@state")
+            return Completion(text=text, usage=ModelUsage(calls=1))
+
+    m = ExperienceModel(ExperienceConfig(prompt_style="compact", max_parse_retries=1), Flaky())
+    prediction = m.predict(Task("t", "w", "x"), [], STATE, "click('1')")
+    assert prediction.ok and prediction.attempts == 2
+    assert calls[0] == (1, {}) and calls[1][0] == 1 and calls[1][1]["temperature"] > 0
