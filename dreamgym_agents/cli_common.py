@@ -75,17 +75,9 @@ def read_sections(path: Path | None, names: tuple[str, ...]) -> dict[str, dict[s
     """The sections of a YAML config file (only ``names`` allowed)."""
     if path is None:
         return {}
-    import yaml
+    from dreamgym_agents.config import read_yaml_mapping
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections "
-                          f"({', '.join(names)})")
+    data = read_yaml_mapping(path)
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; use "

@@ -92,6 +92,24 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), RawText(raw)
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (an empty file is an empty mapping).
+
+    Raises:
+        ConfigError: The file is missing, not YAML, or not a mapping at the top.
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of config sections")
+    return data
+
+
 def load_config(
     obj: Any, path: str | Path | None = None, overrides: list[str] | None = None, prefix: str = ""
 ) -> Any:
@@ -100,16 +118,7 @@ def load_config(
     ``prefix`` (e.g. ``"env."``) is how the keys are named in error messages.
     """
     if path is not None:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of config sections")
-        apply_mapping(obj, data, prefix)
+        apply_mapping(obj, read_yaml_mapping(path), prefix)
     for text in overrides or []:
         keys, value = parse_override(text)
         nested: Any = value

@@ -42,6 +42,7 @@ def assert_one_line_error(proc, *needles):
     (["--set", "env.max_stepz=3"], "max_stepz"),
     (["--set", "env.max_steps=0"], "max_steps"),
     (["--agent", "notaprovider/xyz"], "notaprovider"),
+    (["--config", "/nonexistent/dg.yaml"], "config file not found"),
 ])
 def test_bad_cli_values(tmp_path, args, needle):
     assert_one_line_error(dg("eval", "--out", str(tmp_path / "o"), *args), needle)
