@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,8 @@ class EmbeddedRecipe:
         noisy_tasks: Train tasks played by the noisy oracle.
         quitter_tasks: Train tasks where the agent answers wrongly or too early.
         random_tasks: Train tasks played by the random agent.
+        counterfactual_answers: Variants of each recorded final answer, labelled by the task's
+            own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
         noise: Exploration rate of the noisy oracle.
         max_steps: Episode length limit while collecting.
         concurrency: Browser episodes at once while collecting.
@@ -55,17 +57,18 @@ class EmbeddedRecipe:
         epochs: SFT passes.
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
-        sft_budget_s: Wall-time cap of SFT.
+        sft_budget_s: Wall-time cap of SFT (the learning-rate schedule ends there).
         use_history: Train with history in the prompt (False: the no-history ablation).
         use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
         use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
     """
 
     seed: int = 0
-    oracle_tasks: int = 160
-    noisy_tasks: int = 100
-    quitter_tasks: int = 100
-    random_tasks: int = 40
+    oracle_tasks: int = 100
+    noisy_tasks: int = 80
+    quitter_tasks: int = 160
+    random_tasks: int = 30
+    counterfactual_answers: int = 2
     noise: float = 0.3
     max_steps: int = 10
     concurrency: int = 2
@@ -73,11 +76,11 @@ class EmbeddedRecipe:
     hidden_size: int = 192
     num_layers: int = 4
     vocab_size: int = 6000
-    max_length: int = 1024
-    epochs: float = 3.0
+    max_length: int = 1536
+    epochs: float = 6.0
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 540.0
+    sft_budget_s: float = 600.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
@@ -200,6 +203,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                 max_length=recipe.max_length, epochs=recipe.epochs,
                 batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
                 time_budget_s=recipe.sft_budget_s, seed=recipe.seed),
+            counterfactual_answers=recipe.counterfactual_answers,
         )
     finally:
         buffer.close()

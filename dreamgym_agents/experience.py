@@ -166,7 +166,7 @@ def render_demos(demos: list[Transition], max_lines: int) -> str:
         blocks.append(
             f"### Example {i}\nState:\n{clip_state(t.state, max_lines)}\nAction: {t.action}\n"
             f"Next state:\n{clip_state(t.next_state, max_lines)}\n"
-            f"Reward: {t.reward:g} | Done: {str(t.done).lower()} | "
+            f"Reward: {t.reward:g} | Done: {str(t.terminated).lower()} | "
             f"Success: {str(t.success).lower()}"
         )
     return "\n\n".join(blocks)

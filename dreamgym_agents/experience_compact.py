@@ -66,6 +66,22 @@ def answer_text(action: str) -> str | None:
     return match.group(2) if match.group(2) is not None else match.group(3)
 
 
+def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], int]:
+    """Body lines of ``state`` that contain ``answer`` as whole words; ``(first few, count)``.
+
+    Whole-word matching keeps a short answer (``9``, ``it``) from hitting every line that merely
+    contains its characters; lines that equal the answer's value come first.
+    """
+    answer = answer.strip()
+    if not answer:
+        return [], 0
+    pattern = re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)", re.IGNORECASE)
+    hits = [ln for ln in _lines(state)[2:] if pattern.search(ln)]
+    exact = [ln for ln in hits if ln.lower().endswith(f"'{answer.lower()}'")]
+    ordered = exact + [ln for ln in hits if ln not in exact]
+    return ordered[:limit], len(hits)
+
+
 def changed_lines(state: str, other: str) -> list[str]:
     """Body lines of ``state`` missing from ``other`` (``+``) and of ``other`` missing here (``-``).
 
@@ -120,8 +136,8 @@ def render_compact(
     parts.append(f"action: {describe_action(state, action)}")
     answer = answer_text(action)
     if answer is not None:
-        hits = [ln for ln in _lines(state)[2:] if answer and answer.lower() in ln.lower()]
-        parts.append("answer on page: " + (" || ".join(hits[:3]) if hits else "(not found)"))
+        hits, count = answer_lines(state, answer)
+        parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
     if demos is not None:
         if not demos:
             parts.append("demos: (none)")
@@ -134,7 +150,7 @@ def render_compact(
                 f"demo {i}: {head(demo.state).split(' | ')[0]} | "
                 f"{describe_action(demo.state, demo.action)} -> "
                 f"{head(demo.next_state).split(' | ')[0]} | reward {demo.reward:g} "
-                f"done {int(demo.done)} success {int(demo.success)} | page differs by "
+                f"done {int(demo.terminated)} success {int(demo.success)} | page differs by "
                 f"{len(changes)} lines" + "".join(f"\n  {c}" for c in shown)
             )
     parts.append(template["output_reasoning" if use_reasoning else "output_direct"])

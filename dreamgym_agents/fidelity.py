@@ -87,7 +87,9 @@ def transition_metrics(
     counting as wrong for the accuracies and 0 for ``state_f1`` (a model must not look better by
     failing on hard steps). The same metrics over the readable predictions only carry an ``_ok``
     suffix. ``em_failure_rate`` is the share of failures. Rewards match when they differ by less
-    than 1e-6. With no pairs every metric is 0.0 and ``n`` is 0.
+    than 1e-6. ``done`` is compared with the real step's *termination*: a step cut by the
+    episode's step limit was not ended by the environment, and the dream applies its own limit.
+    With no pairs every metric is 0.0 and ``n`` is 0.
 
     Returns:
         ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
@@ -102,7 +104,7 @@ def transition_metrics(
             continue
         n_ok += 1
         sums["reward_accuracy"] += abs(out.reward - real.reward) < 1e-6
-        sums["done_accuracy"] += out.done == real.done
+        sums["done_accuracy"] += out.done == real.terminated
         sums["success_accuracy"] += out.success == real.success
         sums["state_f1"] += state_f1(out.next_state, real.next_state, ignore_bids=ignore_bids)
     n = len(pairs)

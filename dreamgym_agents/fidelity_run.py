@@ -344,7 +344,7 @@ def _prediction_row(agent: str, real: Transition, prediction: ExperiencePredicti
     return {
         "id": transition_id(real), "agent": agent, "task_id": real.task_id,
         "action": real.action,
-        "real": {"reward": real.reward, "done": real.done, "success": real.success},
+        "real": {"reward": real.reward, "done": real.terminated, "success": real.success},
         "predicted": None if out is None else {"reward": out.reward, "done": out.done,
                                                "success": out.success},
         "state_f1": None if out is None else round(

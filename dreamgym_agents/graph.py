@@ -120,7 +120,8 @@ async def environment_node(
         agent_seconds=decision.get("seconds", 0.0),
         env_seconds=env_seconds,
         usage=ModelUsage(**decision.get("usage", {})),
-        info={**result.info, **({"raw": decision["raw"]} if decision.get("raw") else {})},
+        info={**result.info, **({"raw": decision["raw"]} if decision.get("raw") else {}),
+              **({"truncated": True} if out_of_steps else {})},
     )
     termination = "done" if result.done else ("max_steps" if out_of_steps else "")
     return {

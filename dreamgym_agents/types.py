@@ -130,6 +130,18 @@ class Transition:
         if isinstance(self.usage, dict):
             self.usage = ModelUsage(**_known(ModelUsage, self.usage))
 
+    @property
+    def truncated(self) -> bool:
+        """True when the episode was cut here by its step limit (``done`` without the
+        environment saying so)."""
+        return bool(self.info.get("truncated"))
+
+    @property
+    def terminated(self) -> bool:
+        """True when the environment itself ended the episode with this step (``done`` minus
+        step-limit truncation): what an experience model is asked to predict."""
+        return self.done and not self.truncated
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -193,7 +205,12 @@ class Trajectory:
         data = _known(cls, data)
         data["task"] = Task.from_dict(data["task"])
         data["transitions"] = [Transition.from_dict(t) for t in data.get("transitions", [])]
-        return cls(**data)
+        traj = cls(**data)
+        last = traj.transitions[-1] if traj.transitions else None
+        if traj.termination == "max_steps" and last is not None and last.done:
+            # Records written before transitions carried the flag: the step limit ended them.
+            last.info.setdefault("truncated", True)
+        return traj
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:

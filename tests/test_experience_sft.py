@@ -4,6 +4,8 @@ manifest, and answers through the in-process provider."""
 import json
 import math
 
+import pytest
+
 from test_experience_training_data import ListRetriever, episode
 
 from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
@@ -48,3 +50,28 @@ def test_cli_train_experience(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     manifest = json.loads((tmp_path / "m" / "dreamgym_manifest.json").read_text())
     assert manifest["episodes"] == 2 and manifest["steps"] >= 1
+
+
+def test_budgeted_schedule_follows_the_clock_and_the_steps():
+    import time
+
+    import torch
+
+    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
+
+    def lrs(deadline_in: float, steps: int = 100, run: int = 10) -> list[float]:
+        model = torch.nn.Linear(4, 4)
+        cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
+        opt, sched = _clock_schedule(model, cfg, steps,
+                                     deadline=time.perf_counter() + deadline_in)
+        out = []
+        for _ in range(run):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    far = lrs(3600.0)
+    assert far[0] < far[4] and far[6] == pytest.approx(1.0, abs=0.01)  # warmup, then ~peak
+    assert lrs(-1.0)[6] == pytest.approx(0.0, abs=1e-9)  # past the deadline: annealed
+    assert lrs(3600.0, steps=8, run=10)[9] == pytest.approx(0.0, abs=1e-9)  # out of steps

@@ -1,6 +1,12 @@
-from dreamgym_agents.experience_compact import answer_text, render_compact, target_line
+from dreamgym_agents.experience_compact import (
+    answer_lines,
+    answer_text,
+    render_compact,
+    target_line,
+)
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
+from dreamgym_agents.training.counterfactual import counterfactual_trajectories
 from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
 from dreamgym_agents.types import Task, Trajectory, Transition
 
@@ -38,7 +44,7 @@ def test_prompt_pieces():
     assert answer_text("send_msg_to_user('$9.99')") == "$9.99"
     assert answer_text("stop [N/A]") == "N/A" and answer_text("click('1')") is None
     text = render_compact("Price?", [], LAPTOPS, "send_msg_to_user('$9.99')", [])[0]["content"]
-    assert "answer on page: StaticText '$9.99'" in text and "demos: (none)" in text
+    assert "answer on page (1 lines): StaticText '$9.99'" in text and "demos: (none)" in text
     ablated = render_compact("Price?", None, LAPTOPS, "click('14')", None)[0]["content"]
     assert "history:" not in ablated and "demo 1" not in ablated and "demos:" not in ablated
 
@@ -61,3 +67,67 @@ def test_examples_use_other_episodes_and_round_trip():
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")
+
+
+def test_answer_lines_match_whole_words_and_put_exact_values_first():
+    page = ("URL: u\nTitle: t\nStaticText 'Rating: 3.0 out of 5 (9 reviews)'\n"
+            "StaticText 'By Ann on Sep 19, 2024'\nStaticText '9'\nlink 'Outdoor & Camping'")
+    assert answer_lines(page, "9") == (["StaticText '9'",
+                                        "StaticText 'Rating: 3.0 out of 5 (9 reviews)'"], 2)
+    assert answer_lines(page, "Se") == ([], 0)  # only inside "Sep": not a whole word
+    assert answer_lines(page, "&")[1] == 1
+    assert answer_lines(page, "") == ([], 0)
+
+
+def answer_task(reference: dict, eval_types=("string_match",)) -> Task:
+    config = {"intent": "Price of the laptop?", "start_url": "__SHOPPING__",
+              "eval": {"eval_types": list(eval_types), "reference_answers": reference,
+                       "reference_url": "", "program_html": []}}
+    return Task("t1", "webarena", "Price of the laptop?", config=config)
+
+
+def test_counterfactual_answers_are_labelled_by_the_evaluator():
+    traj = episode("a", "$9.99", True)
+    traj.task = answer_task({"must_include": ["$9.99"]})
+    variants = counterfactual_trajectories([traj], per_answer=3, seed=1)
+    assert len(variants) == 3
+    for v in variants:
+        last = v.transitions[-1]
+        answer = answer_text(last.action)
+        assert answer and answer != "$9.99"
+        expected = "$9.99" in answer  # must_include: the right value inside a sentence passes
+        assert last.success is expected and v.success is expected
+        assert last.reward == float(expected) and last.done and last.info["counterfactual"]
+        assert v.info == {"counterfactual_of": "a", "train_from_step": 1}
+        assert v.transitions[0] is traj.transitions[0]  # history shared, not copied
+    assert any(not v.success for v in variants)
+    # Page-dependent evaluators cannot be replayed on text: no variants.
+    traj.task = answer_task({}, eval_types=("program_html",))
+    assert counterfactual_trajectories([traj], per_answer=2) == []
+    # Exact match: the answer inside a sentence fails.
+    traj.task = answer_task({"exact_match": "$9.99"})
+    assert not any(v.success for v in counterfactual_trajectories([traj], per_answer=3))
+
+
+def test_counterfactual_variants_train_only_their_final_step_without_leaks():
+    traj = episode("a", "$9.99", True)
+    traj.task = answer_task({"exact_match": "$9.99"})
+    other = episode("b", "$1.00", False)
+    other.task = Task("t2", "webarena", "Price of the laptop?")
+    variants = counterfactual_trajectories([traj], per_answer=2)
+    seen = []
+
+    class Spy(ListRetriever):
+        def retrieve(self, state, action, *, k=None, where=None, exclude_episode=None):
+            seen.append((where, exclude_episode))
+            return super().retrieve(state, action, k=k, where=where,
+                                    exclude_episode=exclude_episode)
+
+    annotate_deterministic([traj, other, *variants])
+    examples = build_examples([traj, other, *variants], Spy([traj, other]), ExampleConfig(),
+                              where={"provenance": "offline"})
+    assert len(examples) == 4 + 2  # two per recorded episode, one per variant
+    assert [e["meta"]["step"] for e in examples[4:]] == [1, 1]
+    # A variant never sees its source episode, and no example sees its own task.
+    assert seen[-1] == ({"provenance": "offline", "task_id": {"$ne": "t1"}}, "a")
+    assert seen[2][0]["task_id"] == {"$ne": "t2"}

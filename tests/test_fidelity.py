@@ -78,6 +78,15 @@ def test_a_corrupted_model_scores_lower():
     assert metrics["em_failure_rate"] == pytest.approx(1 / 3) and metrics["n_ok"] == 2
 
 
+def test_done_is_compared_with_termination_not_the_step_limit():
+    cut = Transition("ep", 5, "7", HOME, "click('1')", LAPTOPS, done=True,
+                     info={"truncated": True})
+    says_done = ExperiencePrediction(ExperienceOutput("", LAPTOPS, 0.0, True, False))
+    says_going = ExperiencePrediction(ExperienceOutput("", LAPTOPS, 0.0, False, False))
+    assert transition_metrics([(cut, says_going)])["done_accuracy"] == 1.0
+    assert transition_metrics([(cut, says_done)])["done_accuracy"] == 0.0
+
+
 def test_no_pairs_gives_zeros():
     metrics = transition_metrics([])
     assert metrics["n"] == 0 and metrics["state_f1"] == 0.0 and metrics["em_failure_rate"] == 0.0

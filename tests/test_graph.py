@@ -60,6 +60,10 @@ def test_max_steps_ends_the_episode(tmp_path, counter_env_factory):
     run(counter_tasks(1), counter_env_factory, Looper(), tmp_path, max_steps=4)
     (traj,) = read_trajectories(tmp_path / "trajectories.jsonl")
     assert traj.termination == "max_steps" and len(traj.transitions) == 4 and not traj.success
+    last = traj.transitions[-1]
+    # The limit cut the episode: done, but not ended by the environment.
+    assert last.done and last.truncated and not last.terminated
+    assert not any(t.truncated for t in traj.transitions[:-1])
 
 
 def test_rerun_skips_finished_episodes(tmp_path, counter_env_factory):

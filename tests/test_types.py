@@ -74,3 +74,13 @@ def test_hf_dataset_export():
     assert ds[1]["provenance"] == "synthetic" and ds[1]["reward"] == 1.0
     episodes = to_hf_dataset([make_traj(0)], level="episode")
     assert len(episodes) == 1 and len(episodes[0]["transitions"]) == 2
+
+
+def test_records_cut_by_the_step_limit_read_as_truncated(tmp_path):
+    old = make_traj(0)
+    old.termination, old.success = "max_steps", False
+    old.transitions[-1].success = False
+    data = old.to_dict()  # as written before transitions carried the flag
+    back = Trajectory.from_dict(json.loads(json.dumps(data)))
+    assert back.transitions[-1].truncated and not back.transitions[-1].terminated
+    assert make_traj(0).transitions[-1].terminated  # an environment's own ending stays one

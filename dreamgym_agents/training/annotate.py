@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dreamgym_agents.experience_compact import answer_text, head, target_line
+from dreamgym_agents.experience_compact import answer_lines, answer_text, head, target_line
 from dreamgym_agents.types import Trajectory, Transition
 
 if TYPE_CHECKING:
@@ -39,9 +39,8 @@ def deterministic_rationale(t: Transition) -> str:
     before, after = _path(t.state), _path(t.next_state)
     answer = answer_text(t.action)
     if answer is not None:
-        body = t.state.splitlines()[2:]
-        hit = next((ln for ln in body if answer and answer.lower() in ln.lower()), None)
-        where = f"the page shows it in {hit}" if hit else "the page does not show it"
+        hits, _ = answer_lines(t.state, answer, limit=1)
+        where = f"the page shows it in {hits[0]}" if hits else "the page does not show it"
         parts.append(f"This is its final answer {answer!r}; {where}.")
     elif after != before:
         parts.append(f"The site goes to {after}.")
@@ -51,7 +50,7 @@ def deterministic_rationale(t: Transition) -> str:
         parts.append("The page does not change.")
     if t.success:
         parts.append("The task is complete.")
-    elif t.done:
+    elif t.terminated:
         parts.append("The episode ends without success.")
     else:
         parts.append("The task is not finished.")
@@ -96,11 +95,13 @@ def annotate_with_teacher(
                                        "content": TUTORIAL_PROMPT.format(intent=intent)}])
             tutorials[intent] = reply.text.strip()
         for t in traj.transitions:
+            if t.info.get("em_rationale_source") == source:
+                continue  # already annotated (a counterfactual variant shares its history)
             clip = "\n".join(t.state.splitlines()[:max_state_lines])
             nxt = "\n".join(t.next_state.splitlines()[:max_state_lines])
             reply = gateway.complete([{"role": "user", "content": STEP_PROMPT.format(
                 tutorial=tutorials[intent], state=clip, action=t.action, next_state=nxt,
-                reward=t.reward, done=str(t.done).lower(), success=str(t.success).lower())}])
+                reward=t.reward, done=str(t.terminated).lower(), success=str(t.success).lower())}])
             text = reply.text.strip()
             if not text:  # an empty teacher answer: fall back, labelled as such
                 t.info["em_rationale"] = deterministic_rationale(t)

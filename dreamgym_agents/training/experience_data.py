@@ -41,6 +41,9 @@ class ExampleConfig:
         max_examples: Cap on the number of examples (sampled, successes and final steps kept
             first); None keeps all.
         seed: Sampling seed.
+        exclude_same_task: Retrieve demonstrations from *other* tasks only, as a held-out task
+            sees them (otherwise the model learns to copy a demo of the very same task, which
+            no new task has).
     """
 
     top_k: int = 3
@@ -50,6 +53,7 @@ class ExampleConfig:
     use_reasoning: bool = True
     max_examples: int | None = None
     seed: int = 0
+    exclude_same_task: bool = True
 
 
 def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool) -> str:
@@ -59,7 +63,7 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
     return (
         f"<reasoning>{rationale if use_reasoning else ''}</reasoning>\n"
         f"<next_state>\n{next_state}\n</next_state>\n"
-        f"<reward>{int(t.reward >= 1)}</reward>\n<done>{str(t.done).lower()}</done>\n"
+        f"<reward>{int(t.reward >= 1)}</reward>\n<done>{str(t.terminated).lower()}</done>\n"
         f"<success>{str(t.success).lower()}</success>"
     )
 
@@ -74,14 +78,19 @@ def build_examples(
     trajectories: Iterable[Trajectory], retriever: Retriever | None, cfg: ExampleConfig,
     *, where: dict | None = None,
 ) -> list[dict[str, Any]]:
-    """One chat example per trainable transition: ``{"messages", "completion", "meta"}``."""
+    """One chat example per trainable transition: ``{"messages", "completion", "meta"}``.
+
+    Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
+    variants repeat their source episode's steps, see
+    :mod:`dreamgym_agents.training.counterfactual`).
+    """
     steps: list[tuple[Trajectory, int]] = [
         (traj, i) for traj in trajectories for i, t in enumerate(traj.transitions)
-        if trainable(t)
+        if trainable(t) and i >= int(traj.info.get("train_from_step", 0))
     ]
     if cfg.max_examples is not None and len(steps) > cfg.max_examples:
         rng = random.Random(cfg.seed)
-        key = [(0 if traj.transitions[i].done else 1, rng.random()) for traj, i in steps]
+        key = [(0 if traj.transitions[i].terminated else 1, rng.random()) for traj, i in steps]
         order = sorted(range(len(steps)), key=key.__getitem__)
         steps = [steps[j] for j in sorted(order[: cfg.max_examples])]
     examples = []
@@ -89,8 +98,12 @@ def build_examples(
         t = traj.transitions[i]
         demos: list[Transition] = []
         if cfg.use_retrieval and retriever is not None:
-            demos = retriever.retrieve(t.state, t.action, k=cfg.top_k, where=where,
-                                       exclude_episode=traj.episode_id)[: cfg.top_k]
+            scope = where
+            if cfg.exclude_same_task and traj.task.task_id:
+                scope = {**(where or {}), "task_id": {"$ne": traj.task.task_id}}
+            source = str(traj.info.get("counterfactual_of") or traj.episode_id)
+            demos = retriever.retrieve(t.state, t.action, k=cfg.top_k, where=scope,
+                                       exclude_episode=source)[: cfg.top_k]
         messages = render_compact(
             traj.task.intent,
             traj.transitions[:i] if cfg.use_history else None,

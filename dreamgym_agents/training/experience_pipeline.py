@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.training.annotate import annotate_deterministic, annotate_with_teacher
+from dreamgym_agents.training.counterfactual import counterfactual_trajectories
 from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
 from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
 from dreamgym_agents.types import Trajectory
@@ -36,19 +37,33 @@ def train_from_trajectories(
     sft_cfg: ExperienceSFTConfig,
     *,
     teacher: Gateway | None = None,
+    counterfactual_answers: int = 0,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
+
+    Args:
+        trajectories: Recorded episodes (they seed an empty buffer).
+        buffer: The replay buffer the examples' demonstrations come from.
+        example_cfg: What the examples show.
+        sft_cfg: How the model is trained.
+        teacher: A model writing the rationales; None derives them deterministically.
+        counterfactual_answers: Variants of each recorded final answer, labelled by the task's
+            evaluator, added as examples (not to the buffer); see
+            :mod:`dreamgym_agents.training.counterfactual`.
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
     """
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    variants = counterfactual_trajectories(
+        trajectories, per_answer=counterfactual_answers, seed=example_cfg.seed)
+    everything = [*trajectories, *variants]
     if teacher is None:
-        annotated = annotate_deterministic(trajectories)
+        annotated = annotate_deterministic(everything)
         source = "deterministic"
     else:
-        annotated = annotate_with_teacher(trajectories, teacher)
+        annotated = annotate_with_teacher(everything, teacher)
         source = f"teacher:{teacher.cfg.model}"
     timings["annotate_s"] = time.perf_counter() - start
 
@@ -58,7 +73,7 @@ def train_from_trajectories(
     timings["seed_buffer_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    examples = build_examples(trajectories, buffer, example_cfg, where=RECORDED)
+    examples = build_examples(everything, buffer, example_cfg, where=RECORDED)
     timings["build_examples_s"] = time.perf_counter() - start
 
     # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
@@ -73,6 +88,9 @@ def train_from_trajectories(
         "episodes": len(trajectories),
         "transitions": sum(len(t.transitions) for t in trajectories),
         "annotated": annotated,
+        "counterfactual_answers": {
+            "per_answer": counterfactual_answers, "variants": len(variants),
+            "successful": sum(v.success for v in variants)},
         "rationale_source": source,
         "examples": result.examples,
         "dropped_too_long": result.dropped_too_long,

@@ -34,7 +34,8 @@ class ExperienceSFTConfig:
         epochs: Passes over the examples.
         batch_size: Examples per optimisation step.
         learning_rate: Peak learning rate (from scratch wants ~1e-3, fine-tuning ~5e-5).
-        time_budget_s: Stop training after this many seconds (None: run every epoch).
+        time_budget_s: Stop training after this many seconds (None: run every epoch); the
+            learning-rate schedule then follows the clock, ending at the deadline.
         seed: Seed of initialisation and data order.
     """
 
@@ -120,6 +121,9 @@ def train_experience_model(
                 cfg.max_length)
     train_set = datasets.Dataset.from_list(rows)
     steps = math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
+    # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
+    # would spend most of their compute on padding.
+    options: dict[str, Any] = {"train_sampling_strategy": "group_by_length", **cfg.extra}
     args = trl.SFTConfig(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=cfg.batch_size,
@@ -137,7 +141,7 @@ def train_experience_model(
         max_length=cfg.max_length,
         dataloader_num_workers=0,
         disable_tqdm=False,
-        **cfg.extra,
+        **options,
     )
     losses: list[float] = []
 
@@ -152,8 +156,12 @@ def train_experience_model(
                                cfg.time_budget_s, state.global_step, state.max_steps)
                 control.should_training_stop = True
 
+    optimizers = (None, None)
+    if cfg.time_budget_s:
+        optimizers = _clock_schedule(model, cfg, steps, deadline=start + cfg.time_budget_s)
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_set,
-                             processing_class=tokenizer, callbacks=[_Budget()])
+                             processing_class=tokenizer, callbacks=[_Budget()],
+                             optimizers=optimizers)
     result = trainer.train()
     trainer.model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
@@ -163,3 +171,29 @@ def train_experience_model(
         last_loss=losses[-1] if losses else float("nan"),
         seconds=time.perf_counter() - start,
     )
+
+
+def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int,
+                    deadline: float) -> tuple[Any, Any]:
+    """AdamW with a cosine schedule that ends at the time budget's deadline (or at the last
+    step, whichever comes first), so a budget-cut run still finishes at a low learning rate
+    on any machine, instead of stopping mid-schedule."""
+    import torch
+
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": rest, "weight_decay": 0.0}], lr=cfg.learning_rate)
+    warmup = max(1, steps // 20)
+    clock: dict[str, float] = {}
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        t0 = clock.setdefault("t0", time.perf_counter())
+        by_time = (time.perf_counter() - t0) / max(deadline - t0, 1e-6)
+        by_steps = (step - warmup) / max(1, steps - warmup)
+        progress = min(1.0, max(by_time, by_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

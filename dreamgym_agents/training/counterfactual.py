@@ -1,0 +1,110 @@
+"""Counterfactual final answers, judged by the task's own evaluator (training-data augmentation).
+
+An experience model must tell a right final answer from a wrong one, and recorded data holds few
+wrong ones: an oracle always answers right, and exploration rarely answers at all. For tasks
+whose evaluator reads only the answer text (WebArena ``string_match`` without an LLM judge), the
+outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
+pure function of the text. So each recorded final answer yields a few variants — a word of the
+page (what random and giving-up agents say), a value of the page shaped like the right answer (a
+plausible mistake), the right answer inside a sentence — each labelled by
+:func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
+
+A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
+``info["train_from_step"]``) and the new final step. Variants are training examples, not buffer
+records: the buffer keeps what really happened.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.state import parse_state
+from dreamgym_agents.types import Trajectory, Transition
+
+COUNTERFACTUAL = "counterfactual"
+_DIGIT = re.compile(r"\d")
+_SENTENCES = ("The answer is {}.", "It is {}", "{} (from the page)")
+
+
+def answer_only_evaluator(config: dict[str, Any]) -> bool:
+    """True when a task's outcome depends on the answer text alone (no page, no judge)."""
+    ev = config.get("eval") or {}
+    return (list(ev.get("eval_types") or []) == ["string_match"]
+            and "fuzzy_match" not in (ev.get("reference_answers") or {}))
+
+
+def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
+    """Up to ``count`` distinct answers other than ``answer``, of rotating kinds.
+
+    Kinds: a word of the page; a value of the page shaped like ``answer`` (with digits when it
+    has digits, else a whole element name); ``answer`` inside a short sentence.
+    """
+    names = [line.name for line in parse_state(state).lines if line.name]
+    words = sorted({w for name in names for w in name.split()})
+    if _DIGIT.search(answer):
+        shaped = sorted({w for w in words if _DIGIT.search(w)})
+    else:
+        shaped = sorted({n for n in names if 0 < len(n) <= 80})
+    kinds = [words, shaped, [s.format(answer) for s in _SENTENCES] if answer else []]
+    out: list[str] = []
+    start = rng.randrange(len(kinds))
+    for i in range(len(kinds) * 3):
+        if len(out) >= count:
+            break
+        pool = [c for c in kinds[(start + i) % len(kinds)]
+                if c.strip().lower() != answer.strip().lower() and c not in out]
+        if pool:
+            out.append(rng.choice(pool))
+    return out
+
+
+def counterfactual_trajectories(
+    trajectories: Iterable[Trajectory], *, per_answer: int = 2, seed: int = 0,
+) -> list[Trajectory]:
+    """Variants of every recorded final answer of an answer-only task.
+
+    Args:
+        trajectories: Recorded episodes (only those ending in a valid final answer are used).
+        per_answer: Variants per recorded answer.
+        seed: Choice of the variants (deterministic given the episode ids).
+
+    Returns:
+        New trajectories (``agent`` suffixed ``+counterfactual``), labelled by the evaluator.
+    """
+    from dreamgym_agents.agent import _call
+    from dreamgym_agents.evaluation import evaluate_task
+
+    out: list[Trajectory] = []
+    for traj in trajectories:
+        if not traj.transitions or per_answer < 1:
+            continue
+        last = traj.transitions[-1]
+        answer = answer_text(last.action)
+        if (answer is None or not last.valid or not last.terminated
+                or not answer_only_evaluator(traj.task.config)):
+            continue
+        rng = random.Random(f"{seed}|{traj.episode_id}")
+        for j, candidate in enumerate(candidate_answers(last.state, answer, rng, per_answer)):
+            result = evaluate_task(traj.task.config, answer=candidate, page=None, site_urls={})
+            episode_id = f"{traj.episode_id}~cf{j}"
+            step = Transition.from_dict({
+                **copy.deepcopy(last.to_dict()), "episode_id": episode_id,
+                "action": _call("send_msg_to_user", candidate), "reward": result.score,
+                "success": result.success, "done": True, "reasoning": "",
+                "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,
+                         "eval": {"score": result.score, "details": result.details}},
+            })
+            out.append(Trajectory(
+                episode_id=episode_id, task=traj.task,
+                transitions=[*traj.transitions[:-1], step], success=result.success,
+                reward=result.score, agent=f"{traj.agent}+{COUNTERFACTUAL}",
+                provenance=traj.provenance, termination="done",
+                info={"counterfactual_of": traj.episode_id,
+                      "train_from_step": len(traj.transitions) - 1},
+            ))
+    return out
