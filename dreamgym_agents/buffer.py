@@ -369,7 +369,8 @@ class ReplayBuffer:
                 not retrieve itself).
 
         Returns:
-            The transitions, each with its cosine similarity in ``info["similarity"]``.
+            The transitions, each with its cosine similarity in ``info["similarity"]`` and its
+            task's instruction in ``info["intent"]``.
         """
         k = self.cfg.top_k if k is None else k
         if k < 1:
@@ -388,6 +389,7 @@ class ReplayBuffer:
         for meta, distance in zip(result["metadatas"][0], result["distances"][0], strict=True):
             t = record_transition(meta)
             t.info["similarity"] = 1.0 - float(distance)  # cosine space: distance = 1 - cos
+            t.info["intent"] = str(meta.get("intent", ""))
             found.append(t)
         return found
 

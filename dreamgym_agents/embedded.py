@@ -5,10 +5,12 @@ split (oracle, noisy-oracle, quitter and random episodes — the paper's "oracle
 wrong and premature answers so the model learns what failure looks like), annotate it
 with deterministic rationales, seed a replay buffer with it, and train a small causal LM from
 scratch (tokenizer trained on the site's text, small Qwen2) with TRL's SFTTrainer on the compact
-experience prompt. Everything lands in one cache folder, ``$DG_CACHE_DIR`` or
-``~/.cache/dreamgym-agents``, under a name that changes with the recipe, so a new recipe never
-reuses an old model. Every phase is resumable: collection episodes already recorded are kept, and
-a finished build is marked ``READY``.
+experience prompt, with counterfactual final answers labelled by each task's own evaluator.
+Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``: the model under a name
+that changes with the recipe (a new recipe never reuses an old model), the collected episodes
+under a name that changes only with what is collected (so the ablation models, which differ only
+in training, share one collection). Every phase is resumable: collection episodes already
+recorded are kept, and a finished build is marked ``READY``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
+"""Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
+
+COLLECT_VERSION = 3
+"""Bumped whenever what the collection records changes (agents, environment, episode format)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,19 @@ class EmbeddedRecipe:
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
         return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
 
+    @property
+    def collect_key(self) -> str:
+        """Name of the collected episodes: recipes that differ only in training (the ablations)
+        share one collection."""
+        fields = {k: v for k, v in asdict(self).items() if k in COLLECT_FIELDS}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{digest[:8]}"
+
+
+COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
+                  "noise", "max_steps")
+"""The recipe fields that decide which episodes are collected."""
+
 
 def cache_root() -> Path:
     """Where built models live: ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``."""
@@ -98,6 +117,10 @@ def cache_root() -> Path:
 
 def embedded_dir(recipe: EmbeddedRecipe | None = None) -> Path:
     return cache_root() / (recipe or EmbeddedRecipe()).key
+
+
+def collect_dir(recipe: EmbeddedRecipe | None = None) -> Path:
+    return cache_root() / (recipe or EmbeddedRecipe()).collect_key
 
 
 def is_ready(recipe: EmbeddedRecipe | None = None) -> bool:
@@ -148,7 +171,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.env import EnvConfig, make_family
-    from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
+    from dreamgym_agents.graph import TRAJECTORIES_FILE
     from dreamgym_agents.training.experience_data import ExampleConfig
     from dreamgym_agents.training.experience_pipeline import train_from_trajectories
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
@@ -164,23 +187,17 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
             ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks),
             ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks)]
     trajectories = []
+    shared = collect_dir(recipe)
     try:
-        say(f"embedded experience model: collecting on the bundled site "
-            f"({family.prepare(env_cfg, tasks)})")
-        for name, agent, count in plan:
-            # Spread each agent over the whole split (every template), deterministically.
-            chosen = tasks[:: max(1, len(tasks) // max(count, 1))][:count]
-            out = folder / "collect" / name
-            say(f"  {name}: {len(chosen)} episodes")
-            run_cfg = RunConfig(out_dir=out, concurrency=recipe.concurrency,
-                                max_steps=recipe.max_steps,
-                                meta={"command": "embedded-collect", "agent": name,
-                                      "recipe": asdict(recipe)})
-            asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
-                                     on_episode=on_episode))
-            trajectories.extend(read_trajectories(out / TRAJECTORIES_FILE))
+        with _build_lock(shared):
+            if (shared / "COMPLETE").exists():
+                say(f"embedded experience model: reusing the episodes collected in {shared}")
+            else:
+                _collect(recipe, shared, plan, tasks, family, env_cfg, say, on_episode)
     finally:
         family.close()
+    for name, _, _ in plan:
+        trajectories.extend(read_trajectories(shared / name / TRAJECTORIES_FILE))
     for traj in trajectories:
         traj.provenance = "offline"
         for t in traj.transitions:
@@ -212,3 +229,23 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
         f"{manifest['steps']} steps; total {timings['total_s']:.0f} s")
     return {k: round(v, 1) for k, v in timings.items()}
+
+
+def _collect(recipe: EmbeddedRecipe, shared: Path, plan: list, tasks: list, family: Any,
+             env_cfg: Any, say: Progress, on_episode: Callable[[Any], None] | None) -> None:
+    """Play every agent of the plan on the bundled site (resumable: recorded episodes stay)."""
+    from dreamgym_agents.graph import RunConfig, run_episodes
+
+    say(f"embedded experience model: collecting on the bundled site "
+        f"({family.prepare(env_cfg, tasks)})")
+    for name, agent, count in plan:
+        # Spread each agent over the whole split (every template), deterministically.
+        chosen = tasks[:: max(1, len(tasks) // max(count, 1))][:count]
+        say(f"  {name}: {len(chosen)} episodes")
+        run_cfg = RunConfig(out_dir=shared / name, concurrency=recipe.concurrency,
+                            max_steps=recipe.max_steps,
+                            meta={"command": "embedded-collect", "agent": name,
+                                  "recipe": asdict(recipe)})
+        asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                 on_episode=on_episode))
+    (shared / "COMPLETE").write_text(json.dumps({"recipe": asdict(recipe)}, sort_keys=True))

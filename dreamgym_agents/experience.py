@@ -172,6 +172,23 @@ def render_demos(demos: list[Transition], max_lines: int) -> str:
     return "\n\n".join(blocks)
 
 
+FINAL_ANSWER_CANDIDATES = 4
+"""Candidates fetched per demonstration slot for a final answer, before re-ranking by task."""
+
+
+def retrieve_demos(
+    retriever: Retriever, intent: str, state: str, action: str, *, k: int,
+    where: dict | None = None, exclude_episode: str | None = None,
+) -> list[Transition]:
+    """The ``k`` demonstrations of one step, as training and inference both choose them."""
+    from dreamgym_agents.experience_compact import answer_text, rerank_final_answer_demos
+
+    final = bool(intent) and answer_text(action) is not None
+    found = retriever.retrieve(state, action, k=k * FINAL_ANSWER_CANDIDATES if final else k,
+                               where=where, exclude_episode=exclude_episode)
+    return rerank_final_answer_demos(intent, action, found, k) if final else found[:k]
+
+
 def transition_id(t: Transition) -> str:
     """A transition's id in reports: ``<episode_id>:<step>``."""
     return f"{t.episode_id}:{t.step}"
@@ -457,14 +474,18 @@ class ExperienceModel:
         return {**{f"experience/{k}": v for k, v in counts.items()},
                 "experience/failure_rate": rate}
 
-    def retrieve(self, state: str, action: str, exclude_episode: str | None = None) -> list:
-        """The demonstrations for this step (none when retrieval is off or there is no buffer)."""
+    def retrieve(self, state: str, action: str, exclude_episode: str | None = None, *,
+                 intent: str = "") -> list:
+        """The demonstrations for this step (none when retrieval is off or there is no buffer).
+
+        For a final answer with a known task ``intent``, more candidates are fetched and those
+        whose task asks the same kind of question come first
+        (:func:`~dreamgym_agents.experience_compact.rerank_final_answer_demos`).
+        """
         if not self.cfg.use_retrieval or self.buffer is None:
             return []
-        return self.buffer.retrieve(
-            state, action, k=self.cfg.top_k, where=self.cfg.retrieval_where,
-            exclude_episode=exclude_episode,
-        )[: self.cfg.top_k]
+        return retrieve_demos(self.buffer, intent, state, action, k=self.cfg.top_k,
+                              where=self.cfg.retrieval_where, exclude_episode=exclude_episode)
 
     def render_inputs(
         self, task: Task | str, history: list[Transition], state: str, action: str,
@@ -520,7 +541,8 @@ class ExperienceModel:
         Raises:
             ModelError: The model call failed (after the gateway's own retries).
         """
-        demos = self.retrieve(state, action, exclude_episode)
+        intent = task.intent if isinstance(task, Task) else task
+        demos = self.retrieve(state, action, exclude_episode, intent=intent)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
         overrides: dict[str, Any] = {}

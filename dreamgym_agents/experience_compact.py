@@ -82,6 +82,35 @@ def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], in
     return ordered[:limit], len(hits)
 
 
+_INTENT_WORD = re.compile(r"[a-z]+")
+
+
+def _intent_words(text: str) -> set[str]:
+    return set(_INTENT_WORD.findall(text.lower()))
+
+
+def rerank_final_answer_demos(
+    intent: str, action: str, demos: list[Transition], k: int
+) -> list[Transition]:
+    """For a final answer, prefer demonstrations whose task asks the same kind of question.
+
+    Whether an answer is right depends on what the task asks; (state, action) similarity alone
+    pulls in answers to other questions about the same page. Candidates are re-ordered by the
+    word overlap (Jaccard) of their task with this one, then by similarity. Other actions keep
+    the similarity order.
+    """
+    if answer_text(action) is None:
+        return demos[:k]
+    mine = _intent_words(intent)
+
+    def score(t: Transition) -> tuple[float, float]:
+        theirs = _intent_words(str(t.info.get("intent", "")))
+        overlap = len(mine & theirs) / len(mine | theirs) if mine or theirs else 0.0
+        return overlap, float(t.info.get("similarity", 0.0))
+
+    return sorted(demos, key=score, reverse=True)[:k]
+
+
 def changed_lines(state: str, other: str) -> list[str]:
     """Body lines of ``state`` missing from ``other`` (``+``) and of ``other`` missing here (``-``).
 
@@ -146,10 +175,17 @@ def render_compact(
             # Only the best demonstration's differences are spelled out (prompt length).
             limit = max_changed if i == 1 else 0
             shown = changes[:limit] + (["…"] if len(changes) > limit else [])
+            said = answer_text(demo.action)
+            if said is not None:  # a final answer: its task and where its page shows it
+                found, _ = answer_lines(demo.state, said, limit=1)
+                what = (f"task: {demo.info.get('intent', '?')} | "
+                        f"answer on page: {found[0] if found else '(not found)'} | ")
+            else:
+                what = ""
             parts.append(
                 f"demo {i}: {head(demo.state).split(' | ')[0]} | "
                 f"{describe_action(demo.state, demo.action)} -> "
-                f"{head(demo.next_state).split(' | ')[0]} | reward {demo.reward:g} "
+                f"{head(demo.next_state).split(' | ')[0]} | {what}reward {demo.reward:g} "
                 f"done {int(demo.terminated)} success {int(demo.success)} | page differs by "
                 f"{len(changes)} lines" + "".join(f"\n  {c}" for c in shown)
             )

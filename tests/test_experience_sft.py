@@ -5,7 +5,6 @@ import json
 import math
 
 import pytest
-
 from test_experience_training_data import ListRetriever, episode
 
 from dreamgym_agents.buffer import BufferConfig, ReplayBuffer

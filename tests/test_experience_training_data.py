@@ -2,6 +2,7 @@ from dreamgym_agents.experience_compact import (
     answer_lines,
     answer_text,
     render_compact,
+    rerank_final_answer_demos,
     target_line,
 )
 from dreamgym_agents.state_delta import expand_state
@@ -104,9 +105,14 @@ def test_counterfactual_answers_are_labelled_by_the_evaluator():
     # Page-dependent evaluators cannot be replayed on text: no variants.
     traj.task = answer_task({}, eval_types=("program_html",))
     assert counterfactual_trajectories([traj], per_answer=2) == []
-    # Exact match: the answer inside a sentence fails.
+    # Exact match: a quoted answer passes (quotes are cleaned), a sentence does not.
     traj.task = answer_task({"exact_match": "$9.99"})
-    assert not any(v.success for v in counterfactual_trajectories([traj], per_answer=3))
+    variants = counterfactual_trajectories([traj], per_answer=4)
+    assert any(not v.success for v in variants) and any(v.success for v in variants)
+    for v in variants:
+        assert v.success is (answer_text(v.transitions[-1].action) == "'$9.99'")
+    # Wrong recorded answers are not varied.
+    assert counterfactual_trajectories([episode("w", "$1.00", False)], per_answer=2) == []
 
 
 def test_counterfactual_variants_train_only_their_final_step_without_leaks():
@@ -131,3 +137,18 @@ def test_counterfactual_variants_train_only_their_final_step_without_leaks():
     # A variant never sees its source episode, and no example sees its own task.
     assert seen[-1] == ({"provenance": "offline", "task_id": {"$ne": "t1"}}, "a")
     assert seen[2][0]["task_id"] == {"$ne": "t2"}
+
+
+def test_final_answer_demos_prefer_the_same_kind_of_question():
+    def demo(intent: str, similarity: float) -> Transition:
+        return Transition("d", 0, "x", LAPTOPS, "send_msg_to_user('$9.99')", LAPTOPS,
+                          reward=1.0, done=True, success=True,
+                          info={"intent": intent, "similarity": similarity})
+
+    rating, price = demo("What is the rating of Foo?", 0.9), demo("What is the price of Bar?", 0.5)
+    task = "What is the price of Baz?"
+    assert rerank_final_answer_demos(task, "send_msg_to_user('1')", [rating, price], 1) == [price]
+    assert rerank_final_answer_demos(task, "click('14')", [rating, price], 1) == [rating]
+    text = render_compact(task, [], LAPTOPS, "send_msg_to_user('$9.99')", [price])[0]["content"]
+    assert ("task: What is the price of Bar? | answer on page: StaticText '$9.99' | reward 1"
+            in text)

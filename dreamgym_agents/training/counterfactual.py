@@ -4,9 +4,9 @@ An experience model must tell a right final answer from a wrong one, and recorde
 wrong ones: an oracle always answers right, and exploration rarely answers at all. For tasks
 whose evaluator reads only the answer text (WebArena ``string_match`` without an LLM judge), the
 outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
-pure function of the text. So each recorded final answer yields a few variants — a word of the
+pure function of the text. So each recorded right answer yields a few variants — a word of the
 page (what random and giving-up agents say), a value of the page shaped like the right answer (a
-plausible mistake), the right answer inside a sentence — each labelled by
+plausible mistake), the right answer quoted or inside a sentence — each labelled by
 :func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
 
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
@@ -39,10 +39,11 @@ def answer_only_evaluator(config: dict[str, Any]) -> bool:
 
 
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
-    """Up to ``count`` distinct answers other than ``answer``, of rotating kinds.
+    """Up to ``count`` distinct answers other than ``answer``: mistakes first, then rewordings.
 
-    Kinds: a word of the page; a value of the page shaped like ``answer`` (with digits when it
-    has digits, else a whole element name); ``answer`` inside a short sentence.
+    Mistakes alternate between a word of the page and a value of the page shaped like
+    ``answer`` (with digits when it has digits, else a whole element name); rewordings are
+    ``answer`` in quotes or inside a short sentence (the evaluator decides whether they pass).
     """
     names = [line.name for line in parse_state(state).lines if line.name]
     words = sorted({w for name in names for w in name.split()})
@@ -50,13 +51,15 @@ def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -
         shaped = sorted({w for w in words if _DIGIT.search(w)})
     else:
         shaped = sorted({n for n in names if 0 < len(n) <= 80})
-    kinds = [words, shaped, [s.format(answer) for s in _SENTENCES] if answer else []]
+    mistakes = [words, shaped]
+    rng.shuffle(mistakes)
+    rewordings = [f"'{answer}'", *(s.format(answer) for s in _SENTENCES)] if answer else []
+    kinds = [mistakes[0], rewordings, mistakes[1], rewordings]
     out: list[str] = []
-    start = rng.randrange(len(kinds))
-    for i in range(len(kinds) * 3):
+    for pool_source in kinds * 2:
         if len(out) >= count:
             break
-        pool = [c for c in kinds[(start + i) % len(kinds)]
+        pool = [c for c in pool_source
                 if c.strip().lower() != answer.strip().lower() and c not in out]
         if pool:
             out.append(rng.choice(pool))
@@ -85,7 +88,9 @@ def counterfactual_trajectories(
             continue
         last = traj.transitions[-1]
         answer = answer_text(last.action)
-        if (answer is None or not last.valid or not last.terminated
+        # Only right answers are varied: their mistakes are the negatives recorded data lacks
+        # (wrong answers are already negatives, and their variants would mostly be too).
+        if (answer is None or not last.valid or not last.success
                 or not answer_only_evaluator(traj.task.config)):
             continue
         rng = random.Random(f"{seed}|{traj.episode_id}")

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dreamgym_agents.experience import retrieve_demos
 from dreamgym_agents.experience_compact import render_compact
 from dreamgym_agents.state_delta import encode_state
 from dreamgym_agents.training.annotate import deterministic_rationale
@@ -102,8 +103,8 @@ def build_examples(
             if cfg.exclude_same_task and traj.task.task_id:
                 scope = {**(where or {}), "task_id": {"$ne": traj.task.task_id}}
             source = str(traj.info.get("counterfactual_of") or traj.episode_id)
-            demos = retriever.retrieve(t.state, t.action, k=cfg.top_k, where=scope,
-                                       exclude_episode=source)[: cfg.top_k]
+            demos = retrieve_demos(retriever, traj.task.intent, t.state, t.action,
+                                   k=cfg.top_k, where=scope, exclude_episode=source)
         messages = render_compact(
             traj.task.intent,
             traj.transitions[:i] if cfg.use_history else None,

@@ -1,0 +1,49 @@
+"""The embedded default's build, end to end on a tiny recipe: collect on the bundled site, add
+counterfactual answers, seed the buffer, train, mark READY; a recipe that differs only in
+training (an ablation) reuses the collected episodes instead of playing them again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dreamgym_agents.embedded import (
+    EmbeddedRecipe,
+    collect_dir,
+    embedded_dir,
+    ensure_embedded_experience_model,
+    is_ready,
+)
+from dreamgym_agents.training.experience_pipeline import read_manifest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
+            hidden_size=32, num_layers=1, vocab_size=500, epochs=1.0, batch_size=4,
+            sft_budget_s=60.0, counterfactual_answers=1)
+
+
+def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    recipe = EmbeddedRecipe(**TINY)
+    said: list[str] = []
+    paths = ensure_embedded_experience_model(recipe, progress=said.append)
+    assert is_ready(recipe) and paths["model"] == f"hf/{embedded_dir(recipe) / 'model'}"
+    assert (collect_dir(recipe) / "COMPLETE").exists()
+    ready = json.loads((embedded_dir(recipe) / "READY").read_text())
+    assert ready["timings"]["total_s"] >= ready["timings"]["collect_s"] > 0
+    manifest = read_manifest(paths["checkpoint"])
+    assert manifest["episodes"] == 3 + 1 + 2 + 1
+    assert manifest["counterfactual_answers"]["per_answer"] == 1
+    assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
+    assert any("collecting on the bundled site" in line for line in said)
+
+    ablation = EmbeddedRecipe(**TINY, use_history=False)
+    assert ablation.collect_key == recipe.collect_key and ablation.key != recipe.key
+    said.clear()
+    ensure_embedded_experience_model(ablation, progress=said.append)
+    assert is_ready(ablation)
+    assert any("reusing the episodes" in line for line in said)
+    assert not any("collecting on the bundled site" in line for line in said)
+    assert read_manifest(embedded_dir(ablation) / "model")["example_config"]["use_history"] is False
