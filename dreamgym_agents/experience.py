@@ -563,7 +563,8 @@ class ExperienceModel:
                 # A next state written as a reference plus edits (state_delta) is expanded here,
                 # so everything downstream sees full states.
                 prediction.output.next_state = expand_state(
-                    prediction.output.next_state, state, [d.next_state for d in demos]
+                    prediction.output.next_state, state, [d.next_state for d in demos],
+                    history[-1].state if history and self.cfg.use_history else None,
                 )
             except (ExperienceParseError, StateReferenceError) as exc:
                 prediction.output = None

@@ -4,6 +4,8 @@ An experience model may write the next state in full, or as a reference to a sta
 followed by edits. The reference is the first line of the ``<next_state>`` block:
 
 - ``@state``: the current state;
+- ``@previous``: the state before the last action (where ``go_back`` returns), when the
+  model is given the episode's history;
 - ``@demo N``: the next state of the N-th retrieved demonstration (1-based, as shown).
 
 Each following line is an edit applied in order with a cursor (initially at the end):
@@ -22,6 +24,7 @@ from __future__ import annotations
 import difflib
 
 STATE_REF = "@state"
+PREVIOUS_REF = "@previous"
 DEMO_REF = "@demo"
 
 
@@ -32,16 +35,18 @@ class StateReferenceError(ValueError):
 def is_reference(text: str) -> bool:
     """True when a ``<next_state>`` block is written as a reference plus edits."""
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    return first == STATE_REF or first.startswith(DEMO_REF)
+    return first in (STATE_REF, PREVIOUS_REF) or first.startswith(DEMO_REF)
 
 
-def expand_state(text: str, current: str, demo_next_states: list[str]) -> str:
+def expand_state(text: str, current: str, demo_next_states: list[str],
+                 previous: str | None = None) -> str:
     """Turn a reference-plus-edits block into the full state (a full state is returned as is).
 
     Args:
         text: The ``<next_state>`` block.
         current: The current state (``@state``).
         demo_next_states: The retrieved demonstrations' next states, in the order shown.
+        previous: The state before the last action (``@previous``); None when there is none.
 
     Raises:
         StateReferenceError: The reference is malformed or names a demo that was not shown, or an
@@ -53,6 +58,10 @@ def expand_state(text: str, current: str, demo_next_states: list[str]) -> str:
     head, edits = lines[0].strip(), lines[1:]
     if head == STATE_REF:
         base = current
+    elif head == PREVIOUS_REF:
+        if previous is None:
+            raise StateReferenceError(f"{head!r}: there is no previous state at the first step")
+        base = previous
     else:
         number = head[len(DEMO_REF):].strip()
         if not number.isdigit() or not 1 <= int(number) <= len(demo_next_states):
@@ -106,22 +115,25 @@ def diff_edits(base: str, target: str) -> list[str]:
     return edits
 
 
-def encode_state(target: str, current: str, demo_next_states: list[str]) -> str:
-    """The shortest faithful way to write ``target``: full, ``@state`` or ``@demo N`` + edits.
+def encode_state(target: str, current: str, demo_next_states: list[str],
+                 previous: str | None = None) -> str:
+    """The shortest faithful way to write ``target``: full, or ``@state`` / ``@previous`` /
+    ``@demo N`` plus edits.
 
     Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
     confuse the cursor) are discarded, so decoding an encoded state is always lossless.
     """
     full = "\n".join(ln for ln in target.splitlines() if ln.strip())
     best, best_len = full, len(full.splitlines())
-    bases = [(STATE_REF, current)] + [
-        (f"{DEMO_REF} {i + 1}", s) for i, s in enumerate(demo_next_states)
-    ]
+    bases = [(STATE_REF, current)]
+    if previous is not None:
+        bases.append((PREVIOUS_REF, previous))
+    bases += [(f"{DEMO_REF} {i + 1}", s) for i, s in enumerate(demo_next_states)]
     for ref, base in bases:
         edits = diff_edits(base, target)
         if len(edits) + 1 >= best_len:
             continue
         text = "\n".join([ref, *edits])
-        if expand_state(text, current, demo_next_states) == full:
+        if expand_state(text, current, demo_next_states, previous) == full:
             best, best_len = text, len(edits) + 1
     return best

@@ -52,3 +52,13 @@ def test_encode_is_lossless_and_short(target, current, demos):
 def test_encode_prefers_the_matching_demo():
     assert encode_state(CART, HOME, [HOME, CART]) == "@demo 2"
     assert diff_edits(CART, CART) == []
+
+
+def test_going_back_is_written_as_the_previous_state():
+    # On the cart page after coming from home, "go back" returns home: one reference line.
+    assert encode_state(HOME, CART, [CART], previous=HOME) == "@previous"
+    assert expand_state("@previous", CART, [CART], previous=HOME) == HOME
+    assert encode_state(HOME, CART, [CART]) != "@previous"  # not offered: not used
+    with pytest.raises(StateReferenceError, match="previous"):
+        expand_state("@previous", CART, [])
+    assert is_reference("@previous\n+ StaticText 'x'")

@@ -57,10 +57,12 @@ class ExampleConfig:
     exclude_same_task: bool = True
 
 
-def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool) -> str:
-    """The target answer for one transition."""
+def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool,
+                    previous: str | None = None) -> str:
+    """The target answer for one transition (``previous``: the state before the last action,
+    offered as ``@previous`` when the model sees the history)."""
     rationale = t.info.get("em_rationale") or deterministic_rationale(t)
-    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos])
+    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous)
     return (
         f"<reasoning>{rationale if use_reasoning else ''}</reasoning>\n"
         f"<next_state>\n{next_state}\n</next_state>\n"
@@ -114,7 +116,9 @@ def build_examples(
         )
         examples.append({
             "messages": messages,
-            "completion": completion_text(t, demos, use_reasoning=cfg.use_reasoning),
+            "completion": completion_text(
+                t, demos, use_reasoning=cfg.use_reasoning,
+                previous=traj.transitions[i - 1].state if cfg.use_history and i else None),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
         })
     return examples
