@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import chromadb
 
 from dreamgym_agents.embedding import (
+    HashEmbeddingFunction,
     Record,
     check_embedding_spec,
     make_embedding_function,
@@ -222,6 +223,16 @@ class ReplayBuffer:
                 collection = self._client.get_collection(name, embedding_function=None)
         persisted = collection._model.configuration_json.get("embedding_function") or {}
         ours = {"name": self._ef.name(), "config": self._ef.get_config()}
+        theirs = persisted.get("config") or {}
+        if (persisted.get("name") == ours["name"] == HashEmbeddingFunction.name()
+                and theirs.get("dim") == ours["config"]["dim"]
+                and theirs.get("action_weight") != ours["config"]["action_weight"]):
+            # A buffer made with another state/action weighting (an older default) keeps its
+            # own: the weighting is part of its stored vectors.
+            self._ef = HashEmbeddingFunction.build_from_config(theirs)
+            with self._guard():
+                collection = self._client.get_collection(name, embedding_function=self._ef)
+            return collection
         if (persisted.get("name"), persisted.get("config")) != (ours["name"], ours["config"]):
             raise ConfigError(
                 f"collection {name!r} was created with embedding {persisted.get('name')} "

@@ -233,6 +233,25 @@ def test_reopen_keeps_counts_and_checks_embedding(cfg):
         ReplayBuffer(other)
 
 
+def test_a_buffer_keeps_the_action_weight_it_was_made_with(cfg, monkeypatch):
+    import dreamgym_agents.buffer as buffer_module
+
+    made = buffer_module.make_embedding_function
+    monkeypatch.setattr(buffer_module, "make_embedding_function",
+                        lambda *a, **kw: HashEmbeddingFunction(dim=cfg.hash_dim,
+                                                               action_weight=0.35))
+    with ReplayBuffer(cfg) as buf:  # an older default weighting
+        buf.add(corpus())
+        before = buf.retrieve(page("laptops", LAPTOPS), "click('24')", k=3)
+    monkeypatch.setattr(buffer_module, "make_embedding_function", made)
+    with ReplayBuffer(cfg) as buf:  # reopened with today's default: no error, same answers
+        assert buf._ef.action_weight == 0.35
+        after = buf.retrieve(page("laptops", LAPTOPS), "click('24')", k=3)
+    assert [(t.episode_id, t.step) for t in after] == [(t.episode_id, t.step) for t in before]
+    assert [t.info["similarity"] for t in after] == pytest.approx(
+        [t.info["similarity"] for t in before])
+
+
 def test_config_validation():
     with pytest.raises(ConfigError, match="'hash'.*st:.*litellm:"):
         BufferConfig(embedding="word2vec")
