@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 3
@@ -50,8 +50,9 @@ class EmbeddedRecipe:
         noisy_tasks: Train tasks played by the noisy oracle.
         quitter_tasks: Train tasks where the agent answers wrongly or too early.
         random_tasks: Train tasks played by the random agent.
-        counterfactual_answers: Variants of each recorded final answer, labelled by the task's
+        counterfactual_answers: Variants of each recorded right answer, labelled by the task's
             own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
+        final_answer_repeat: Times each final-answer example is trained on.
         noise: Exploration rate of the noisy oracle.
         max_steps: Episode length limit while collecting.
         concurrency: Browser episodes at once while collecting.
@@ -75,6 +76,7 @@ class EmbeddedRecipe:
     quitter_tasks: int = 160
     random_tasks: int = 30
     counterfactual_answers: int = 2
+    final_answer_repeat: int = 2
     noise: float = 0.3
     max_steps: int = 10
     concurrency: int = 2
@@ -213,7 +215,8 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
             trajectories, buffer,
             ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed,
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
-                          use_reasoning=recipe.use_reasoning),
+                          use_reasoning=recipe.use_reasoning,
+                          final_answer_repeat=recipe.final_answer_repeat),
             ExperienceSFTConfig(
                 output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,

@@ -66,6 +66,54 @@ def answer_text(action: str) -> str | None:
     return match.group(2) if match.group(2) is not None else match.group(3)
 
 
+_MONEY = re.compile(r"^\$\s?\d[\d,]*(?:\.\d+)?$")
+_INTEGER = re.compile(r"^\d[\d,]*$")
+_DECIMAL = re.compile(r"^\d+\.\d+$")
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DATE = re.compile(rf"\b(?:{'|'.join(_MONTHS)})[a-z]*\.?\s+\d{{1,2}},?\s+\d{{4}}\b|"
+                   r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b", re.IGNORECASE)
+# What a question asks for, by its wording (first match wins).
+_ASKS = (
+    (re.compile(r"\bhow many\b|answer with a number", re.I), "a number"),
+    (re.compile(r"\b(?:price|cost|how much|total|spend|spent|amount)\b", re.I),
+     "an amount of money"),
+    (re.compile(r"\brating\b", re.I), "a rating"),
+    (re.compile(r"\b(?:date|when)\b", re.I), "a date"),
+    (re.compile(r"\bwho\b", re.I), "a name"),
+    (re.compile(r"\bstatus\b", re.I), "a status"),
+)
+
+
+def answer_kind(answer: str) -> str:
+    """What an answer looks like: ``an amount of money``, ``a number``, ``a date``, ``text (2
+    words)``, ``an empty answer``."""
+    text = answer.strip().strip("'\"").strip()
+    if not text:
+        return "an empty answer"
+    if _MONEY.match(text):
+        return "an amount of money"
+    if _INTEGER.match(text):
+        return "a number"
+    if _DECIMAL.match(text):
+        return "a decimal number"
+    if _DATE.search(text):
+        return "a date"
+    words = len(text.split())
+    return f"text ({words} word{'s' if words != 1 else ''})"
+
+
+def asked_kind(intent: str) -> str:
+    """What a task asks the agent to say, by its wording; ``an action`` for a task that asks to
+    do something rather than to answer."""
+    question = "?" in intent or re.search(r"\btell me\b", intent, re.I)
+    if not question:
+        return "an action (then any short reply)"
+    for pattern, kind in _ASKS:
+        if pattern.search(intent):
+            return kind
+    return "a value"
+
+
 def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], int]:
     """Body lines of ``state`` that contain ``answer`` as whole words; ``(first few, count)``.
 
@@ -166,6 +214,7 @@ def render_compact(
     answer = answer_text(action)
     if answer is not None:
         hits, count = answer_lines(state, answer)
+        parts.append(f"answer is {answer_kind(answer)}; the task asks for {asked_kind(intent)}")
         parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
     if demos is not None:
         if not demos:

@@ -1,6 +1,10 @@
+import pytest
+
 from dreamgym_agents.experience_compact import (
+    answer_kind,
     answer_lines,
     answer_text,
+    asked_kind,
     render_compact,
     rerank_final_answer_demos,
     target_line,
@@ -46,6 +50,7 @@ def test_prompt_pieces():
     assert answer_text("stop [N/A]") == "N/A" and answer_text("click('1')") is None
     text = render_compact("Price?", [], LAPTOPS, "send_msg_to_user('$9.99')", [])[0]["content"]
     assert "answer on page (1 lines): StaticText '$9.99'" in text and "demos: (none)" in text
+    assert "answer is an amount of money; the task asks for an amount of money" in text
     ablated = render_compact("Price?", None, LAPTOPS, "click('14')", None)[0]["content"]
     assert "history:" not in ablated and "demo 1" not in ablated and "demos:" not in ablated
 
@@ -152,3 +157,33 @@ def test_final_answer_demos_prefer_the_same_kind_of_question():
     text = render_compact(task, [], LAPTOPS, "send_msg_to_user('$9.99')", [price])[0]["content"]
     assert ("task: What is the price of Bar? | answer on page: StaticText '$9.99' | reward 1"
             in text)
+
+
+@pytest.mark.parametrize("answer,kind", [
+    ("$546.99", "an amount of money"), ("$2,076.26", "an amount of money"), ("9", "a number"),
+    ("3.6", "a decimal number"), ("Dec 13, 2024", "a date"), ("of", "text (1 word)"),
+    ("William Foster", "text (2 words)"), ("  ", "an empty answer"), ("'12'", "a number"),
+])
+def test_answer_kind(answer, kind):
+    assert answer_kind(answer) == kind
+
+
+@pytest.mark.parametrize("intent,kind", [
+    ("What is the price of X?", "an amount of money"),
+    ("How many customer reviews does X have? Answer with a number.", "a number"),
+    ("What is the average customer rating of X?", "a rating"),
+    ("On what date did I place order #1?", "a date"),
+    ("Who wrote the most recent review of X?", "a name"),
+    ("What is the jacket of X?", "a value"),
+    ("Sign in as a, then tell me the grand total of my last order.", "an amount of money"),
+    ("Open the product page of X.", "an action (then any short reply)"),
+])
+def test_asked_kind(intent, kind):
+    assert asked_kind(intent) == kind
+
+
+def test_final_answers_can_weigh_more():
+    trajs = [episode("a", "$9.99", True)]
+    examples = build_examples(trajs, None, ExampleConfig(use_retrieval=False,
+                                                         final_answer_repeat=3))
+    assert [e["meta"]["step"] for e in examples] == [0, 1, 1, 1]

@@ -16,7 +16,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from dreamgym_agents.experience_compact import answer_lines, answer_text, head, target_line
+from dreamgym_agents.experience_compact import (
+    answer_kind,
+    answer_lines,
+    answer_text,
+    asked_kind,
+    head,
+    target_line,
+)
 from dreamgym_agents.types import Trajectory, Transition
 
 if TYPE_CHECKING:
@@ -31,8 +38,8 @@ def _path(state: str) -> str:
     return head(state).split(" | ")[0]
 
 
-def deterministic_rationale(t: Transition) -> str:
-    """A short rationale derived from the transition (no model involved)."""
+def deterministic_rationale(t: Transition, intent: str = "") -> str:
+    """A short rationale derived from the transition and its task (no model involved)."""
     target = target_line(t.state, t.action)
     verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
     parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
@@ -41,7 +48,9 @@ def deterministic_rationale(t: Transition) -> str:
     if answer is not None:
         hits, _ = answer_lines(t.state, answer, limit=1)
         where = f"the page shows it in {hits[0]}" if hits else "the page does not show it"
-        parts.append(f"This is its final answer {answer!r}; {where}.")
+        kinds = f"{answer_kind(answer)} for a task asking for {asked_kind(intent)}" if intent \
+            else answer_kind(answer)
+        parts.append(f"This is its final answer {answer!r}, {kinds}; {where}.")
     elif after != before:
         parts.append(f"The site goes to {after}.")
     elif t.next_state.strip() != t.state.strip():
@@ -62,7 +71,7 @@ def annotate_deterministic(trajectories: list[Trajectory]) -> int:
     count = 0
     for traj in trajectories:
         for t in traj.transitions:
-            t.info["em_rationale"] = deterministic_rationale(t)
+            t.info["em_rationale"] = deterministic_rationale(t, traj.task.intent)
             t.info["em_rationale_source"] = DETERMINISTIC
             count += 1
     return count
@@ -104,7 +113,7 @@ def annotate_with_teacher(
                 reward=t.reward, done=str(t.terminated).lower(), success=str(t.success).lower())}])
             text = reply.text.strip()
             if not text:  # an empty teacher answer: fall back, labelled as such
-                t.info["em_rationale"] = deterministic_rationale(t)
+                t.info["em_rationale"] = deterministic_rationale(t, intent)
                 t.info["em_rationale_source"] = DETERMINISTIC
             else:
                 t.info["em_rationale"] = " ".join(text.split())

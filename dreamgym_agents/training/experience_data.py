@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.experience import retrieve_demos
-from dreamgym_agents.experience_compact import render_compact
+from dreamgym_agents.experience_compact import answer_text, render_compact
 from dreamgym_agents.state_delta import encode_state
 from dreamgym_agents.training.annotate import deterministic_rationale
 from dreamgym_agents.types import Trajectory, Transition
@@ -45,6 +45,8 @@ class ExampleConfig:
         exclude_same_task: Retrieve demonstrations from *other* tasks only, as a held-out task
             sees them (otherwise the model learns to copy a demo of the very same task, which
             no new task has).
+        final_answer_repeat: Times each final-answer example is included: the whole judgement
+            of an answer is a few tokens of a long completion, and rarer than page changes.
     """
 
     top_k: int = 3
@@ -55,13 +57,14 @@ class ExampleConfig:
     max_examples: int | None = None
     seed: int = 0
     exclude_same_task: bool = True
+    final_answer_repeat: int = 1
 
 
 def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool,
-                    previous: str | None = None) -> str:
+                    previous: str | None = None, intent: str = "") -> str:
     """The target answer for one transition (``previous``: the state before the last action,
-    offered as ``@previous`` when the model sees the history)."""
-    rationale = t.info.get("em_rationale") or deterministic_rationale(t)
+    offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
+    rationale = t.info.get("em_rationale") or deterministic_rationale(t, intent)
     next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous)
     return (
         f"<reasoning>{rationale if use_reasoning else ''}</reasoning>\n"
@@ -114,11 +117,13 @@ def build_examples(
             demos if cfg.use_retrieval else None,
             history_steps=cfg.history_steps, use_reasoning=cfg.use_reasoning,
         )
-        examples.append({
+        repeat = cfg.final_answer_repeat if answer_text(t.action) is not None else 1
+        examples.extend({
             "messages": messages,
             "completion": completion_text(
                 t, demos, use_reasoning=cfg.use_reasoning,
-                previous=traj.transitions[i - 1].state if cfg.use_history and i else None),
+                previous=traj.transitions[i - 1].state if cfg.use_history and i else None,
+                intent=traj.task.intent),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
-        })
+        } for _ in range(max(1, repeat)))
     return examples
