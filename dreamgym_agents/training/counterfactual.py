@@ -5,9 +5,8 @@ wrong ones: an oracle always answers right, and exploration rarely answers at al
 whose evaluator reads only the answer text (WebArena ``string_match`` without an LLM judge), the
 outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
 pure function of the text. So each recorded right answer yields a few variants — a word of the
-page (what random and giving-up agents say), a value of the page shaped like the right answer (a
-plausible mistake), the right answer quoted or inside a sentence — each labelled by
-:func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
+page (what random and giving-up agents say), the right answer quoted or inside a sentence — each
+labelled by :func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
 
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
 ``info["train_from_step"]``) and the new final step. Variants are training examples, not buffer
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import random
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,7 +25,6 @@ from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition
 
 COUNTERFACTUAL = "counterfactual"
-_DIGIT = re.compile(r"\d")
 _SENTENCES = ("The answer is {}.", "It is {}", "{} (from the page)")
 
 
@@ -39,24 +36,20 @@ def answer_only_evaluator(config: dict[str, Any]) -> bool:
 
 
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
-    """Up to ``count`` distinct answers other than ``answer``: mistakes first, then rewordings.
+    """Up to ``count`` distinct answers other than ``answer``: a mistake, then a rewording, ….
 
-    Mistakes alternate between a word of the page and a value of the page shaped like
-    ``answer`` (with digits when it has digits, else a whole element name); rewordings are
+    Mistakes are words of the page (what random and giving-up agents say); rewordings are
     ``answer`` in quotes or inside a short sentence (the evaluator decides whether they pass).
+    Plausible mistakes (another value of the same kind from the page, such as another product's
+    price) are left out on purpose: telling them apart needs knowing which line belongs to the
+    asked entity, which the compact prompt does not show, and a small model trained on them
+    learned only to doubt every right answer (measured: recipe v6 in docs/RESULTS.md).
     """
     names = [line.name for line in parse_state(state).lines if line.name]
     words = sorted({w for name in names for w in name.split()})
-    if _DIGIT.search(answer):
-        shaped = sorted({w for w in words if _DIGIT.search(w)})
-    else:
-        shaped = sorted({n for n in names if 0 < len(n) <= 80})
-    mistakes = [words, shaped]
-    rng.shuffle(mistakes)
     rewordings = [f"'{answer}'", *(s.format(answer) for s in _SENTENCES)] if answer else []
-    kinds = [mistakes[0], rewordings, mistakes[1], rewordings]
     out: list[str] = []
-    for pool_source in kinds * 2:
+    for pool_source in [words, rewordings] * count:
         if len(out) >= count:
             break
         pool = [c for c in pool_source
