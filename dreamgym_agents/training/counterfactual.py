@@ -15,7 +15,6 @@ records: the buffer keeps what really happened.
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Iterable
 from typing import Any
@@ -91,7 +90,7 @@ def counterfactual_trajectories(
             result = evaluate_task(traj.task.config, answer=candidate, page=None, site_urls={})
             episode_id = f"{traj.episode_id}~cf{j}"
             step = Transition.from_dict({
-                **copy.deepcopy(last.to_dict()), "episode_id": episode_id,
+                **last.to_dict(), "episode_id": episode_id,  # to_dict copies deeply
                 "action": _call("send_msg_to_user", candidate), "reward": result.score,
                 "success": result.success, "done": True, "reasoning": "",
                 "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,

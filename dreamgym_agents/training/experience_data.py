@@ -117,13 +117,14 @@ def build_examples(
             demos if cfg.use_retrieval else None,
             history_steps=cfg.history_steps, use_reasoning=cfg.use_reasoning,
         )
-        repeat = cfg.final_answer_repeat if answer_text(t.action) is not None else 1
-        examples.extend({
+        example = {
             "messages": messages,
             "completion": completion_text(
                 t, demos, use_reasoning=cfg.use_reasoning,
                 previous=traj.transitions[i - 1].state if cfg.use_history and i else None,
                 intent=traj.task.intent),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
-        } for _ in range(max(1, repeat)))
+        }
+        repeat = cfg.final_answer_repeat if answer_text(t.action) is not None else 1
+        examples.extend(dict(example) for _ in range(max(1, repeat)))
     return examples
