@@ -152,17 +152,18 @@ class DreamEnv:
         except ValueError as exc:
             error = str(exc) or "unparseable action"
             ends = self.cfg.invalid_action_ends_episode
-            self._record(action, state, 0.0, ends, False, valid=False, error=error)
+            info = {"em_failure": False, "failure_state": ends}
+            self._record(action, state, 0.0, ends, False, valid=False, error=error, info=info)
             obs = Observation(state=state, url=parse_state(state).url, error=error)
             return StepResult(obs, reward=0.0, done=ends, success=False, valid=False, error=error,
-                              info={"em_failure": False, "failure_state": ends})
+                              info=info)
         prediction = self.model.predict(task, list(self._history), state, action)
         info: dict[str, Any] = {"reasoning": "", "em_failure": not prediction.ok,
                                 "demos": list(prediction.demos),
                                 "em_attempts": prediction.attempts}
         if prediction.output is None:
             error = f"experience model failure: {prediction.failure}"
-            self._record(action, state, 0.0, True, False, error=error)
+            self._record(action, state, 0.0, True, False, error=error, info=info)
             return StepResult(Observation(state=state, url=parse_state(state).url), reward=0.0,
                               done=True, success=False, error=error, info=info)
         out = prediction.output
@@ -173,19 +174,22 @@ class DreamEnv:
             reward, done, success = 0.0, True, False
             info["forced_done"] = "terminal action judged not done"
         self._state = out.next_state
-        self._record(action, state, reward, done, success)
+        self._record(action, state, reward, done, success, info=info)
         obs = Observation(state=out.next_state, url=parse_state(out.next_state).url)
         return StepResult(obs, reward=reward, done=done, success=success, info=info)
 
     def _record(
         self, action: str, state: str, reward: float, done: bool, success: bool, *,
-        valid: bool = True, error: str = "",
+        valid: bool = True, error: str = "", info: dict[str, Any] | None = None,
     ) -> None:
+        # The step's info (em_failure, reasoning, demos) stays with the recorded transition, so
+        # episodes read from ``history`` (fidelity replays) count failures like graph runs do.
         assert self._task is not None
         self._history.append(Transition(
             episode_id=self._episode_id, step=len(self._history), task_id=self._task.task_id,
             state=state, action=action, next_state=self._state, reward=reward, done=done,
             success=success, provenance="synthetic", valid=valid, error=error,
+            info=dict(info or {}),
         ))
         self._done = done
 

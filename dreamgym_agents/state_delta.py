@@ -11,7 +11,9 @@ followed by edits. The reference is the first line of the ``<next_state>`` block
 Each following line is an edit applied in order with a cursor (initially at the end):
 ``- <line>`` deletes the first occurrence of that line and puts the cursor where it was;
 ``+ <line>`` inserts the line at the cursor (then after it). A replacement is therefore ``-`` old
-then ``+`` new, and keeps the line's place.
+then ``+`` new, and keeps the line's place. A bare line that reads like a state line
+(``[12] link 'Home'``, ``StaticText '…'``) is taken as an insertion, the way a reader would take
+it: small models sometimes drop the ``+``.
 
 Writing a page as "the same page as that demo's, with the cart count changed" is how a person
 would describe it, and it keeps a small model's answers short (the embedded default model is
@@ -22,10 +24,14 @@ trained on the shortest of the full state and every reference form, see
 from __future__ import annotations
 
 import difflib
+import re
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
 DEMO_REF = "@demo"
+_STATE_LINE = re.compile(r"^(?:URL|Title):|^(?:\[[^\]\s]+\]\s+)?[A-Za-z][\w-]*(?:\s+'|$)")
+"""An abstract state line: ``URL:``/``Title:``, or an optional ``[bid]``, a role, then its
+quoted name (or nothing)."""
 
 
 class StateReferenceError(ValueError):
@@ -50,7 +56,7 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
 
     Raises:
         StateReferenceError: The reference is malformed or names a demo that was not shown, or an
-            edit line is neither ``+`` nor ``-``.
+            edit line is neither ``+``, ``-`` nor a bare state line.
     """
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or not is_reference(text):
@@ -80,6 +86,9 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
             # deleting a line that is not there changes nothing: the intent is met
         elif op == "+":
             out.insert(cursor, line)
+            cursor += 1
+        elif _STATE_LINE.match(edit.strip()):
+            out.insert(cursor, edit.strip())
             cursor += 1
         else:
             raise StateReferenceError(f"edit lines start with '+ ' or '- ', got {edit!r}")

@@ -108,6 +108,7 @@ def test_steps_follow_the_model_and_carry_the_history():
     assert "step 1: click [1] → URL: http://shop/laptops | Title: Laptops" in \
         scripted.requests[1][1]["content"]
     assert [t.provenance for t in env.history] == ["synthetic", "synthetic"]
+    assert env.history[0].info["reasoning"] == "the link opens the laptops page"
 
 
 def test_experience_model_failure_ends_the_episode_without_reward():
@@ -118,6 +119,8 @@ def test_experience_model_failure_ends_the_episode_without_reward():
     assert result.info["em_failure"] is True and result.info["em_attempts"] == 3
     assert result.error.startswith("experience model failure: missing <next_state>")
     assert result.observation.state == obs.state and len(scripted.requests) == 3
+    # The recorded step keeps the info, so replays read from env.history count the failure.
+    assert env.history[-1].info["em_failure"] is True and env.history[-1].error
 
 
 def test_terminal_action_judged_not_done_still_ends_the_episode():

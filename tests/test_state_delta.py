@@ -32,6 +32,16 @@ def test_bad_references_are_errors():
         expand_state("@demo 2", HOME, [CART])
     with pytest.raises(StateReferenceError, match="edit"):
         expand_state("@state\n* nonsense", HOME, [])
+    with pytest.raises(StateReferenceError, match="edit"):
+        expand_state("@state\nBasecamp+ [37C+ [3C+White", HOME, [])
+
+
+def test_a_bare_state_line_is_read_as_an_insertion():
+    # A small model sometimes drops the "+": the line is still a page line, put at the cursor.
+    text = "@state\n- [37] searchbox 'Search'\n[37] searchbox 'Search' value='usb'\nheading 'x'"
+    out = expand_state(text, HOME, []).splitlines()
+    assert out[-2:] == ["[37] searchbox 'Search' value='usb'", "heading 'x'"]
+    assert len(out) == len(HOME.splitlines()) + 1
 
 
 @pytest.mark.parametrize("target,current,demos", [
