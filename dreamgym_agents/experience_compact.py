@@ -3,9 +3,9 @@
 The full prompt (``prompts/experience_model.md``) shows every state in full: thousands of tokens,
 fine for a hosted model, too long for a few-million-parameter model trained on two CPU cores. The
 compact prompt shows the same inputs through what matters for the prediction: the current URL and
-title, the action with the element it targets, the lines where the current page differs from each
-retrieved demonstration's page, each demonstration's action and outcome, and, for a final answer,
-the lines of the page that contain it. The model answers in the usual format; its next state is
+title, the action with the element it targets and the text right below it, the lines where the
+current page differs from each retrieved demonstration's page, each demonstration's action and
+outcome, and, for a final answer, the lines of the page that contain it. The model answers in the usual format; its next state is
 usually a reference (``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.state_delta`).
 """
 
@@ -56,6 +56,21 @@ def target_line(state: str, action: str) -> str:
         return ""
     prefix = f"[{bid}] "
     return next((ln for ln in _lines(state) if ln.startswith(prefix)), "")
+
+
+def target_context(state: str, action: str) -> str:
+    """The text line right after the element an action targets, or '' when there is none.
+
+    In a listing this is what the site says of the item under its link (``StaticText '$175.99 ·
+    Rating: 2.3 out of 5 (12 reviews)'``): what the page the link opens will repeat.
+    """
+    target = target_line(state, action)
+    if not target:
+        return ""
+    lines = _lines(state)
+    at = lines.index(target)
+    following = lines[at + 1] if at + 1 < len(lines) else ""
+    return "" if not following or following.startswith("[") else following
 
 
 def answer_text(action: str) -> str | None:
@@ -112,6 +127,26 @@ def asked_kind(intent: str) -> str:
         if pattern.search(intent):
             return kind
     return "a value"
+
+
+_SAME_KIND = {
+    "a number": ("a number",),
+    "an amount of money": ("an amount of money",),
+    "a rating": ("a decimal number", "a number"),
+    "a date": ("a date",),
+}
+
+
+def kinds_match(answer: str, intent: str) -> bool | None:
+    """Whether an answer looks like what the task asks for; None for a task that asks for an
+    action (its final message is not judged by its form)."""
+    asked = asked_kind(intent)
+    if asked.startswith("an action"):
+        return None
+    kind = answer_kind(answer)
+    if asked in _SAME_KIND:
+        return kind in _SAME_KIND[asked]
+    return kind.startswith("text")  # a name, a status, a value: words
 
 
 def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], int]:
@@ -210,7 +245,9 @@ def render_compact(
                  for t in history[-history_steps:]] or ["(first step)"]
         parts.append("history: " + " || ".join(steps))
     parts.append(f"page: {head(state)}")
-    parts.append(f"action: {describe_action(state, action)}")
+    context = target_context(state, action)
+    parts.append(f"action: {describe_action(state, action)}"
+                 + (f" | below it: {context}" if context else ""))
     answer = answer_text(action)
     if answer is not None:
         hits, count = answer_lines(state, answer)

@@ -5,8 +5,10 @@ from dreamgym_agents.experience_compact import (
     answer_lines,
     answer_text,
     asked_kind,
+    kinds_match,
     render_compact,
     rerank_final_answer_demos,
+    target_context,
     target_line,
 )
 from dreamgym_agents.state_delta import expand_state
@@ -73,6 +75,39 @@ def test_examples_use_other_episodes_and_round_trip():
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")
+
+
+def test_the_text_below_a_target_is_shown_with_the_action():
+    listing = ("URL: u\nTitle: t\n[44] link 'Alpine Bag'\nStaticText '$175.99 · Rating: 2.3'\n"
+               "[48] link 'Ridge Tent'\n[52] link 'Last'")
+    assert target_context(listing, "click('44')") == "StaticText '$175.99 · Rating: 2.3'"
+    assert target_context(listing, "click('48')") == ""  # followed by another element
+    assert target_context(listing, "click('52')") == ""  # the last line
+    assert target_context(listing, "click('99')") == "" and target_context(listing, "go_back()") == ""
+    text = render_compact("Price?", [], listing, "click('44')", [])[0]["content"]
+    assert "action: click('44') on [44] link 'Alpine Bag' | below it: StaticText '$175.99" in text
+
+
+def test_final_answer_rationale_checks_kind_and_page_without_restating_the_answer():
+    page = "URL: u\nTitle: t\nStaticText '$9.99'"
+
+    def said(answer, intent, success=False):
+        t = Transition(episode_id="e", step=0, task_id="t", state=page, next_state=page,
+                       action=f"send_msg_to_user('{answer}')", done=True, success=success,
+                       reward=float(success))
+        return deterministic_rationale(t, intent)
+
+    right = said("$9.99", "What is the price of the laptop?", success=True)
+    assert "an amount of money, as the task asks for an amount of money; the page shows it" \
+        in right and "$9.99" not in right and right.endswith("The task is complete.")
+    wrong = said("done", "What is the price of the laptop?")
+    assert "text (1 word), but the task asks for an amount of money; the page does not show" \
+        in wrong and "'done'" not in wrong
+    assert "the task asks for an action" in said("ok", "Add the laptop to my cart")
+    assert kinds_match("4.5", "What is the average customer rating of X?") is True
+    assert kinds_match("Ann Lee", "Who wrote the latest review of X?") is True
+    assert kinds_match("7", "Who wrote the latest review of X?") is False
+    assert kinds_match("ok", "Add X to my cart") is None
 
 
 def test_answer_lines_match_whole_words_and_put_exact_values_first():

@@ -22,6 +22,7 @@ from dreamgym_agents.experience_compact import (
     answer_text,
     asked_kind,
     head,
+    kinds_match,
     target_line,
 )
 from dreamgym_agents.types import Trajectory, Transition
@@ -46,11 +47,20 @@ def deterministic_rationale(t: Transition, intent: str = "") -> str:
     before, after = _path(t.state), _path(t.next_state)
     answer = answer_text(t.action)
     if answer is not None:
-        hits, _ = answer_lines(t.state, answer, limit=1)
-        where = f"the page shows it in {hits[0]}" if hits else "the page does not show it"
-        kinds = f"{answer_kind(answer)} for a task asking for {asked_kind(intent)}" if intent \
-            else answer_kind(answer)
-        parts.append(f"This is its final answer {answer!r}, {kinds}; {where}.")
+        # Checks the prompt's "answer is …; the task asks for …" and "answer on page" lines
+        # support, without restating the answer (a small model copies long text badly and then
+        # judges from the wrong copy).
+        _, count = answer_lines(t.state, answer, limit=1)
+        where = "the page shows it" if count else "the page does not show it"
+        match = kinds_match(answer, intent) if intent else None
+        if match is None:
+            kinds = answer_kind(answer) + (", and the task asks for an action" if intent else "")
+        else:
+            kinds = (f"{answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
+                     f"{asked_kind(intent)}")
+        parts.append(f"This is its final answer: {kinds}; {where}.")
+    elif verb == "go_back":
+        parts.append(f"The browser returns to the page before, {after}.")
     elif after != before:
         parts.append(f"The site goes to {after}.")
     elif t.next_state.strip() != t.state.strip():
