@@ -3,7 +3,8 @@
 An agent turns (task, observation, history) into a :class:`Decision`: an action text plus the
 reasoning behind it. Built in: ``oracle`` (plays a task's oracle program, resolving each step's
 element by role and name on the current page), ``random`` (uniform over the page's elements; the
-floor every result is compared with) and :class:`LLMAgent` (any model through the gateway, prompted
+floor every result is compared with), the offline-data agents (``noisy-oracle``, ``quitter``,
+``explorer``) and :class:`LLMAgent` (any model through the gateway, prompted
 from ``prompts/web_agent.md`` to answer ``<think>…</think><action>…</action>``).
 """
 
@@ -205,6 +206,71 @@ class QuitterAgent:
         words = [w for line in parse_state(observation.state).lines for w in line.name.split()]
         answer = rng.choice(words) if words and rng.random() < 0.7 else "done"
         return Decision(action=_call("send_msg_to_user", answer), reasoning="quitter stop")
+
+
+class ExplorerAgent:
+    """Walks a site's listings for offline data: every item page, reached from its listing.
+
+    Episode *i* of the tasks it was :meth:`assign`-ed opens section ``i // pages`` (the start
+    page's links whose name matches ``section_pattern``, by default the bundled shop's
+    "Laptops (25 products)" links), turns ``i % pages`` listing pages ("Next page"), then opens
+    each item of that listing page (a link with a line of text under it: name, then price and
+    rating) and goes back after each. So ``sections × pages`` episodes visit every item once, and
+    the buffer holds the real page behind every listing link: what the experience model should
+    copy rather than invent when an agent clicks it. It never answers the task; it says "done"
+    when the listing is exhausted (the evaluator labels that like any answer).
+    """
+
+    name = "explorer"
+
+    def __init__(self, pages: int = 3, section_pattern: str = r"\(\d+ products?\)$",
+                 next_name: str = "Next page") -> None:
+        if pages < 1:
+            raise ConfigError(f"pages must be at least 1, got {pages}")
+        self.pages = pages
+        self.section = re.compile(section_pattern)
+        self.next_name = next_name
+        self._slots: dict[str, int] = {}
+
+    def assign(self, tasks: list[Task]) -> None:
+        """Give each task its slot (section, listing page), in order."""
+        self._slots = {t.task_id: i for i, t in enumerate(tasks)}
+
+    @staticmethod
+    def items(state_text: str) -> list[str]:
+        """Bids of the listing's items: links with a text line right under them."""
+        lines = parse_state(state_text).lines
+        return [e.bid for e, nxt in zip(lines, lines[1:], strict=False)
+                if e.role == "link" and e.bid and nxt.bid is None and nxt.role == "StaticText"]
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        section, page = divmod(self._slots.get(task.task_id, 0), self.pages)
+        state = parse_state(observation.state)
+        done = [t.reasoning.split(" ", 2)[1] for t in history if t.reasoning.startswith("explore:")]
+        if not history:
+            links = [e for e in state.elements if e.role == "link" and self.section.search(e.name)]
+            if not links:
+                return Decision(action=_call("send_msg_to_user", "done"),
+                                reasoning="explore: nothing to open")
+            return Decision(action=_call("click", links[section % len(links)].bid),
+                            reasoning="explore: section")
+        listing = self.items(observation.state)
+        if not listing:
+            if history[-1].reasoning.startswith("explore: item"):
+                return Decision(action=_call("go_back"), reasoning="explore: back")
+            return Decision(action=_call("send_msg_to_user", "done"),
+                            reasoning="explore: lost the listing")
+        turned = done.count("page")
+        following = state.find("link", self.next_name)
+        if turned < page and following is not None and following.bid:
+            return Decision(action=_call("click", following.bid), reasoning="explore: page")
+        opened = done.count("item")
+        if opened < len(listing):
+            return Decision(action=_call("click", listing[opened]),
+                            reasoning=f"explore: item {opened + 1}/{len(listing)}")
+        return Decision(action=_call("send_msg_to_user", "done"), reasoning="explore: finished")
 
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -157,7 +158,10 @@ def _raise_if_failed(result: Any, out: Path) -> None:
         )
 
 
-COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random")
+COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer")
+EXPLORER_STEPS = 27
+"""Steps an explorer episode needs on the bundled shop: a section, two "Next page", then 12 items
+opened and left (2 steps each)."""
 
 
 @app.command("collect")
@@ -166,7 +170,9 @@ def collect_command(
     task: TaskOpt = "webarena",
     split: SplitOpt = Split.train,
     agents: Annotated[
-        str, typer.Option("--agents", help="Comma list of oracle, noisy, quitter, random.")
+        str, typer.Option("--agents", help=(
+            "Comma list of oracle, noisy, quitter, random, explorer (walks every listing page "
+            f"and item; its episodes run up to max(--max-steps, {EXPLORER_STEPS}) steps)."))
     ] = "oracle,noisy,quitter,random",
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
@@ -177,13 +183,20 @@ def collect_command(
     seed: SeedOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Gather offline data on real environments: oracle, noisy-oracle, quitter, random episodes.
+    """Gather offline data on real environments: oracle, noisy-oracle, quitter, random, explorer
+    episodes.
 
     Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
     written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
     experience model).
     """
-    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
+    from dreamgym_agents.agent import (
+        ExplorerAgent,
+        NoisyOracleAgent,
+        OracleAgent,
+        QuitterAgent,
+        RandomAgent,
+    )
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.types import read_trajectories, write_trajectories
 
@@ -194,7 +207,8 @@ def collect_command(
         raise ConfigError(f"--agents takes a comma list of {', '.join(COLLECT_AGENTS)}, "
                           f"got {agents!r}")
     makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
-              "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed)}
+              "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed),
+              "explorer": ExplorerAgent}
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
     tasks = family.load_tasks(split.value)[:limit]
@@ -206,7 +220,12 @@ def collect_command(
             meta = {"command": "collect", "task": task, "agent": name, "split": split.value,
                     "limit": limit, "max_steps": max_steps, "seed": seed,
                     **({"noise": noise} if name == "noisy" else {})}
-            results[name] = _run(console, family, env_cfg, tasks, makers[name](), out / name,
+            agent, agent_env = makers[name](), env_cfg
+            if name == "explorer":  # each task is one (section, listing page) slot
+                agent.assign(tasks)
+                agent_env = replace(env_cfg, max_steps=max(max_steps, EXPLORER_STEPS))
+                meta["max_steps"] = agent_env.max_steps
+            results[name] = _run(console, family, agent_env, tasks, agent, out / name,
                                  concurrency, meta)
             _print_summary(console, results[name].summary, out / name)
     finally:

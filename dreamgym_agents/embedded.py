@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 8
+RECIPE_VERSION = 9
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 3
@@ -50,6 +50,10 @@ class EmbeddedRecipe:
         noisy_tasks: Train tasks played by the noisy oracle.
         quitter_tasks: Train tasks where the agent answers wrongly or too early.
         random_tasks: Train tasks played by the random agent.
+        explorer_tasks: Episodes of the explorer (one per site section and listing page; 8
+            sections × 3 pages cover every item of the bundled shop).
+        explorer_pages: Listing pages per section the explorer covers.
+        explorer_steps: Episode length limit of the explorer (it opens and leaves each item).
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
             own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
@@ -72,9 +76,12 @@ class EmbeddedRecipe:
 
     seed: int = 0
     oracle_tasks: int = 100
-    noisy_tasks: int = 80
-    quitter_tasks: int = 160
+    noisy_tasks: int = 70
+    quitter_tasks: int = 130
     random_tasks: int = 30
+    explorer_tasks: int = 24
+    explorer_pages: int = 3
+    explorer_steps: int = 27
     counterfactual_answers: int = 2
     final_answer_repeat: int = 2
     noise: float = 0.3
@@ -88,7 +95,7 @@ class EmbeddedRecipe:
     epochs: float = 6.0
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 600.0
+    sft_budget_s: float = 560.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
@@ -108,7 +115,7 @@ class EmbeddedRecipe:
 
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
-                  "noise", "max_steps")
+                  "explorer_tasks", "explorer_pages", "explorer_steps", "noise", "max_steps")
 """The recipe fields that decide which episodes are collected."""
 
 
@@ -170,7 +177,13 @@ def ensure_embedded_experience_model(
 
 def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
            on_episode: Callable[[Any], None] | None) -> dict[str, float]:
-    from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
+    from dreamgym_agents.agent import (
+        ExplorerAgent,
+        NoisyOracleAgent,
+        OracleAgent,
+        QuitterAgent,
+        RandomAgent,
+    )
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.graph import TRAJECTORIES_FILE
@@ -184,10 +197,17 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     family = make_family("webarena")
     env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     tasks = family.load_tasks("train")
-    plan = [("oracle", OracleAgent(), recipe.oracle_tasks),
-            ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks),
-            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks),
-            ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks)]
+    # (name, agent, episodes, tasks to spread them over, step limit)
+    plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
+            ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
+             tasks, recipe.max_steps),
+            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks, tasks,
+             recipe.max_steps),
+            ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
+             recipe.max_steps),
+            # The explorer starts from the home page, where the section links are.
+            ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
+             [t for t in tasks if _starts_at_root(t)], recipe.explorer_steps)]
     trajectories = []
     shared = collect_dir(recipe)
     try:
@@ -195,10 +215,10 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
             if (shared / "COMPLETE").exists():
                 say(f"embedded experience model: reusing the episodes collected in {shared}")
             else:
-                _collect(recipe, shared, plan, tasks, family, env_cfg, say, on_episode)
+                _collect(recipe, shared, plan, family, env_cfg, say, on_episode)
     finally:
         family.close()
-    for name, _, _ in plan:
+    for name, *_ in plan:
         trajectories.extend(read_trajectories(shared / name / TRAJECTORIES_FILE))
     for traj in trajectories:
         traj.provenance = "offline"
@@ -234,19 +254,29 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     return {k: round(v, 1) for k, v in timings.items()}
 
 
-def _collect(recipe: EmbeddedRecipe, shared: Path, plan: list, tasks: list, family: Any,
+def _starts_at_root(task: Any) -> bool:
+    """True for a task that starts on the site's home page (no path after the host)."""
+    url = str(task.config.get("start_url", ""))
+    rest = url.split("://", 1)[-1]
+    return bool(url) and rest.rstrip("/").count("/") == 0
+
+
+def _collect(recipe: EmbeddedRecipe, shared: Path, plan: list, family: Any,
              env_cfg: Any, say: Progress, on_episode: Callable[[Any], None] | None) -> None:
     """Play every agent of the plan on the bundled site (resumable: recorded episodes stay)."""
     from dreamgym_agents.graph import RunConfig, run_episodes
 
+    everything = list({t.task_id: t for *_, pool, _ in plan for t in pool}.values())
     say(f"embedded experience model: collecting on the bundled site "
-        f"({family.prepare(env_cfg, tasks)})")
-    for name, agent, count in plan:
+        f"({family.prepare(env_cfg, everything)})")
+    for name, agent, count, pool, max_steps in plan:
         # Spread each agent over the whole split (every template), deterministically.
-        chosen = tasks[:: max(1, len(tasks) // max(count, 1))][:count]
+        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
+        if hasattr(agent, "assign"):  # the explorer: one slot per task
+            agent.assign(chosen)
         say(f"  {name}: {len(chosen)} episodes")
         run_cfg = RunConfig(out_dir=shared / name, concurrency=recipe.concurrency,
-                            max_steps=recipe.max_steps,
+                            max_steps=max_steps,
                             meta={"command": "embedded-collect", "agent": name,
                                   "recipe": asdict(recipe)})
         asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,

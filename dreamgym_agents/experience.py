@@ -43,6 +43,7 @@ PROMPT_FILE = "experience_model.md"
 INPUT_FIELDS = ("task", "history", "retrieved", "state", "action")
 OUTPUT_FIELDS = ("reasoning", "next_state", "reward", "done", "success")
 _REQUIRED = ("next_state", "reward", "done")
+_CLOSED_STATE = re.compile(r"<\s*/\s*next_state\s*>", re.I)
 COMPACT_RETRY_TEMPERATURE = 0.7
 """Sampling temperature of a retry after an unreadable answer with the compact prompt."""
 _TRUE, _FALSE = {"true", "yes", "1", "y"}, {"false", "no", "0", "n"}
@@ -266,7 +267,8 @@ def _read_bool(raw: str) -> bool | None:
 
 
 def parse_experience_output(text: str) -> ExperienceOutput:
-    """Read an answer ``<reasoning>…<next_state>…<reward>…<done>…<success>…``.
+    """Read an answer ``<reasoning>…<next_state>…<reward>…<done>…<success>…`` (the fields after
+    the reasoning in any order: the compact format puts the outcome before the page).
 
     Tolerates surrounding whitespace and code fences, any case, a missing closing tag at the
     end, booleans as ``true/false/yes/no/1/0`` and rewards such as ``1.0``. ``<reasoning>`` is
@@ -559,6 +561,10 @@ class ExperienceModel:
             prediction.attempts = attempt + 1
             prediction.raw = completion.full_text
             try:
+                if completion.finish_reason == "length" and not _CLOSED_STATE.search(
+                        completion.text):
+                    # Stopped by the token limit inside the page: a cut page is not a prediction.
+                    raise ExperienceParseError([], ["<next_state>: cut at the token limit"])
                 prediction.output = parse_experience_output(completion.text)
                 # A next state written as a reference plus edits (state_delta) is expanded here,
                 # so everything downstream sees full states.

@@ -1,8 +1,10 @@
-"""Built-in agents: oracle program resolution, noisy oracle, quitter, random, answer parsing."""
+"""Built-in agents: oracle program resolution, noisy oracle, quitter, random, explorer, answer
+parsing."""
 
 import asyncio
 
 from dreamgym_agents.agent import (
+    ExplorerAgent,
     NoisyOracleAgent,
     OracleAgent,
     QuitterAgent,
@@ -52,3 +54,38 @@ def test_parse_answer():
     assert parse_answer("<think>go</think><action>click('3')</action>") == ("go", "click('3')")
     assert parse_answer("<think>go</think> click [3]") == ("go", "click [3]")
     assert parse_answer("stop [x]") == ("", "stop [x]")
+
+
+def test_explorer_opens_every_item_of_its_listing_page_and_goes_back():
+    home = ("URL: s\nTitle: Home\n[14] link 'Laptops'\n[45] link 'Laptops (25 products)'\n"
+            "[47] link 'Headphones (25 products)'")
+    page = ("URL: s/c?p={p}\nTitle: Headphones\n[12] link 'Home'\n[52] link 'A{p}'\n"
+            "StaticText '$1'\n[56] link 'B{p}'\nStaticText '$2'\n[101] link 'Next page'")
+    item = "URL: s/item\nTitle: Item\n[12] link 'Home'\n[48] button 'Add to Cart'"
+    tasks = [Task(str(i), "webarena", "anything") for i in range(4)]
+    agent = ExplorerAgent(pages=2)
+    agent.assign(tasks)
+    assert ExplorerAgent.items(page.format(p=1)) == ["52", "56"]
+
+    def walk(task, pages):
+        history, state, actions = [], home, []
+        screens = iter(pages)
+        while len(actions) < 10:
+            decision = asyncio.run(agent.act(task, Observation(state), history, "e"))
+            actions.append(decision.action)
+            if decision.action.startswith("send_msg_to_user"):
+                break
+            history.append(Transition(episode_id="e", step=len(history), task_id=task.task_id,
+                                      state=state, action=decision.action, next_state=state,
+                                      reasoning=decision.reasoning))
+            state = next(screens)
+        return actions
+
+    # Slot 3: the second section, its second listing page.
+    listing = page.format(p=2)
+    assert walk(tasks[3], [page.format(p=1), listing, item, listing, item, listing]) == [
+        "click('47')", "click('101')", "click('52')", "go_back()", "click('56')", "go_back()",
+        "send_msg_to_user('done')"]
+    # Slot 0: the first section, first page; a page with no listing after a non-item step ends.
+    assert walk(tasks[0], [page.format(p=1), item, item]) == [
+        "click('45')", "click('52')", "go_back()", "send_msg_to_user('done')"]

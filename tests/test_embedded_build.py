@@ -1,6 +1,7 @@
-"""The embedded default's build, end to end on a tiny recipe: collect on the bundled site, add
-counterfactual answers, seed the buffer, train, mark READY; a recipe that differs only in
-training (an ablation) reuses the collected episodes instead of playing them again."""
+"""The embedded default's build, end to end on a tiny recipe: collect on the bundled site (the
+explorer included), add counterfactual answers, seed the buffer, train, mark READY; a recipe that
+differs only in training (an ablation) reuses the collected episodes instead of playing them
+again."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from dreamgym_agents.embedded import (
     is_ready,
 )
 from dreamgym_agents.training.experience_pipeline import read_manifest
+from dreamgym_agents.types import read_trajectories
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
+            explorer_tasks=1, explorer_pages=1, explorer_steps=5,
             hidden_size=32, num_layers=1, vocab_size=500, epochs=1.0, batch_size=4,
             sft_budget_s=60.0, counterfactual_answers=1)
 
@@ -34,7 +37,14 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     ready = json.loads((embedded_dir(recipe) / "READY").read_text())
     assert ready["timings"]["total_s"] >= ready["timings"]["collect_s"] > 0
     manifest = read_manifest(paths["checkpoint"])
-    assert manifest["episodes"] == 3 + 1 + 2 + 1
+    assert manifest["episodes"] == 3 + 1 + 2 + 1 + 1
+    # The explorer opened a section, then items of its listing, going back after each.
+    explored = read_trajectories(collect_dir(recipe) / "explorer" / "trajectories.jsonl")
+    actions = [t.action for t in explored[0].transitions]
+    assert len(actions) == 5 and actions[2] == actions[4] == "go_back()"
+    assert "/category/" in explored[0].transitions[0].next_state.splitlines()[0]
+    assert "/product/" in explored[0].transitions[1].next_state.splitlines()[0]
+    assert explored[0].transitions[2].next_state == explored[0].transitions[1].state
     assert manifest["counterfactual_answers"]["per_answer"] == 1
     assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
     assert any("collecting on the bundled site" in line for line in said)

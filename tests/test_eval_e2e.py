@@ -170,3 +170,23 @@ def test_real_site_mode_against_a_user_hosted_site(tmp_path, test_tasks):
     assert proc.stderr.splitlines()[0].startswith("webarena: real WebArena sites: SHOPPING=")
     s = summary(tmp_path / "o")
     assert s["episodes"] == 2 and s["success_rate"] == 1.0
+
+
+def test_collect_with_the_explorer_and_a_quitter(tmp_path):
+    out = tmp_path / "collect"
+    proc = dg("collect", "--agents", "explorer,quitter", "--limit", "2", "--max-steps", "3",
+              "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    explored = read_trajectories(out / "explorer" / "trajectories.jsonl")
+    assert len(explored) == 2
+    # The explorer runs past --max-steps: it opens a section, then every item of its listing
+    # page, going back after each (slot 0: the first section's first page, 12 items).
+    steps = explored[0].transitions
+    assert len(steps) > 3 and steps[0].action.startswith("click(")
+    assert [t.action for t in steps[2:8:2]] == ["go_back()"] * 3
+    assert all("/product/" in t.next_state.splitlines()[0] for t in steps[1:7:2])
+    assert json.loads((out / "explorer" / "run.json").read_text())["max_steps"] == 27
+    quit_steps = read_trajectories(out / "quitter" / "trajectories.jsonl")
+    assert all(len(t.transitions) <= 3 for t in quit_steps)
+    merged = read_trajectories(out / "offline.jsonl")
+    assert len(merged) == 4 and {t.provenance for t in merged} == {"offline"}

@@ -34,6 +34,10 @@ def answer(next_state: str, reward: float = 0, done: bool = False, success: bool
 GOOD = answer(LAPTOPS)
 
 
+CUT = "<<cut>>"
+"""Ends a scripted answer that the model stopped at its token limit."""
+
+
 class ScriptedModel:
     """A ``Gateway`` double (DSPy's DummyLM idea): answers from a list or a function of the
     messages, and records every request."""
@@ -48,8 +52,9 @@ class ScriptedModel:
             text = self.answers(messages)
         else:
             text = self.answers[min(len(self.requests), len(self.answers)) - 1]
-        return Completion(text=text, usage=ModelUsage(calls=1, prompt_tokens=100,
-                                                      completion_tokens=20))
+        cut = text.endswith(CUT)  # an answer that stopped at the token limit
+        return Completion(text=text.removesuffix(CUT), finish_reason="length" if cut else "stop",
+                          usage=ModelUsage(calls=1, prompt_tokens=100, completion_tokens=20))
 
 
 class FakeBuffer:
@@ -189,6 +194,23 @@ def test_garbage_becomes_a_counted_failure_after_the_retries():
     assert "missing <next_state>" in pred.failure and pred.raw == "no idea"
     assert model.metrics["experience/failures"] == 1
     assert model.metrics["experience/failure_rate"] == 1.0
+
+
+def test_outcome_before_the_page_is_read_and_a_page_cut_at_the_token_limit_is_not():
+    first = ("<reasoning>r</reasoning><reward>1</reward><done>true</done><success>true</success>"
+             f"<next_state>\n{LAPTOPS}\n</next_state>")
+    out = parse_experience_output(first)
+    assert (out.next_state, out.reward, out.done, out.success) == (LAPTOPS, 1.0, True, True)
+    cut = first.removesuffix("\n</next_state>")
+    model = ExperienceModel(ExperienceConfig(max_parse_retries=1),
+                            ScriptedModel([cut + CUT, first]))
+    pred = model.predict(TASK, [], HOME, "click('1')")
+    assert pred.ok and pred.attempts == 2 and pred.output.next_state == LAPTOPS
+    failed = ExperienceModel(ExperienceConfig(max_parse_retries=0), ScriptedModel([cut + CUT]))
+    assert "cut at the token limit" in failed.predict(TASK, [], HOME, "click('1')").failure
+    # Without the limit, a last block missing its closing tag is still read (hosted models).
+    assert ExperienceModel(ExperienceConfig(), ScriptedModel([cut])).predict(
+        TASK, [], HOME, "click('1')").ok
 
 
 def test_through_the_real_gateway_with_a_mock_response():

@@ -11,6 +11,7 @@ from dreamgym_agents.experience_compact import (
     target_context,
     target_line,
 )
+from dreamgym_agents.experience import parse_experience_output
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
 from dreamgym_agents.training.counterfactual import counterfactual_trajectories
@@ -71,6 +72,9 @@ def test_examples_use_other_episodes_and_round_trip():
     assert expand_state(block, HOME, [LAPTOPS, LAPTOPS]) == LAPTOPS
     final = examples[1]["completion"]
     assert "<reward>1</reward>" in final and "<success>true</success>" in final
+    assert final.index("<success>") < final.index("<next_state>")  # outcome, then the page
+    parsed = parse_experience_output(final)
+    assert parsed.success and parsed.done and parsed.next_state == "@state"
     assert "final answer" in deterministic_rationale(trajs[0].transitions[1])
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))

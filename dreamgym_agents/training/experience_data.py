@@ -66,11 +66,13 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
     offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
     rationale = t.info.get("em_rationale") or deterministic_rationale(t, intent)
     next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous)
+    # The outcome comes right after the reasoning that decides it, before the page (a small
+    # model otherwise writes it after hundreds of page tokens, detached from its own reasoning).
     return (
         f"<reasoning>{rationale if use_reasoning else ''}</reasoning>\n"
-        f"<next_state>\n{next_state}\n</next_state>\n"
         f"<reward>{int(t.reward >= 1)}</reward>\n<done>{str(t.terminated).lower()}</done>\n"
-        f"<success>{str(t.success).lower()}</success>"
+        f"<success>{str(t.success).lower()}</success>\n"
+        f"<next_state>\n{next_state}\n</next_state>"
     )
 
 
