@@ -5,8 +5,9 @@ fine for a hosted model, too long for a few-million-parameter model trained on t
 compact prompt shows the same inputs through what matters for the prediction: the current URL and
 title, the action with the element it targets and the text right below it, the lines where the
 current page differs from each retrieved demonstration's page, each demonstration's action and
-outcome, and, for a final answer, the lines of the page that contain it. The model answers in the usual format; its next state is
-usually a reference (``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.state_delta`).
+outcome, and, for a final answer, the lines of the page that contain it. The model answers with
+the usual fields, the outcome before the page; its next state is usually a reference
+(``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.state_delta`).
 """
 
 from __future__ import annotations

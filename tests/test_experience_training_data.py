@@ -1,5 +1,6 @@
 import pytest
 
+from dreamgym_agents.experience import parse_experience_output
 from dreamgym_agents.experience_compact import (
     answer_kind,
     answer_lines,
@@ -11,7 +12,6 @@ from dreamgym_agents.experience_compact import (
     target_context,
     target_line,
 )
-from dreamgym_agents.experience import parse_experience_output
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
 from dreamgym_agents.training.counterfactual import counterfactual_trajectories
@@ -87,7 +87,8 @@ def test_the_text_below_a_target_is_shown_with_the_action():
     assert target_context(listing, "click('44')") == "StaticText '$175.99 · Rating: 2.3'"
     assert target_context(listing, "click('48')") == ""  # followed by another element
     assert target_context(listing, "click('52')") == ""  # the last line
-    assert target_context(listing, "click('99')") == "" and target_context(listing, "go_back()") == ""
+    assert target_context(listing, "click('99')") == ""
+    assert target_context(listing, "go_back()") == ""
     text = render_compact("Price?", [], listing, "click('44')", [])[0]["content"]
     assert "action: click('44') on [44] link 'Alpine Bag' | below it: StaticText '$175.99" in text
 
