@@ -249,11 +249,6 @@ def render_compact(
     context = target_context(state, action)
     parts.append(f"action: {describe_action(state, action)}"
                  + (f" | below it: {context}" if context else ""))
-    answer = answer_text(action)
-    if answer is not None:
-        hits, count = answer_lines(state, answer)
-        parts.append(f"answer is {answer_kind(answer)}; the task asks for {asked_kind(intent)}")
-        parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
     if demos is not None:
         if not demos:
             parts.append("demos: (none)")
@@ -276,5 +271,11 @@ def render_compact(
                 f"done {int(demo.terminated)} success {int(demo.success)} | page differs by "
                 f"{len(changes)} lines" + "".join(f"\n  {c}" for c in shown)
             )
+    answer = answer_text(action)
+    if answer is not None:
+        # Last, next to where the answer starts: a small model judges from what is near.
+        hits, count = answer_lines(state, answer)
+        parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
+        parts.append(f"answer is {answer_kind(answer)}; the task asks for {asked_kind(intent)}")
     parts.append(template["output_reasoning" if use_reasoning else "output_direct"])
     return [{"role": "user", "content": "\n".join(parts)}]

@@ -54,6 +54,8 @@ def test_prompt_pieces():
     text = render_compact("Price?", [], LAPTOPS, "send_msg_to_user('$9.99')", [])[0]["content"]
     assert "answer on page (1 lines): StaticText '$9.99'" in text and "demos: (none)" in text
     assert "answer is an amount of money; the task asks for an amount of money" in text
+    # The answer's checks come last, right before the answer is written.
+    assert text.index("demos: (none)") < text.index("answer on page") < text.index("answer is")
     ablated = render_compact("Price?", None, LAPTOPS, "click('14')", None)[0]["content"]
     assert "history:" not in ablated and "demo 1" not in ablated and "demos:" not in ablated
 
@@ -75,7 +77,7 @@ def test_examples_use_other_episodes_and_round_trip():
     assert final.index("<success>") < final.index("<next_state>")  # outcome, then the page
     parsed = parse_experience_output(final)
     assert parsed.success and parsed.done and parsed.next_state == "@state"
-    assert "final answer" in deterministic_rationale(trajs[0].transitions[1])
+    assert deterministic_rationale(trajs[0].transitions[1]).startswith("Final answer: ")
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")

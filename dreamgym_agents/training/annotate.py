@@ -43,9 +43,10 @@ def deterministic_rationale(t: Transition, intent: str = "") -> str:
     """A short rationale derived from the transition and its task (no model involved)."""
     target = target_line(t.state, t.action)
     verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
-    parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
-    before, after = _path(t.state), _path(t.next_state)
     answer = answer_text(t.action)
+    parts = [] if answer is not None else [
+        f"The agent does {verb}" + (f" on {target}." if target else ".")]
+    before, after = _path(t.state), _path(t.next_state)
     if answer is not None:
         # Checks the prompt's "answer is …; the task asks for …" and "answer on page" lines
         # support, without restating the answer (a small model copies long text badly and then
@@ -58,7 +59,7 @@ def deterministic_rationale(t: Transition, intent: str = "") -> str:
         else:
             kinds = (f"{answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
                      f"{asked_kind(intent)}")
-        parts.append(f"This is its final answer: {kinds}; {where}.")
+        parts.append(f"Final answer: {kinds}; {where}.")
     elif verb == "go_back":
         parts.append(f"The browser returns to the page before, {after}.")
     elif after != before:
