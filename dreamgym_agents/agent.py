@@ -224,24 +224,26 @@ class ExplorerAgent:
     name = "explorer"
 
     def __init__(self, pages: int = 3, section_pattern: str = r"\(\d+ products?\)$",
-                 next_name: str = "Next page") -> None:
+                 next_name: str = "Next page", previous_name: str = "Previous page") -> None:
         if pages < 1:
             raise ConfigError(f"pages must be at least 1, got {pages}")
         self.pages = pages
         self.section = re.compile(section_pattern)
         self.next_name = next_name
+        self.paging = {next_name, previous_name}
         self._slots: dict[str, int] = {}
 
     def assign(self, tasks: list[Task]) -> None:
         """Give each task its slot (section, listing page), in order."""
         self._slots = {t.task_id: i for i, t in enumerate(tasks)}
 
-    @staticmethod
-    def items(state_text: str) -> list[str]:
-        """Bids of the listing's items: links with a text line right under them."""
+    def items(self, state_text: str) -> list[str]:
+        """Bids of the listing's items: links with a text line right under them (the paging
+        links, followed by "Page 2 of 3", are not items)."""
         lines = parse_state(state_text).lines
         return [e.bid for e, nxt in zip(lines, lines[1:], strict=False)
-                if e.role == "link" and e.bid and nxt.bid is None and nxt.role == "StaticText"]
+                if e.role == "link" and e.bid and e.name not in self.paging
+                and nxt.bid is None and nxt.role == "StaticText"]
 
     async def act(
         self, task: Task, observation: Observation, history: list[Transition], episode_id: str

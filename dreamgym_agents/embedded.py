@@ -33,10 +33,10 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 9
+RECIPE_VERSION = 10
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
-COLLECT_VERSION = 3
+COLLECT_VERSION = 4
 """Bumped whenever what the collection records changes (agents, environment, episode format)."""
 
 
@@ -76,8 +76,8 @@ class EmbeddedRecipe:
 
     seed: int = 0
     oracle_tasks: int = 100
-    noisy_tasks: int = 70
-    quitter_tasks: int = 130
+    noisy_tasks: int = 60
+    quitter_tasks: int = 90
     random_tasks: int = 30
     explorer_tasks: int = 24
     explorer_pages: int = 3
@@ -95,7 +95,7 @@ class EmbeddedRecipe:
     epochs: float = 6.0
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 560.0
+    sft_budget_s: float = 520.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True

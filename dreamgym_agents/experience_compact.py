@@ -156,7 +156,7 @@ def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], in
     Whole-word matching keeps a short answer (``9``, ``it``) from hitting every line that merely
     contains its characters; lines that equal the answer's value come first.
     """
-    answer = answer.strip()
+    answer = answer.strip().strip("'\"").strip()
     if not answer:
         return [], 0
     pattern = re.compile(rf"(?<!\w){re.escape(answer)}(?!\w)", re.IGNORECASE)
@@ -164,6 +164,25 @@ def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], in
     exact = [ln for ln in hits if ln.lower().endswith(f"'{answer.lower()}'")]
     ordered = exact + [ln for ln in hits if ln not in exact]
     return ordered[:limit], len(hits)
+
+
+def answer_checks(state: str, answer: str, intent: str) -> str:
+    """What can be checked of a final answer without knowing the right one: its kind against the
+    kind the task asks for, and whether the page shows it (``an amount of money, as the task asks
+    for an amount of money; the page shows it``).
+
+    A small model trained from scratch does not compose these from the task and the page
+    reliably (measured: recipes v8, v9 in docs/RESULTS.md), so the compact prompt spells them
+    out; whether the answer is right is still the model's call (the page may show several values
+    of that kind, the task may want another one).
+    """
+    _, count = answer_lines(state, answer, limit=1)
+    where = "the page shows it" if count else "the page does not show it"
+    match = kinds_match(answer, intent)
+    if match is None:
+        return f"{answer_kind(answer)}, and the task asks for an action; {where}"
+    return (f"{answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
+            f"{asked_kind(intent)}; {where}")
 
 
 _INTENT_WORD = re.compile(r"[a-z]+")
@@ -276,6 +295,6 @@ def render_compact(
         # Last, next to where the answer starts: a small model judges from what is near.
         hits, count = answer_lines(state, answer)
         parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
-        parts.append(f"answer is {answer_kind(answer)}; the task asks for {asked_kind(intent)}")
+        parts.append(f"answer checks: {answer_checks(state, answer, intent)}")
     parts.append(template["output_reasoning" if use_reasoning else "output_direct"])
     return [{"role": "user", "content": "\n".join(parts)}]

@@ -60,12 +60,13 @@ def test_explorer_opens_every_item_of_its_listing_page_and_goes_back():
     home = ("URL: s\nTitle: Home\n[14] link 'Laptops'\n[45] link 'Laptops (25 products)'\n"
             "[47] link 'Headphones (25 products)'")
     page = ("URL: s/c?p={p}\nTitle: Headphones\n[12] link 'Home'\n[52] link 'A{p}'\n"
-            "StaticText '$1'\n[56] link 'B{p}'\nStaticText '$2'\n[101] link 'Next page'")
+            "StaticText '$1'\n[56] link 'B{p}'\nStaticText '$2'\n[100] link 'Previous page'\n"
+            "StaticText 'Page {p} of 3'\n[101] link 'Next page'")
     item = "URL: s/item\nTitle: Item\n[12] link 'Home'\n[48] button 'Add to Cart'"
     tasks = [Task(str(i), "webarena", "anything") for i in range(4)]
     agent = ExplorerAgent(pages=2)
     agent.assign(tasks)
-    assert ExplorerAgent.items(page.format(p=1)) == ["52", "56"]
+    assert agent.items(page.format(p=1)) == ["52", "56"]  # not the paging links
 
     def walk(task, pages):
         history, state, actions = [], home, []

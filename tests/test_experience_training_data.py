@@ -2,6 +2,7 @@ import pytest
 
 from dreamgym_agents.experience import parse_experience_output
 from dreamgym_agents.experience_compact import (
+    answer_checks,
     answer_kind,
     answer_lines,
     answer_text,
@@ -53,9 +54,10 @@ def test_prompt_pieces():
     assert answer_text("stop [N/A]") == "N/A" and answer_text("click('1')") is None
     text = render_compact("Price?", [], LAPTOPS, "send_msg_to_user('$9.99')", [])[0]["content"]
     assert "answer on page (1 lines): StaticText '$9.99'" in text and "demos: (none)" in text
-    assert "answer is an amount of money; the task asks for an amount of money" in text
+    assert ("answer checks: an amount of money, as the task asks for an amount of money; the "
+            "page shows it") in text
     # The answer's checks come last, right before the answer is written.
-    assert text.index("demos: (none)") < text.index("answer on page") < text.index("answer is")
+    assert text.index("demos: (none)") < text.index("answer on page") < text.index("checks:")
     ablated = render_compact("Price?", None, LAPTOPS, "click('14')", None)[0]["content"]
     assert "history:" not in ablated and "demo 1" not in ablated and "demos:" not in ablated
 
@@ -77,7 +79,7 @@ def test_examples_use_other_episodes_and_round_trip():
     assert final.index("<success>") < final.index("<next_state>")  # outcome, then the page
     parsed = parse_experience_output(final)
     assert parsed.success and parsed.done and parsed.next_state == "@state"
-    assert deterministic_rationale(trajs[0].transitions[1]).startswith("Final answer: ")
+    assert deterministic_rationale(trajs[0].transitions[1]).startswith("Final answer")
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")
@@ -95,8 +97,15 @@ def test_the_text_below_a_target_is_shown_with_the_action():
     assert "action: click('44') on [44] link 'Alpine Bag' | below it: StaticText '$175.99" in text
 
 
-def test_final_answer_rationale_checks_kind_and_page_without_restating_the_answer():
+def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restate_them():
     page = "URL: u\nTitle: t\nStaticText '$9.99'"
+    price = "What is the price of the laptop?"
+    assert answer_checks(page, "$9.99", price) == (
+        "an amount of money, as the task asks for an amount of money; the page shows it")
+    assert answer_checks(page, "'$9.99'", price).endswith("; the page shows it")  # quotes
+    assert answer_checks(page, "done", price) == (
+        "text (1 word), but the task asks for an amount of money; the page does not show it")
+    assert "and the task asks for an action" in answer_checks(page, "ok", "Add it to my cart")
 
     def said(answer, intent, success=False):
         t = Transition(episode_id="e", step=0, task_id="t", state=page, next_state=page,
@@ -104,13 +113,10 @@ def test_final_answer_rationale_checks_kind_and_page_without_restating_the_answe
                        reward=float(success))
         return deterministic_rationale(t, intent)
 
-    right = said("$9.99", "What is the price of the laptop?", success=True)
-    assert "an amount of money, as the task asks for an amount of money; the page shows it" \
-        in right and "$9.99" not in right and right.endswith("The task is complete.")
-    wrong = said("done", "What is the price of the laptop?")
-    assert "text (1 word), but the task asks for an amount of money; the page does not show" \
-        in wrong and "'done'" not in wrong
-    assert "the task asks for an action" in said("ok", "Add the laptop to my cart")
+    assert said("$9.99", price, success=True) == ("Final answer, checked above. "
+                                                  "The task is complete.")
+    assert said("done", price) == "Final answer, checked above. The episode ends without success."
+    assert "the page decides" in said("ok", "Add the laptop to my cart")
     assert kinds_match("4.5", "What is the average customer rating of X?") is True
     assert kinds_match("Ann Lee", "Who wrote the latest review of X?") is True
     assert kinds_match("7", "Who wrote the latest review of X?") is False
@@ -138,12 +144,12 @@ def test_counterfactual_answers_are_labelled_by_the_evaluator():
     traj = episode("a", "$9.99", True)
     traj.task = answer_task({"must_include": ["$9.99"]})
     variants = counterfactual_trajectories([traj], per_answer=3, seed=1)
-    assert len(variants) == 3
+    assert len(variants) == 2  # the page's one other word, the quoted answer
     for v in variants:
         last = v.transitions[-1]
         answer = answer_text(last.action)
         assert answer and answer != "$9.99"
-        expected = "$9.99" in answer  # must_include: the right value inside a sentence passes
+        expected = "$9.99" in answer  # must_include: the quoted right value passes
         assert last.success is expected and v.success is expected
         assert last.reward == float(expected) and last.done and last.info["counterfactual"]
         assert v.info == {"counterfactual_of": "a", "train_from_step": 1}
@@ -152,7 +158,7 @@ def test_counterfactual_answers_are_labelled_by_the_evaluator():
     # Page-dependent evaluators cannot be replayed on text: no variants.
     traj.task = answer_task({}, eval_types=("program_html",))
     assert counterfactual_trajectories([traj], per_answer=2) == []
-    # Exact match: a quoted answer passes (quotes are cleaned), a sentence does not.
+    # Exact match: a quoted answer passes (quotes are cleaned), a page word does not.
     traj.task = answer_task({"exact_match": "$9.99"})
     variants = counterfactual_trajectories([traj], per_answer=4)
     assert any(not v.success for v in variants) and any(v.success for v in variants)

@@ -5,8 +5,8 @@ wrong ones: an oracle always answers right, and exploration rarely answers at al
 whose evaluator reads only the answer text (WebArena ``string_match`` without an LLM judge), the
 outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
 pure function of the text. So each recorded right answer yields a few variants — a word of the
-page (what random and giving-up agents say), the right answer quoted or inside a sentence — each
-labelled by :func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
+page (what random and giving-up agents say), the right answer quoted — each labelled by
+:func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
 
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
 ``info["train_from_step"]``) and the new final step. Variants are training examples, not buffer
@@ -24,7 +24,6 @@ from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition
 
 COUNTERFACTUAL = "counterfactual"
-_SENTENCES = ("The answer is {}.", "It is {}", "{} (from the page)")
 
 
 def answer_only_evaluator(config: dict[str, Any]) -> bool:
@@ -37,8 +36,10 @@ def answer_only_evaluator(config: dict[str, Any]) -> bool:
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
     """Up to ``count`` distinct answers other than ``answer``: a mistake, then a rewording, ….
 
-    Mistakes are words of the page (what random and giving-up agents say); rewordings are
-    ``answer`` in quotes or inside a short sentence (the evaluator decides whether they pass).
+    Mistakes are words of the page (what random and giving-up agents say); the rewording is
+    ``answer`` in quotes (the evaluator decides whether it passes). Answers inside a sentence
+    were tried (v7-v9): whether they pass depends on the evaluator's kind (``must_include`` or
+    ``exact_match``), which the prompt does not show, so they taught the small model noise.
     Plausible mistakes (another value of the same kind from the page, such as another product's
     price) are left out on purpose: telling them apart needs knowing which line belongs to the
     asked entity, which the compact prompt does not show, and a small model trained on them
@@ -46,7 +47,7 @@ def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -
     """
     names = [line.name for line in parse_state(state).lines if line.name]
     words = sorted({w for name in names for w in name.split()})
-    rewordings = [f"'{answer}'", *(s.format(answer) for s in _SENTENCES)] if answer else []
+    rewordings = [f"'{answer}'"] if answer else []
     out: list[str] = []
     for pool_source in [words, rewordings] * count:
         if len(out) >= count:
