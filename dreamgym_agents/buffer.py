@@ -274,9 +274,9 @@ class ReplayBuffer:
             return self._last_seq
 
     def _record(self, t: Transition, family: str = "", intent: str = "",
-                start_url: str = "") -> Record:
+                start_url: str = "", params: dict[str, str] | None = None) -> Record:
         return transition_record(t, family=family, intent=intent, start_url=start_url,
-                                 seq=self._next_seq())
+                                 seq=self._next_seq(), params=params)
 
     def _upsert(self, records: Iterable[Record]) -> int:
         """Write records a batch at a time (each batch is durable when its call returns).
@@ -340,7 +340,7 @@ class ReplayBuffer:
                 for t in traj.transitions:
                     if provenance is not None and t.provenance != provenance:
                         t = replace(t, provenance=provenance)
-                    yield self._record(t, task.family, task.intent, start_url)
+                    yield self._record(t, task.family, task.intent, start_url, task.params)
 
         return self._upsert(records())
 
@@ -380,8 +380,8 @@ class ReplayBuffer:
                 not retrieve itself).
 
         Returns:
-            The transitions, each with its cosine similarity in ``info["similarity"]`` and its
-            task's instruction in ``info["intent"]``.
+            The transitions, each with its cosine similarity in ``info["similarity"]``, its
+            task's instruction in ``info["intent"]`` and parameters in ``info["task_params"]``.
         """
         k = self.cfg.top_k if k is None else k
         if k < 1:
@@ -401,6 +401,7 @@ class ReplayBuffer:
             t = record_transition(meta)
             t.info["similarity"] = 1.0 - float(distance)  # cosine space: distance = 1 - cos
             t.info["intent"] = str(meta.get("intent", ""))
+            t.info["task_params"] = json.loads(meta.get("params") or "{}")
             found.append(t)
         return found
 
@@ -523,6 +524,7 @@ class ReplayBuffer:
                 data = json.loads(meta["transition"])
                 for key in ("family", "intent", "start_url"):
                     data[key] = meta.get(key, "")
+                data["task_params"] = json.loads(meta.get("params") or "{}")
                 fh.write(json.dumps(data, ensure_ascii=False, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -542,7 +544,8 @@ class ReplayBuffer:
                         raise ConfigError(f"{path}:{lineno}: not a JSON line ({exc.msg})") from None
                     yield self._record(Transition.from_dict(data), str(data.get("family", "")),
                                        str(data.get("intent", "")),
-                                       str(data.get("start_url", "")))
+                                       str(data.get("start_url", "")),
+                                       data.get("task_params") or {})
 
         if not Path(path).is_file():
             raise ConfigError(f"no buffer export at {path}: write one with ReplayBuffer.export")

@@ -75,7 +75,8 @@ Record = tuple[str, str, dict[str, Any]]
 
 
 def transition_record(
-    t: Transition, *, family: str = "", intent: str = "", start_url: str = "", seq: int = 0
+    t: Transition, *, family: str = "", intent: str = "", start_url: str = "", seq: int = 0,
+    params: dict[str, str] | None = None,
 ) -> Record:
     """The Chroma record of a transition.
 
@@ -86,6 +87,7 @@ def transition_record(
         start_url: Its task's start URL (matched by
             :meth:`~dreamgym_agents.buffer.ReplayBuffer.start_state`).
         seq: Insertion order (for pruning and export order).
+        params: Its task's parameters (:attr:`~dreamgym_agents.types.Task.params`), kept as JSON.
 
     Returns:
         ``("<episode_id>:<step>", key text, metadata)``; metadata values are str, int, float or
@@ -96,6 +98,7 @@ def transition_record(
         "episode_id": t.episode_id, "step": int(t.step), "reward": float(t.reward),
         "done": bool(t.done), "success": bool(t.success), "valid": bool(t.valid),
         "intent": intent, "start_url": start_url, "seq": int(seq),
+        "params": json.dumps(params or {}, ensure_ascii=False, sort_keys=True),
         "transition": json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True, default=str),
     }
     return f"{t.episode_id}:{t.step}", transition_key_text(t.state, t.action), meta

@@ -180,14 +180,35 @@ FINAL_ANSWER_CANDIDATES = 4
 def retrieve_demos(
     retriever: Retriever, intent: str, state: str, action: str, *, k: int,
     where: dict | None = None, exclude_episode: str | None = None,
+    params: dict[str, str] | None = None,
 ) -> list[Transition]:
-    """The ``k`` demonstrations of one step, as training and inference both choose them."""
-    from dreamgym_agents.experience_compact import answer_text, rerank_final_answer_demos
+    """The ``k`` demonstrations of one step, as training and inference both choose them.
 
-    final = bool(intent) and answer_text(action) is not None
-    found = retriever.retrieve(state, action, k=k * FINAL_ANSWER_CANDIDATES if final else k,
-                               where=where, exclude_episode=exclude_episode)
-    return rerank_final_answer_demos(intent, action, found, k) if final else found[:k]
+    For a final answer (with a known task ``intent`` and its ``params``), the demonstrations are
+    recorded final answers of similar tasks, right and wrong ones
+    (:func:`~dreamgym_agents.experience_compact.rank_final_answer_demos`): the one whose answer
+    checks most resemble this answer's first, then the best of the other outcome, then the
+    next best. Demonstrations chosen by page similarity alone share the current step's outcome
+    most of the time (a giving-up answer on the home page finds other giving-up answers there)
+    and do not show what tells a right answer from a wrong one; a small model trained on them
+    copied their outcome whatever the answer (measured: docs/RESULTS.md). Other steps take the
+    ``k`` most similar transitions.
+    """
+    from dreamgym_agents.experience_compact import answer_text, rank_final_answer_demos
+
+    if not intent or answer_text(action) is None:
+        return retriever.retrieve(state, action, k=k, where=where,
+                                  exclude_episode=exclude_episode)[:k]
+    candidates: list[Transition] = []
+    for success in (True, False):
+        scope = {**(where or {}), "done": True, "success": success}
+        found = retriever.retrieve(state, action, k=k * FINAL_ANSWER_CANDIDATES, where=scope,
+                                   exclude_episode=exclude_episode)
+        # Final answers only (``done`` also marks steps cut by the step limit); a retriever
+        # that ignores filters (a test double) still yields the right outcome.
+        candidates += [t for t in found if bool(t.success) == success and t.terminated
+                       and answer_text(t.action) is not None]
+    return rank_final_answer_demos(intent, state, action, params or {}, candidates, k)
 
 
 def transition_id(t: Transition) -> str:
@@ -477,17 +498,17 @@ class ExperienceModel:
                 "experience/failure_rate": rate}
 
     def retrieve(self, state: str, action: str, exclude_episode: str | None = None, *,
-                 intent: str = "") -> list:
+                 intent: str = "", params: dict[str, str] | None = None) -> list:
         """The demonstrations for this step (none when retrieval is off or there is no buffer).
 
-        For a final answer with a known task ``intent``, more candidates are fetched and those
-        whose task asks the same kind of question come first
-        (:func:`~dreamgym_agents.experience_compact.rerank_final_answer_demos`).
+        For a final answer with a known task ``intent`` (and ``params``), the demonstrations are
+        recorded final answers chosen by their answer checks (:func:`retrieve_demos`).
         """
         if not self.cfg.use_retrieval or self.buffer is None:
             return []
         return retrieve_demos(self.buffer, intent, state, action, k=self.cfg.top_k,
-                              where=self.cfg.retrieval_where, exclude_episode=exclude_episode)
+                              where=self.cfg.retrieval_where, exclude_episode=exclude_episode,
+                              params=params)
 
     def render_inputs(
         self, task: Task | str, history: list[Transition], state: str, action: str,
@@ -509,7 +530,7 @@ class ExperienceModel:
     ) -> list[dict[str, str]]:
         """The chat messages of one prediction."""
         if self.cfg.prompt_style == "compact":
-            from dreamgym_agents.experience_compact import render_compact
+            from dreamgym_agents.experience_compact import render_compact, task_params
 
             cfg = self.cfg
             return render_compact(
@@ -517,6 +538,7 @@ class ExperienceModel:
                 history if cfg.use_history else None, state, action,
                 demos if cfg.use_retrieval else None,
                 history_steps=min(cfg.history_steps, 2), use_reasoning=cfg.use_reasoning,
+                params=task_params(task),
             )
         inputs = self.render_inputs(task, history, state, action, demos)
         return render_messages(
@@ -544,7 +566,8 @@ class ExperienceModel:
             ModelError: The model call failed (after the gateway's own retries).
         """
         intent = task.intent if isinstance(task, Task) else task
-        demos = self.retrieve(state, action, exclude_episode, intent=intent)
+        params = task.params if isinstance(task, Task) else {}
+        demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
         overrides: dict[str, Any] = {}

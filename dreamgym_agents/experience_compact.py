@@ -166,23 +166,123 @@ def answer_lines(state: str, answer: str, limit: int = 3) -> tuple[list[str], in
     return ordered[:limit], len(hits)
 
 
-def answer_checks(state: str, answer: str, intent: str) -> str:
-    """What can be checked of a final answer without knowing the right one: its kind against the
-    kind the task asks for, and whether the page shows it (``an amount of money, as the task asks
-    for an amount of money; the page shows it``).
+_FIELD = re.compile(r"^\s*([A-Za-z][\w &/-]{0,40}?)\s*(?::|\|)\s*(.+?)\s*$")
+_TASK_WORD = re.compile(r"[a-z]{3,}")
+
+
+def answer_place(state: str, answer: str, intent: str) -> str:
+    """How the page shows an answer, in the terms a reader checks it by.
+
+    ``the page shows it as the value of 'Status', which the task names`` (a ``Label: value`` or
+    ``Label | value`` line whose label shares a word with the task), ``… of 'Brand', which the
+    task does not name``, ``… as a whole line`` (a line that is just the answer: a link, a
+    price), ``… inside a longer text``, or ``the page does not show it``. Best place first:
+    an answer a page labels with what the task asks about is likelier right than a word picked
+    out of a sentence, and a small model does not work that out from the raw lines (measured:
+    docs/RESULTS.md).
+    """
+    text = answer.strip().strip("'\"").strip().lower()
+    if not text:
+        return "the page does not show it"
+    pattern = re.compile(rf"(?<!\w){re.escape(text)}(?!\w)")
+    task = set(_TASK_WORD.findall(intent.lower()))
+    best = (9, "the page does not show it")
+    for line in _state_lines(state):
+        name = line.lower()
+        if not pattern.search(name):
+            continue
+        field = _FIELD.match(line)
+        if name == text:
+            place = (1, "the page shows it as a whole line")
+        elif field and pattern.search(field.group(2).lower()):
+            label = field.group(1).strip()
+            named = bool(task & set(_TASK_WORD.findall(label.lower())))
+            exact = field.group(2).strip().lower() == text
+            where = "as the value" if exact else "in the value"
+            place = ((0 if named else 2) + (0 if exact else 0.5),
+                     f"the page shows it {where} of '{label}', which the task "
+                     f"{'names' if named else 'does not name'}")
+        else:
+            place = (3, "the page shows it inside a longer text")
+        best = min(best, place)
+    return best[1]
+
+
+def _state_lines(state: str) -> list[str]:
+    """The quoted names of a state's body lines (URL and Title left out)."""
+    from dreamgym_agents.state import parse_state
+
+    return [ln.name for ln in parse_state(state).lines if ln.name]
+
+
+def task_params(task: object) -> dict[str, str]:
+    """A task's parameters (:attr:`~dreamgym_agents.types.Task.params`); empty for a bare
+    intent."""
+    params = getattr(task, "params", None)
+    return dict(params) if isinstance(params, dict) else {}
+
+
+def task_terms(state: str, params: dict[str, str], *, max_lines: int = 2,
+               width: int = 90) -> str:
+    """Where the page shows the task's parameters: ``product (title, 2 lines), qty (none) |
+    'You added 2 × …'`` — each parameter's places (URL, title, body lines), then the body lines
+    holding the most parameters.
+
+    Whether a navigation or a state change is done shows in what the page says of the task's
+    own terms (the product in the title, the page number in the URL, a confirmation naming the
+    product); this gathers that evidence for the model to weigh. '' without parameters.
+    """
+    if not params:
+        return ""
+    from urllib.parse import unquote_plus
+
+    lines = _lines(state)
+    url = unquote_plus(next((ln[4:] for ln in lines[:2] if ln.startswith("URL:")), "")).lower()
+    title = next((ln[6:] for ln in lines[:2] if ln.startswith("Title:")), "").strip().lower()
+    body = _state_lines(state)
+    places, hits = [], {}
+    for name, value in params.items():
+        # Whole terms only: "2" is not found in "3.2", "$2" or "2-in-1".
+        pattern = re.compile(rf"(?<![\w.$-]){re.escape(value.lower())}(?![\w-]|[.,]\d)")
+        where = [label for label, text in (("URL", url), ("title", title))
+                 if pattern.search(text)]
+        found = [i for i, ln in enumerate(body) if pattern.search(ln.lower())]
+        for i in found:
+            hits[i] = hits.get(i, 0) + 1
+        if found:
+            where.append(f"{len(found)} line{'s' if len(found) != 1 else ''}")
+        places.append(f"{name} ({', '.join(where) or 'none'})")
+    # The lines holding the most parameters (shortest first: a line that is mostly the term),
+    # not counting the page's heading (its title again).
+    heading = title.rsplit(" | ", 1)[0]
+    best = sorted((i for i in hits if body[i].lower() != heading),
+                  key=lambda i: (-hits[i], len(body[i]), i))[:max_lines]
+    shown = [body[i] if len(body[i]) <= width else body[i][: width - 1] + "…"
+             for i in sorted(best)]
+    return ", ".join(places) + "".join(f" | '{ln}'" for ln in shown)
+
+
+def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] | None = None
+                  ) -> str:
+    """What can be checked of a final answer without knowing the right one, the decisive part
+    last: how the page shows it (:func:`answer_place`), then its kind against the kind the task
+    asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
+    amount of money``); for a task that asks for an action, where the page shows the task's
+    parameters (:func:`task_terms`, places only).
 
     A small model trained from scratch does not compose these from the task and the page
-    reliably (measured: recipes v8, v9 in docs/RESULTS.md), so the compact prompt spells them
-    out; whether the answer is right is still the model's call (the page may show several values
-    of that kind, the task may want another one).
+    reliably (measured: docs/RESULTS.md), so the compact prompt spells them out as its last
+    line, right before the verdict; whether the answer is right is still the model's call (the
+    page may show several values of that kind, the task may want another one).
     """
-    _, count = answer_lines(state, answer, limit=1)
-    where = "the page shows it" if count else "the page does not show it"
+    where = answer_place(state, answer, intent)
     match = kinds_match(answer, intent)
     if match is None:
-        return f"{answer_kind(answer)}, and the task asks for an action; {where}"
-    return (f"{answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
-            f"{asked_kind(intent)}; {where}")
+        terms = task_terms(state, params or {}, max_lines=0)
+        return (f"{where}; {answer_kind(answer)}; the task asks for an action"
+                + (f"; task terms: {terms}" if terms else ""))
+    return (f"{where}; {answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
+            f"{asked_kind(intent)}")
 
 
 _INTENT_WORD = re.compile(r"[a-z]+")
@@ -192,26 +292,55 @@ def _intent_words(text: str) -> set[str]:
     return set(_INTENT_WORD.findall(text.lower()))
 
 
-def rerank_final_answer_demos(
-    intent: str, action: str, demos: list[Transition], k: int
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+_CHECK_VALUE = re.compile(r"'[^']*'|\(\d+ words?\)|\d+ lines?")
+
+
+def checks_words(checks: str) -> set[str]:
+    """The words of an answer's checks that say what kind of evidence it is (the quoted labels,
+    word and line counts left out, so two checks compare by form)."""
+    return set(_INTENT_WORD.findall(_CHECK_VALUE.sub(" ", checks.lower())))
+
+
+def demo_checks(demo: Transition) -> str:
+    """The answer checks of a recorded final answer, computed with its own task (as retrieved:
+    ``info["intent"]``, ``info["task_params"]``)."""
+    answer = answer_text(demo.action) or ""
+    return answer_checks(demo.state, answer, str(demo.info.get("intent", "")),
+                         demo.info.get("task_params") or {})
+
+
+def rank_final_answer_demos(
+    intent: str, state: str, action: str, params: dict[str, str], candidates: list[Transition],
+    k: int,
 ) -> list[Transition]:
-    """For a final answer, prefer demonstrations whose task asks the same kind of question.
+    """Order recorded final answers as demonstrations for the final answer ``action``.
 
-    Whether an answer is right depends on what the task asks; (state, action) similarity alone
-    pulls in answers to other questions about the same page. Candidates are re-ordered by the
-    word overlap (Jaccard) of their task with this one, then by similarity. Other actions keep
-    the similarity order.
+    Each candidate is scored by how much its answer checks resemble this answer's
+    (:func:`answer_checks`: how the page shows the answer, its kind against the kind asked,
+    where the page shows the task's terms), then by how much its task resembles this one (word
+    overlap), then by page similarity. The best comes first, then the best of the other outcome
+    (right if the best is wrong, and the reverse), then the next best: the model sees the
+    closest recorded case and what the other outcome looks like.
     """
-    if answer_text(action) is None:
-        return demos[:k]
-    mine = _intent_words(intent)
+    mine = checks_words(answer_checks(state, answer_text(action) or "", intent, params))
+    words = _intent_words(intent)
 
-    def score(t: Transition) -> tuple[float, float]:
-        theirs = _intent_words(str(t.info.get("intent", "")))
-        overlap = len(mine & theirs) / len(mine | theirs) if mine or theirs else 0.0
-        return overlap, float(t.info.get("similarity", 0.0))
+    def score(t: Transition) -> tuple[float, float, float]:
+        return (_jaccard(mine, checks_words(demo_checks(t))),
+                _jaccard(words, _intent_words(str(t.info.get("intent", "")))),
+                float(t.info.get("similarity", 0.0)))
 
-    return sorted(demos, key=score, reverse=True)[:k]
+    ranked = sorted(candidates, key=score, reverse=True)
+    if not ranked:
+        return []
+    other = next((t for t in ranked if t.success != ranked[0].success), None)
+    order = [ranked[0]] + ([other] if other is not None else [])
+    order += [t for t in ranked[1:] if t is not other]
+    return order[:k]
 
 
 def changed_lines(state: str, other: str) -> list[str]:
@@ -244,6 +373,7 @@ def render_compact(
     history_steps: int = 2,
     max_changed: int = 4,
     use_reasoning: bool = True,
+    params: dict[str, str] | None = None,
 ) -> list[dict[str, str]]:
     """The compact prompt as chat messages (one user message).
 
@@ -257,6 +387,8 @@ def render_compact(
         max_changed: Most changed lines shown for the best demonstration (the others show
             only how many lines differ).
         use_reasoning: Ask for reasoning (False: empty reasoning).
+        params: The task's parameters (:func:`task_params`); for a final answer, where the page
+            shows them (:func:`task_terms`).
     """
     template = load_compact_template()
     parts = [template["instruction"], f"task: {intent}"]
@@ -277,10 +409,9 @@ def render_compact(
             limit = max_changed if i == 1 else 0
             shown = changes[:limit] + (["…"] if len(changes) > limit else [])
             said = answer_text(demo.action)
-            if said is not None:  # a final answer: its task and where its page shows it
-                found, _ = answer_lines(demo.state, said, limit=1)
+            if said is not None:  # a final answer: its task and its checks
                 what = (f"task: {demo.info.get('intent', '?')} | "
-                        f"answer on page: {found[0] if found else '(not found)'} | ")
+                        f"checks: {demo_checks(demo)} | ")
             else:
                 what = ""
             parts.append(
@@ -292,9 +423,14 @@ def render_compact(
             )
     answer = answer_text(action)
     if answer is not None:
-        # Last, next to where the answer starts: a small model judges from what is near.
         hits, count = answer_lines(state, answer)
         parts.append(f"answer on page ({count} lines): " + (" || ".join(hits) or "(not found)"))
-        parts.append(f"answer checks: {answer_checks(state, answer, intent)}")
+        terms = task_terms(state, params or {})
+        if terms:
+            parts.append(f"task terms on page: {terms}")
     parts.append(template["output_reasoning" if use_reasoning else "output_direct"])
+    if answer is not None:
+        # Last, right before the verdict the answer starts with: a small model judges from
+        # what is near (annotate.deterministic_rationale).
+        parts.append(f"answer checks: {answer_checks(state, answer, intent, params)}")
     return [{"role": "user", "content": "\n".join(parts)}]

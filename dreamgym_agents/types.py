@@ -48,6 +48,15 @@ class Task:
     config: dict[str, Any] = field(default_factory=dict)
     oracle: list[dict[str, Any]] | None = None
 
+    @property
+    def params(self) -> dict[str, str]:
+        """The values the task's instruction was made from (WebArena's ``instantiation_dict``),
+        as strings; empty for a task without them."""
+        raw = self.config.get("instantiation_dict") if isinstance(self.config, dict) else None
+        if not isinstance(raw, dict):
+            return {}
+        return {str(k): str(v).strip() for k, v in raw.items() if str(v).strip()}
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

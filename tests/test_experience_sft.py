@@ -74,3 +74,34 @@ def test_budgeted_schedule_follows_the_clock_and_the_steps():
     assert far[0] < far[4] and far[6] == pytest.approx(1.0, abs=0.01)  # warmup, then ~peak
     assert lrs(-1.0)[6] == pytest.approx(0.0, abs=1e-9)  # past the deadline: annealed
     assert lrs(3600.0, steps=8, run=10)[9] == pytest.approx(0.0, abs=1e-9)  # out of steps
+
+
+def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):
+    from transformers import AutoTokenizer
+
+    from dreamgym_agents.local_provider import format_prompt, make_tiny_checkpoint
+    from dreamgym_agents.training.experience_data import decision_spans
+    from dreamgym_agents.training.experience_sft import tokenize_example
+
+    completion = ("<reasoning>The agent stops. The task is complete.</reasoning>\n"
+                  "<reward>1</reward>\n<done>true</done>\n<success>true</success>\n"
+                  "<next_state>\n@state\n</next_state>")
+    path = make_tiny_checkpoint(tmp_path / "m", [completion, "task: price?"], vocab_size=300)
+    tok = AutoTokenizer.from_pretrained(path)
+    example = {"messages": [{"role": "user", "content": "task: price?"}],
+               "completion": completion, "decision_spans": decision_spans(completion)}
+    row = tokenize_example(tok, example, decision_weight=4.0)
+    prompt_len = row["labels"].count(-100)
+    prompt, _ = format_prompt(tok, example["messages"])
+    assert row["input_ids"][:prompt_len] == tok(prompt)["input_ids"]  # as inference sees it
+    assert set(row["token_weights"][:prompt_len]) == {0.0}
+    completion_ids = row["labels"][prompt_len:]
+    assert tok.decode(completion_ids[:-1]) == completion
+    assert completion_ids[-1] == tok.eos_token_id
+    weighted = [i for i, w in zip(completion_ids, row["token_weights"][prompt_len:],
+                                  strict=True) if w == 4.0]
+    text = tok.decode(weighted)
+    assert "complete" in text and "true" in text and "@state" in text
+    assert "agent stops" not in text and "next_state" not in text
+    plain = tokenize_example(tok, example)
+    assert set(plain["token_weights"][prompt_len:]) == {1.0}

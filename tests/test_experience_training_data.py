@@ -5,18 +5,29 @@ from dreamgym_agents.experience_compact import (
     answer_checks,
     answer_kind,
     answer_lines,
+    answer_place,
     answer_text,
     asked_kind,
     kinds_match,
     render_compact,
-    rerank_final_answer_demos,
+    rank_final_answer_demos,
     target_context,
     target_line,
+    task_params,
+    task_terms,
 )
+from dreamgym_agents.experience import retrieve_demos
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
-from dreamgym_agents.training.counterfactual import counterfactual_trajectories
-from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
+from dreamgym_agents.training.counterfactual import (
+    counterfactual_trajectories,
+    stop_trajectories,
+)
+from dreamgym_agents.training.experience_data import (
+    ExampleConfig,
+    build_examples,
+    decision_spans,
+)
 from dreamgym_agents.types import Task, Trajectory, Transition
 
 HOME = "URL: __SHOPPING__\nTitle: Home\n[14] link 'Laptops'\n[30] link 'My Cart (4)'"
@@ -54,10 +65,10 @@ def test_prompt_pieces():
     assert answer_text("stop [N/A]") == "N/A" and answer_text("click('1')") is None
     text = render_compact("Price?", [], LAPTOPS, "send_msg_to_user('$9.99')", [])[0]["content"]
     assert "answer on page (1 lines): StaticText '$9.99'" in text and "demos: (none)" in text
-    assert ("answer checks: an amount of money, as the task asks for an amount of money; the "
-            "page shows it") in text
-    # The answer's checks come last, right before the answer is written.
-    assert text.index("demos: (none)") < text.index("answer on page") < text.index("checks:")
+    # The answer's checks are the last line, right before the verdict is written.
+    assert text.endswith("\nanswer checks: the page shows it as a whole line; an amount of "
+                         "money, as the task asks for an amount of money")
+    assert text.index("demos: (none)") < text.index("answer on page") < text.index("answer:")
     ablated = render_compact("Price?", None, LAPTOPS, "click('14')", None)[0]["content"]
     assert "history:" not in ablated and "demo 1" not in ablated and "demos:" not in ablated
 
@@ -79,7 +90,8 @@ def test_examples_use_other_episodes_and_round_trip():
     assert final.index("<success>") < final.index("<next_state>")  # outcome, then the page
     parsed = parse_experience_output(final)
     assert parsed.success and parsed.done and parsed.next_state == "@state"
-    assert deterministic_rationale(trajs[0].transitions[1]).startswith("Final answer")
+    assert deterministic_rationale(trajs[0].transitions[1]).startswith(
+        "The task is complete. Final answer")
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
                                                            use_retrieval=False))
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")
@@ -101,11 +113,16 @@ def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restat
     page = "URL: u\nTitle: t\nStaticText '$9.99'"
     price = "What is the price of the laptop?"
     assert answer_checks(page, "$9.99", price) == (
-        "an amount of money, as the task asks for an amount of money; the page shows it")
-    assert answer_checks(page, "'$9.99'", price).endswith("; the page shows it")  # quotes
+        "the page shows it as a whole line; an amount of money, as the task asks for an amount "
+        "of money")
+    assert answer_checks(page, "'$9.99'", price).startswith("the page shows it as a whole line")
     assert answer_checks(page, "done", price) == (
-        "text (1 word), but the task asks for an amount of money; the page does not show it")
-    assert "and the task asks for an action" in answer_checks(page, "ok", "Add it to my cart")
+        "the page does not show it; text (1 word), but the task asks for an amount of money")
+    assert answer_checks(page, "ok", "Add it to my cart") == (
+        "the page does not show it; text (1 word); the task asks for an action")
+    assert answer_checks(page, "ok", "Add it to my cart", {"product": "laptop"}) == (
+        "the page does not show it; text (1 word); the task asks for an action; task terms: "
+        "product (none)")
 
     def said(answer, intent, success=False):
         t = Transition(episode_id="e", step=0, task_id="t", state=page, next_state=page,
@@ -113,9 +130,10 @@ def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restat
                        reward=float(success))
         return deterministic_rationale(t, intent)
 
-    assert said("$9.99", price, success=True) == ("Final answer, checked above. "
-                                                  "The task is complete.")
-    assert said("done", price) == "Final answer, checked above. The episode ends without success."
+    # the verdict first, next to the checks it is read from
+    assert said("$9.99", price, success=True) == ("The task is complete. Final answer, checked "
+                                                  "above.")
+    assert said("done", price) == "The episode ends without success. Final answer, checked above."
     assert "the page decides" in said("ok", "Add the laptop to my cart")
     assert kinds_match("4.5", "What is the average customer rating of X?") is True
     assert kinds_match("Ann Lee", "Who wrote the latest review of X?") is True
@@ -188,23 +206,33 @@ def test_counterfactual_variants_train_only_their_final_step_without_leaks():
     assert len(examples) == 4 + 2  # two per recorded episode, one per variant
     assert [e["meta"]["step"] for e in examples[4:]] == [1, 1]
     # A variant never sees its source episode, and no example sees its own task.
-    assert seen[-1] == ({"provenance": "offline", "task_id": {"$ne": "t1"}}, "a")
-    assert seen[2][0]["task_id"] == {"$ne": "t2"}
+    where, excluded = seen[-1]
+    assert excluded == "a" and where["task_id"] == {"$ne": "t1"}
+    assert where["provenance"] == "offline" and where["done"] is True  # final-answer demos
+    assert seen[3][0]["task_id"] == {"$ne": "t2"}  # a final answer retrieves twice
 
 
-def test_final_answer_demos_prefer_the_same_kind_of_question():
-    def demo(intent: str, similarity: float) -> Transition:
-        return Transition("d", 0, "x", LAPTOPS, "send_msg_to_user('$9.99')", LAPTOPS,
-                          reward=1.0, done=True, success=True,
+def test_final_answer_demos_are_ranked_by_their_checks_then_their_task():
+    def demo(eid: str, intent: str, answer: str, success: bool, similarity: float = 0.5):
+        return Transition(eid, 1, eid, LAPTOPS, f"send_msg_to_user('{answer}')", LAPTOPS,
+                          reward=float(success), done=True, success=success,
                           info={"intent": intent, "similarity": similarity})
 
-    rating, price = demo("What is the rating of Foo?", 0.9), demo("What is the price of Bar?", 0.5)
-    task = "What is the price of Baz?"
-    assert rerank_final_answer_demos(task, "send_msg_to_user('1')", [rating, price], 1) == [price]
-    assert rerank_final_answer_demos(task, "click('14')", [rating, price], 1) == [rating]
-    text = render_compact(task, [], LAPTOPS, "send_msg_to_user('$9.99')", [price])[0]["content"]
-    assert ("task: What is the price of Bar? | answer on page: StaticText '$9.99' | reward 1"
-            in text)
+    price = "What is the price of Baz?"
+    right = demo("right", "What is the price of Bar?", "$9.99", True)
+    wrong_word = demo("word", "What is the price of Foo?", "Laptops", False, similarity=0.9)
+    rating = demo("rating", "What is the rating of Foo?", "$9.99", False)
+    pool = [wrong_word, rating, right]
+    # a right-looking answer: the demo with the same checks (money, as asked) first, then the
+    # best of the other outcome
+    ranked = rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('$9.99')", {}, pool, 3)
+    assert [d.episode_id for d in ranked] == ["right", "word", "rating"]
+    # a word of the page: the demo that said a word of the page first
+    ranked = rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('Laptops')", {}, pool, 2)
+    assert [d.episode_id for d in ranked] == ["word", "right"]
+    text = render_compact(price, [], LAPTOPS, "send_msg_to_user('$9.99')", [right])[0]["content"]
+    assert ("task: What is the price of Bar? | checks: the page shows it as a whole line; an "
+            "amount of money, as the task asks for an amount of money | reward 1" in text)
 
 
 @pytest.mark.parametrize("answer,kind", [
@@ -235,3 +263,110 @@ def test_final_answers_can_weigh_more():
     examples = build_examples(trajs, None, ExampleConfig(use_retrieval=False,
                                                          final_answer_repeat=3))
     assert [e["meta"]["step"] for e in examples] == [0, 1, 1, 1]
+
+
+ORDER = ("URL: __SHOPPING__/account/orders/100044\nTitle: Order #100044 | One Stop Market\n"
+         "heading 'Order #100044'\nStaticText 'Status: Complete'\nStaticText 'Brand | Deskwell'\n"
+         "StaticText 'The Deskwell desk comes in walnut.'\n[12] link 'Complete'")
+
+
+@pytest.mark.parametrize("answer,intent,place", [
+    ("Complete", "What is the status of my order #100044?",
+     "as the value of 'Status', which the task names"),
+    ("Deskwell", "What is the status of my order #100044?",
+     "as the value of 'Brand', which the task does not name"),
+    ("walnut", "What is the color of the desk?", "inside a longer text"),
+    ("Order #100044", "Which order?", "as a whole line"),
+    ("teak", "What is the color of the desk?", "the page does not show it"),
+])
+def test_answer_place_says_how_the_page_shows_an_answer(answer, intent, place):
+    assert answer_place(ORDER, answer, intent).endswith(place)
+
+
+def test_task_terms_say_where_the_page_shows_the_task_parameters():
+    task = Task("t", "webarena", "Go to page 2 of the Laptops listing.",
+                config={"instantiation_dict": {"category": "Laptops", "page": 2}})
+    params = task_params(task)
+    assert params == {"category": "Laptops", "page": "2"}
+    page = ("URL: __SHOPPING__/category/laptops?page=2\nTitle: Laptops | One Stop Market\n"
+            "heading 'Laptops'\nStaticText '$3.25 · Rating: 4.2 out of 5'\n"
+            "StaticText 'Page 2 of 3'")
+    # "2" is not found inside 3.25, 4.2; the heading (the title again) is not shown as a line
+    assert task_terms(page, params) == ("category (URL, title, 1 line), page (URL, 1 line) | "
+                                        "'Page 2 of 3'")
+    assert task_terms(HOME, params) == "category (1 line), page (none) | 'Laptops'"
+    assert task_terms(page, {}) == "" and task_params("a bare intent") == {}
+    text = render_compact(task.intent, [], page, "send_msg_to_user('done')", [],
+                          params=params)[0]["content"]
+    assert "task terms on page: category (URL, title, 1 line)" in text
+    assert "task terms" not in render_compact(task.intent, [], page, "click('1')", [],
+                                              params=params)[0]["content"]
+
+
+def test_final_answer_demos_are_final_answers_of_both_outcomes():
+    def final(eid: str, success: bool, intent: str) -> Transition:
+        return Transition(eid, 1, eid, LAPTOPS, "send_msg_to_user('x')", LAPTOPS,
+                          reward=float(success), done=True, success=success,
+                          info={"intent": intent, "similarity": 0.5})
+
+    wrong = [final(f"w{i}", False, "What is the price of A?") for i in range(4)]
+    right = [final("r0", True, "What is the price of B?"),
+             final("r1", True, "Who wrote the review of C?")]
+    steps = [Transition("n", 0, "n", HOME, "click('14')", LAPTOPS, done=True,
+                        info={"truncated": True})]  # cut by the step limit: not an answer
+    retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
+                                          transitions=wrong + steps + right)])
+    demos = retrieve_demos(retriever, "What is the price of Z?", LAPTOPS,
+                           "send_msg_to_user('$1')", k=3)
+    # final answers only (not the step cut by the limit), and both outcomes among the first two
+    assert len(demos) == 3 and "n" not in [d.episode_id for d in demos]
+    assert demos[0].success != demos[1].success
+    # other steps: the most similar transitions, whatever their outcome
+    plain = retrieve_demos(retriever, "What is the price of Z?", HOME, "click('14')", k=2)
+    assert [d.episode_id for d in plain] == ["n", "w0"]
+
+
+def test_decision_spans_mark_the_conclusion_the_outcome_and_the_next_page():
+    completion = ("<reasoning>The task is complete. Final answer, checked above.</reasoning>\n"
+                  "<reward>1</reward>\n<done>true</done>\n<success>true</success>\n"
+                  "<next_state>\n@state\n- [1] link 'a'\n</next_state>")
+    spans = [completion[a:b] for a, b in decision_spans(completion)]
+    assert spans == ["The task is complete.",  # the verdict, wherever it is said
+                     "<reward>1</reward>\n<done>true</done>\n<success>true</success>", "@state"]
+    empty = completion.replace("The task is complete. Final answer, checked above.", "")
+    assert [empty[a:b] for a, b in decision_spans(empty)][1:] == ["@state"]
+    teacher = completion.replace("The task is complete. Final answer, checked above.",
+                                 "It opens the cart. So the order is placed.")
+    assert [teacher[a:b] for a, b in decision_spans(teacher)][0] == "So the order is placed."
+
+
+def url_task(reference_url: str) -> Task:
+    config = {"intent": "Open the laptops.", "start_url": "__SHOPPING__",
+              "eval": {"eval_types": ["url_match"], "reference_answers": None,
+                       "reference_url": reference_url, "program_html": [],
+                       "url_note": "GOLD in PRED"}}
+    return Task("t9", "webarena", "Open the laptops.", config=config)
+
+
+def test_stops_at_recorded_states_are_labelled_by_the_evaluator():
+    cart = "URL: __SHOPPING__/cart\nTitle: Cart\n[3] link 'Laptops'"
+    steps = [Transition("u", 0, "t9", HOME, "click('30')", cart, provenance="offline"),
+             Transition("u", 1, "t9", cart, "click('3')", LAPTOPS, provenance="offline"),
+             Transition("u", 2, "t9", LAPTOPS, "send_msg_to_user('done')", LAPTOPS,
+                        reward=1.0, done=True, success=True, provenance="offline")]
+    traj = Trajectory("u", url_task("__SHOPPING__/cart"), transitions=steps, success=True)
+    stops = stop_trajectories([traj], per_episode=5, seed=3)
+    assert [s.info["train_from_step"] for s in stops] == [0, 1]  # every state before the end
+    home, at_cart = stops
+    assert not home.success and at_cart.success  # the URL evaluator read the state's URL
+    last = at_cart.transitions[-1]
+    assert answer_text(last.action) is not None and last.done and last.state == cart
+    assert at_cart.transitions[:-1] == steps[:1] and at_cart.agent.endswith("+stop")
+    # answer-only tasks: the evaluator reads the word said
+    answer = episode("a", "$9.99", True)
+    answer.task = answer_task({"exact_match": "$9.99"})
+    (stop,) = stop_trajectories([answer], per_episode=2)
+    assert stop.info["train_from_step"] == 0 and not stop.success
+    # tasks judged by the site's state cannot be labelled offline
+    answer.task = answer_task({}, eval_types=("program_html",))
+    assert stop_trajectories([answer], per_episode=2) == []

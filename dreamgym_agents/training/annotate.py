@@ -36,23 +36,33 @@ def _path(state: str) -> str:
     return head(state).split(" | ")[0]
 
 
+COMPLETE = "The task is complete."
+FAILED = "The episode ends without success."
+UNFINISHED = "The task is not finished."
+VERDICTS = (COMPLETE, FAILED, UNFINISHED)
+"""The sentences a deterministic rationale states its outcome with."""
+
+
 def deterministic_rationale(t: Transition, intent: str = "") -> str:
-    """A short rationale derived from the transition and its task (no model involved)."""
+    """A short rationale derived from the transition and its task (no model involved).
+
+    A final answer's rationale starts with its verdict: the answer's checks are the prompt's
+    last line (:func:`~dreamgym_agents.experience_compact.render_compact`), and a small model
+    trained for minutes learns to read a verdict off the lines right before it, not off lines a
+    few dozen tokens back (measured: docs/RESULTS.md). Other steps say what the action does,
+    then that the task goes on.
+    """
     target = target_line(t.state, t.action)
     verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
     answer = answer_text(t.action)
-    parts = [] if answer is not None else [
-        f"The agent does {verb}" + (f" on {target}." if target else ".")]
-    before, after = _path(t.state), _path(t.next_state)
+    verdict = COMPLETE if t.success else FAILED if t.terminated else UNFINISHED
     if answer is not None:
-        # The prompt's last line holds the answer's checks (experience_compact.answer_checks);
-        # the rationale does not restate them: a small model copies badly, then judges from its
-        # wrong copy (measured: v7-v9), so the outcome follows right after the checks.
         if intent and kinds_match(answer, intent) is None:
-            parts.append("Final message; the task asks for an action, so the page decides.")
-        else:
-            parts.append("Final answer, checked above.")
-    elif verb == "go_back":
+            return f"{verdict} Final message; the task asks for an action, so the page decides."
+        return f"{verdict} Final answer, checked above."
+    parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
+    before, after = _path(t.state), _path(t.next_state)
+    if verb == "go_back":
         parts.append(f"The browser returns to the page before, {after}.")
     elif after != before:
         parts.append(f"The site goes to {after}.")
@@ -60,12 +70,7 @@ def deterministic_rationale(t: Transition, intent: str = "") -> str:
         parts.append("The page stays and changes.")
     else:
         parts.append("The page does not change.")
-    if t.success:
-        parts.append("The task is complete.")
-    elif t.terminated:
-        parts.append("The episode ends without success.")
-    else:
-        parts.append("The task is not finished.")
+    parts.append(verdict)
     return " ".join(parts)
 
 

@@ -11,11 +11,21 @@ page (what random and giving-up agents say), the right answer quoted — each la
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
 ``info["train_from_step"]``) and the new final step. Variants are training examples, not buffer
 records: the buffer keeps what really happened.
+
+:func:`stop_trajectories` does the same for an agent that stops *earlier*, anywhere on a recorded
+path, as exploring and giving-up agents do: at a recorded state of an episode whose task is
+judged by its answer alone, or by the final URL alone (``url_match``: the state's URL is what
+the evaluator reads), it says a word of that page or "done". Recorded data holds few such stops
+(an oracle stops once, at the end) while a random agent in the dream stops anywhere; without
+them a small model learned that a stop on an unfamiliar page is a success (measured:
+docs/RESULTS.md). Tasks judged by the site's state (``program_html``) cannot be labelled this
+way and get none.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +41,32 @@ def answer_only_evaluator(config: dict[str, Any]) -> bool:
     ev = config.get("eval") or {}
     return (list(ev.get("eval_types") or []) == ["string_match"]
             and "fuzzy_match" not in (ev.get("reference_answers") or {}))
+
+
+def url_only_evaluator(config: dict[str, Any]) -> bool:
+    """True when a task's outcome depends on the final page's URL alone."""
+    return list((config.get("eval") or {}).get("eval_types") or []) == ["url_match"]
+
+
+class _UrlPage:
+    """The one thing ``url_match`` reads of a page: its URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+_PLACEHOLDER = re.compile(r"__[A-Z][A-Z_]*?__")
+
+
+def _offline_sites(*urls: str) -> dict[str, str]:
+    """A base URL for every WebArena placeholder in ``urls`` (states name sites by placeholder;
+    any base does, as long as the state and the reference resolve to the same)."""
+    return {name: f"http://{name.strip('_').lower()}.offline.invalid"
+            for url in urls for name in _PLACEHOLDER.findall(url)}
+
+
+def _resolve(url: str, sites: dict[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: sites.get(m.group(), m.group()), url)
 
 
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
@@ -104,5 +140,59 @@ def counterfactual_trajectories(
                 provenance=traj.provenance, termination="done",
                 info={"counterfactual_of": traj.episode_id,
                       "train_from_step": len(traj.transitions) - 1},
+            ))
+    return out
+
+
+def stop_trajectories(
+    trajectories: Iterable[Trajectory], *, per_episode: int = 2, seed: int = 0,
+) -> list[Trajectory]:
+    """Stops at recorded states before an episode's last step, labelled by the task's evaluator.
+
+    Args:
+        trajectories: Recorded episodes; those of answer-only and URL-only tasks are used.
+        per_episode: Stops per episode (at distinct recorded states, chosen at random).
+        seed: Choice of the states and the words (deterministic given the episode ids).
+
+    Returns:
+        New trajectories (``agent`` suffixed ``+stop``): the recorded steps before the state as
+        context, then the stop (a word of the page, or ``done``), with the evaluator's verdict.
+    """
+    from dreamgym_agents.agent import _call
+    from dreamgym_agents.evaluation import evaluate_task
+    from dreamgym_agents.state import parse_state
+
+    out: list[Trajectory] = []
+    for traj in trajectories:
+        config = traj.task.config
+        by_answer, by_url = answer_only_evaluator(config), url_only_evaluator(config)
+        if not (by_answer or by_url) or per_episode < 1:
+            continue
+        rng = random.Random(f"stop|{seed}|{traj.episode_id}")
+        steps = [i for i, t in enumerate(traj.transitions[:-1]) if t.valid]
+        for j, i in enumerate(sorted(rng.sample(steps, min(per_episode, len(steps))))):
+            state = traj.transitions[i].state
+            words = [w for line in parse_state(state).lines for w in line.name.split() if w]
+            answer = rng.choice(words) if words and rng.random() < 0.7 else "done"
+            url = next((ln[4:].strip() for ln in state.splitlines()[:2]
+                        if ln.startswith("URL:")), "")
+            sites = _offline_sites(url, str(config["eval"].get("reference_url", "")))
+            page = _UrlPage(_resolve(url, sites)) if by_url else None
+            result = evaluate_task(config, answer=answer, page=page, site_urls=sites)
+            episode_id = f"{traj.episode_id}~stop{j}"
+            step = Transition.from_dict({
+                **traj.transitions[i].to_dict(), "episode_id": episode_id,
+                "action": _call("send_msg_to_user", answer), "next_state": state,
+                "reward": result.score, "success": result.success, "done": True,
+                "reasoning": "", "error": "",
+                "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,
+                         "eval": {"score": result.score, "details": result.details}},
+            })
+            out.append(Trajectory(
+                episode_id=episode_id, task=traj.task,
+                transitions=[*traj.transitions[:i], step], success=result.success,
+                reward=result.score, agent=f"{traj.agent}+stop", provenance=traj.provenance,
+                termination="done",
+                info={"counterfactual_of": traj.episode_id, "train_from_step": i},
             ))
     return out

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from dreamgym_agents.experience import retrieve_demos
 from dreamgym_agents.experience_compact import answer_text, render_compact
 from dreamgym_agents.state_delta import encode_state
-from dreamgym_agents.training.annotate import deterministic_rationale
+from dreamgym_agents.training.annotate import VERDICTS, deterministic_rationale
 from dreamgym_agents.types import Trajectory, Transition
 
 UNPARSEABLE_PREFIX = "invalid action:"
@@ -76,6 +76,45 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
     )
 
 
+_REASONING_END = "</reasoning>"
+_OUTCOME_START, _OUTCOME_END = "<reward>", "</success>"
+_STATE_START = "<next_state>\n"
+
+
+def decision_spans(completion: str) -> list[tuple[int, int]]:
+    """Character spans of a completion where its decisions are written: the reasoning's
+    verdict (a deterministic rationale's outcome sentence, else its last sentence), the outcome
+    block (reward, done, success) and the first line of the next state (which page, or which
+    reference, it is).
+
+    Those few tokens decide what the dream does; the rest of a completion (page lines, edits) is
+    long and mostly copied. :class:`~dreamgym_agents.training.experience_sft.ExperienceSFTConfig`
+    ``decision_weight`` weighs these spans' tokens more in the loss.
+    """
+    spans: list[tuple[int, int]] = []
+    end = completion.find(_REASONING_END)
+    opening = completion.find(">") + 1
+    if 0 < opening <= end:
+        verdicts = [(completion.find(v, opening, end), len(v)) for v in VERDICTS]
+        found = [(at, n) for at, n in verdicts if at >= 0]
+        if found:
+            at, n = min(found)
+            spans.append((at, at + n))
+        else:  # a teacher's rationale: its last sentence concludes
+            body = completion[:end].rstrip()
+            cut = body.rstrip(".").rfind(". ")
+            spans.append((cut + 2 if cut >= opening else opening, end))
+    start, stop = completion.find(_OUTCOME_START), completion.find(_OUTCOME_END)
+    if start >= 0 and stop > start:
+        spans.append((start, stop + len(_OUTCOME_END)))
+    at = completion.find(_STATE_START)
+    if at >= 0:
+        first = at + len(_STATE_START)
+        line_end = completion.find("\n", first)
+        spans.append((first, line_end if line_end > first else len(completion)))
+    return [(a, b) for a, b in spans if b > a]
+
+
 def trainable(t: Transition) -> bool:
     """Steps the experience model should learn from: everything but unparseable actions
     (the dream handles those without the model) and experience-model failures."""
@@ -86,7 +125,8 @@ def build_examples(
     trajectories: Iterable[Trajectory], retriever: Retriever | None, cfg: ExampleConfig,
     *, where: dict | None = None,
 ) -> list[dict[str, Any]]:
-    """One chat example per trainable transition: ``{"messages", "completion", "meta"}``.
+    """One chat example per trainable transition: ``{"messages", "completion", "meta",
+    "decision_spans"}`` (see :func:`decision_spans`).
 
     Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
     variants repeat their source episode's steps, see
@@ -111,20 +151,24 @@ def build_examples(
                 scope = {**(where or {}), "task_id": {"$ne": traj.task.task_id}}
             source = str(traj.info.get("counterfactual_of") or traj.episode_id)
             demos = retrieve_demos(retriever, traj.task.intent, t.state, t.action,
-                                   k=cfg.top_k, where=scope, exclude_episode=source)
+                                   k=cfg.top_k, where=scope, exclude_episode=source,
+                                   params=traj.task.params)
         messages = render_compact(
             traj.task.intent,
             traj.transitions[:i] if cfg.use_history else None,
             t.state, t.action,
             demos if cfg.use_retrieval else None,
             history_steps=cfg.history_steps, use_reasoning=cfg.use_reasoning,
+            params=traj.task.params,
         )
+        completion = completion_text(
+            t, demos, use_reasoning=cfg.use_reasoning,
+            previous=traj.transitions[i - 1].state if cfg.use_history and i else None,
+            intent=traj.task.intent)
         example = {
             "messages": messages,
-            "completion": completion_text(
-                t, demos, use_reasoning=cfg.use_reasoning,
-                previous=traj.transitions[i - 1].state if cfg.use_history and i else None,
-                intent=traj.task.intent),
+            "completion": completion,
+            "decision_spans": decision_spans(completion),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
         }
         repeat = cfg.final_answer_repeat if answer_text(t.action) is not None else 1

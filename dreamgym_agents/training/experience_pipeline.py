@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.training.annotate import annotate_deterministic, annotate_with_teacher
-from dreamgym_agents.training.counterfactual import counterfactual_trajectories
+from dreamgym_agents.training.counterfactual import (
+    counterfactual_trajectories,
+    stop_trajectories,
+)
 from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
 from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
 from dreamgym_agents.types import Trajectory
@@ -38,6 +41,7 @@ def train_from_trajectories(
     *,
     teacher: Gateway | None = None,
     counterfactual_answers: int = 0,
+    counterfactual_stops: int = 0,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
 
@@ -50,6 +54,9 @@ def train_from_trajectories(
         counterfactual_answers: Variants of each recorded final answer, labelled by the task's
             evaluator, added as examples (not to the buffer); see
             :mod:`dreamgym_agents.training.counterfactual`.
+        counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
+            task's evaluator (:func:`~dreamgym_agents.training.counterfactual.stop_trajectories`),
+            added as examples.
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
@@ -58,7 +65,9 @@ def train_from_trajectories(
     start = time.perf_counter()
     variants = counterfactual_trajectories(
         trajectories, per_answer=counterfactual_answers, seed=example_cfg.seed)
-    everything = [*trajectories, *variants]
+    stops = stop_trajectories(trajectories, per_episode=counterfactual_stops,
+                              seed=example_cfg.seed)
+    everything = [*trajectories, *variants, *stops]
     if teacher is None:
         annotated = annotate_deterministic(everything)
         source = "deterministic"
@@ -91,6 +100,9 @@ def train_from_trajectories(
         "counterfactual_answers": {
             "per_answer": counterfactual_answers, "variants": len(variants),
             "successful": sum(v.success for v in variants)},
+        "counterfactual_stops": {
+            "per_episode": counterfactual_stops, "stops": len(stops),
+            "successful": sum(v.success for v in stops)},
         "rationale_source": source,
         "examples": result.examples,
         "dropped_too_long": result.dropped_too_long,
