@@ -597,6 +597,17 @@ def train_experience_command(
     time_budget_s: Annotated[
         float | None, typer.Option("--time-budget-s", min=1.0, help="Stop SFT after this.")
     ] = None,
+    counterfactual_answers: Annotated[int, typer.Option(
+        "--counterfactual-answers", min=0,
+        help="Other answers per recorded right answer, labelled by the task's evaluator.")] = 2,
+    counterfactual_stops: Annotated[int, typer.Option(
+        "--counterfactual-stops", min=0,
+        help="Stops at earlier recorded states per episode, labelled by the evaluator.")] = 1,
+    judge_repeat: Annotated[int, typer.Option(
+        "--judge-repeat", min=0, help="Short verdict-only copies of each final answer.")] = 6,
+    decision_weight: Annotated[float, typer.Option(
+        "--decision-weight", min=0.01,
+        help="Loss weight of the verdict, outcome and next-page tokens.")] = 5.0,
     no_history: NoHistoryOpt = False,
     no_retrieval: NoRetrievalOpt = False,
     no_reasoning: NoReasoningOpt = False,
@@ -625,14 +636,18 @@ def train_experience_command(
     sft_cfg = ExperienceSFTConfig(output_dir=str(out),
                                   base_model=str(base_model) if base_model else None,
                                   epochs=epochs, time_budget_s=time_budget_s,
+                                  decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
     buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))
     console = cli._console()
     try:
         console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")
         manifest = train_from_trajectories(
-            trajectories, buffer, ExampleConfig(max_examples=max_examples, **flags), sft_cfg,
-            teacher=Gateway(LLMConfig(model=teacher)) if teacher else None)
+            trajectories, buffer,
+            ExampleConfig(max_examples=max_examples, judge_repeat=judge_repeat, **flags),
+            sft_cfg, teacher=Gateway(LLMConfig(model=teacher)) if teacher else None,
+            counterfactual_answers=counterfactual_answers,
+            counterfactual_stops=counterfactual_stops)
     finally:
         buffer.close()
     console.print(f"loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} over "

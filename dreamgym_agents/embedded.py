@@ -57,6 +57,13 @@ class EmbeddedRecipe:
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
             own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
+        counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
+            task's evaluator (answer-only and URL-only tasks; see
+            :func:`~dreamgym_agents.training.counterfactual.stop_trajectories`).
+        judge_repeat: Short verdict-only copies of each final-answer example (see
+            :class:`~dreamgym_agents.training.experience_data.ExampleConfig`).
+        decision_weight: Loss weight of the decision tokens (verdict, outcome, next page's
+            first line; see :mod:`dreamgym_agents.training.experience_sft`).
         noise: Exploration rate of the noisy oracle.
         max_steps: Episode length limit while collecting.
         concurrency: Browser episodes at once while collecting.
@@ -84,6 +91,9 @@ class EmbeddedRecipe:
     explorer_steps: int = 27
     counterfactual_answers: int = 2
     final_answer_repeat: int = 2
+    counterfactual_stops: int = 1
+    judge_repeat: int = 6
+    decision_weight: float = 5.0
     noise: float = 0.3
     max_steps: int = 10
     concurrency: int = 2
@@ -236,14 +246,17 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
             ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed,
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
                           use_reasoning=recipe.use_reasoning,
-                          final_answer_repeat=recipe.final_answer_repeat),
+                          final_answer_repeat=recipe.final_answer_repeat,
+                          judge_repeat=recipe.judge_repeat),
             ExperienceSFTConfig(
                 output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
                 max_length=recipe.max_length, epochs=recipe.epochs,
                 batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
+                decision_weight=recipe.decision_weight,
                 time_budget_s=recipe.sft_budget_s, seed=recipe.seed),
             counterfactual_answers=recipe.counterfactual_answers,
+            counterfactual_stops=recipe.counterfactual_stops,
         )
     finally:
         buffer.close()

@@ -262,13 +262,15 @@ def task_terms(state: str, params: dict[str, str], *, max_lines: int = 2,
     return ", ".join(places) + "".join(f" | '{ln}'" for ln in shown)
 
 
-def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] | None = None
-                  ) -> str:
+def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] | None = None,
+                  last_step: str | None = None) -> str:
     """What can be checked of a final answer without knowing the right one, the decisive part
     last: how the page shows it (:func:`answer_place`), then its kind against the kind the task
     asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
     amount of money``); for a task that asks for an action, where the page shows the task's
-    parameters (:func:`task_terms`, places only).
+    parameters (:func:`task_terms`, places only) and, when ``last_step`` is given, the step
+    before the answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the
+    change was made shows in what the agent did last).
 
     A small model trained from scratch does not compose these from the task and the page
     reliably (measured: docs/RESULTS.md), so the compact prompt spells them out as its last
@@ -280,7 +282,8 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     if match is None:
         terms = task_terms(state, params or {}, max_lines=0)
         return (f"{where}; {answer_kind(answer)}; the task asks for an action"
-                + (f"; task terms: {terms}" if terms else ""))
+                + (f"; task terms: {terms}" if terms else "")
+                + (f"; last step: {last_step}" if last_step is not None else ""))
     return (f"{where}; {answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
             f"{asked_kind(intent)}")
 
@@ -432,5 +435,8 @@ def render_compact(
     if answer is not None:
         # Last, right before the verdict the answer starts with: a small model judges from
         # what is near (annotate.deterministic_rationale).
-        parts.append(f"answer checks: {answer_checks(state, answer, intent, params)}")
+        last = None
+        if history is not None:
+            last = describe_action(history[-1].state, history[-1].action) if history else "none"
+        parts.append(f"answer checks: {answer_checks(state, answer, intent, params, last)}")
     return [{"role": "user", "content": "\n".join(parts)}]

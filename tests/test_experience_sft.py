@@ -105,3 +105,23 @@ def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_pa
     assert "agent stops" not in text and "next_state" not in text
     plain = tokenize_example(tok, example)
     assert set(plain["token_weights"][prompt_len:]) == {1.0}
+
+
+def test_a_judge_example_trains_only_its_decisions(tmp_path):
+    from transformers import AutoTokenizer
+
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.training.experience_data import decision_spans
+    from dreamgym_agents.training.experience_sft import tokenize_example
+
+    completion = ("<reasoning>The task is complete. Final answer.</reasoning>\n<reward>1</reward>"
+                  "\n<done>true</done>\n<success>true</success>\n<next_state>\n@state\n"
+                  "</next_state>")
+    tok = AutoTokenizer.from_pretrained(make_tiny_checkpoint(tmp_path / "m", [completion],
+                                                             vocab_size=300))
+    example = {"messages": [{"role": "user", "content": "q"}], "completion": completion,
+               "decision_spans": decision_spans(completion)[:-1], "loss": "decisions"}
+    row = tokenize_example(tok, example, decision_weight=3.0)
+    trained = [i for i, w in zip(row["input_ids"], row["token_weights"], strict=True) if w]
+    assert set(row["token_weights"]) == {0.0, 3.0}
+    assert "complete" in tok.decode(trained) and "@state" not in tok.decode(trained)

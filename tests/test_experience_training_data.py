@@ -1,6 +1,6 @@
 import pytest
 
-from dreamgym_agents.experience import parse_experience_output
+from dreamgym_agents.experience import parse_experience_output, retrieve_demos
 from dreamgym_agents.experience_compact import (
     answer_checks,
     answer_kind,
@@ -9,14 +9,13 @@ from dreamgym_agents.experience_compact import (
     answer_text,
     asked_kind,
     kinds_match,
-    render_compact,
     rank_final_answer_demos,
+    render_compact,
     target_context,
     target_line,
     task_params,
     task_terms,
 )
-from dreamgym_agents.experience import retrieve_demos
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
 from dreamgym_agents.training.counterfactual import (
@@ -123,6 +122,11 @@ def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restat
     assert answer_checks(page, "ok", "Add it to my cart", {"product": "laptop"}) == (
         "the page does not show it; text (1 word); the task asks for an action; task terms: "
         "product (none)")
+    assert answer_checks(page, "ok", "Add it to my cart", {}, "click('9') on [9] button 'Add'"
+                         ).endswith("; the task asks for an action; last step: click('9') on "
+                                    "[9] button 'Add'")
+    first = render_compact("Add it to my cart", [], page, "send_msg_to_user('ok')", [])
+    assert first[0]["content"].endswith("; last step: none")
 
     def said(answer, intent, success=False):
         t = Transition(episode_id="e", step=0, task_id="t", state=page, next_state=page,
@@ -370,3 +374,20 @@ def test_stops_at_recorded_states_are_labelled_by_the_evaluator():
     # tasks judged by the site's state cannot be labelled offline
     answer.task = answer_task({}, eval_types=("program_html",))
     assert stop_trajectories([answer], per_episode=2) == []
+
+
+def test_judge_copies_of_final_answers_are_short_and_train_the_verdict_only():
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1,
+                                                                         judge_repeat=2))
+    judges = [e for e in examples if e.get("loss") == "decisions"]
+    assert len(examples) == 4 + 2 * 2 and len(judges) == 4
+    full = next(e for e in examples if e["meta"]["step"] == 1 and "loss" not in e)
+    judge = judges[0]
+    prompt = judge["messages"][0]["content"]
+    assert "demo 1" not in prompt and "answer checks:" in prompt
+    assert len(prompt) < len(full["messages"][0]["content"])
+    assert judge["completion"] == full["completion"]
+    spans = [judge["completion"][a:b] for a, b in judge["decision_spans"]]
+    assert spans[0] == "The task is complete." and spans[1].startswith("<reward>1")
+    assert len(spans) == 2  # not the page

@@ -47,6 +47,12 @@ class ExampleConfig:
             no new task has).
         final_answer_repeat: Times each final-answer example is included: the whole judgement
             of an answer is a few tokens of a long completion, and rarer than page changes.
+        judge_repeat: Short copies of each final-answer example added for its verdict alone:
+            the prompt without demonstrations (task, history, page, action, the answer's
+            evidence and checks, a fraction of the tokens), the loss on the verdict and the
+            outcome only (``"loss": "decisions"``). A small model learns to read a verdict off
+            the checks line from many cheap examples, then does so in full prompts, where the
+            checks are the last line too (measured: docs/RESULTS.md).
     """
 
     top_k: int = 3
@@ -58,6 +64,7 @@ class ExampleConfig:
     seed: int = 0
     exclude_same_task: bool = True
     final_answer_repeat: int = 1
+    judge_repeat: int = 0
 
 
 def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool,
@@ -171,6 +178,20 @@ def build_examples(
             "decision_spans": decision_spans(completion),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
         }
-        repeat = cfg.final_answer_repeat if answer_text(t.action) is not None else 1
+        final = answer_text(t.action) is not None
+        repeat = cfg.final_answer_repeat if final else 1
         examples.extend(dict(example) for _ in range(max(1, repeat)))
+        if final and cfg.judge_repeat > 0:
+            judge = {
+                "messages": render_compact(
+                    traj.task.intent, traj.transitions[:i] if cfg.use_history else None,
+                    t.state, t.action, None, history_steps=cfg.history_steps,
+                    use_reasoning=cfg.use_reasoning, params=traj.task.params),
+                "completion": completion,
+                # the verdict and the outcome; the page written after them is not trained here
+                "decision_spans": decision_spans(completion)[:-1],
+                "loss": "decisions",
+                "meta": {**example["meta"], "judge": True},
+            }
+            examples.extend(dict(judge) for _ in range(cfg.judge_repeat))
     return examples

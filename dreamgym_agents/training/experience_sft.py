@@ -198,7 +198,8 @@ def tokenize_example(tokenizer: Any, example: dict[str, Any],
     The prompt is tokenized on its own, as the in-process provider does before generating, and
     the completion (plus the end-of-text token) after it, so training sees exactly the token
     boundary that inference continues from. A completion token overlapping a decision span
-    weighs ``decision_weight``; other completion tokens weigh 1; prompt tokens 0.
+    weighs ``decision_weight``; other completion tokens weigh 1 (0 in an example whose
+    ``"loss"`` is ``"decisions"``); prompt tokens 0.
     """
     from dreamgym_agents.local_provider import format_prompt
 
@@ -207,10 +208,12 @@ def tokenize_example(tokenizer: Any, example: dict[str, Any],
     encoded = tokenizer(example["completion"], add_special_tokens=False,
                         return_offsets_mapping=True)
     spans = [tuple(s) for s in example.get("decision_spans") or []]
-    weights = [decision_weight if any(a < end and b > start for start, end in spans) else 1.0
+    # "loss": "decisions" (a judge example): only the decision spans are trained
+    other = 0.0 if example.get("loss") == "decisions" else 1.0
+    weights = [decision_weight if any(a < end and b > start for start, end in spans) else other
                for a, b in encoded["offset_mapping"]]
     completion_ids = [*encoded["input_ids"], tokenizer.eos_token_id]
-    weights.append(1.0)
+    weights.append(other)
     return {"input_ids": prompt_ids + completion_ids,
             "labels": [-100] * len(prompt_ids) + completion_ids,
             "token_weights": [0.0] * len(prompt_ids) + weights}
