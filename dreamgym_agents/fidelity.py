@@ -80,7 +80,7 @@ def state_f1(predicted: str, real: str, *, ignore_bids: bool = False) -> float:
 
 def transition_metrics(
     pairs: Sequence[tuple[Transition, ExperiencePrediction]], *, ignore_bids: bool = False
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Fidelity of predictions against the real transitions they predict.
 
     Choice: the headline metrics average over **all** ``n`` pairs, an experience-model failure
@@ -91,15 +91,28 @@ def transition_metrics(
     episode's step limit was not ended by the environment, and the dream applies its own limit.
     With no pairs every metric is 0.0 and ``n`` is 0.
 
+    The steps that ended their episode (the real step *terminated*: a final answer) decide every
+    episode's outcome, and are few among the navigation steps, so they are reported apart:
+    ``final_success_recall`` is the share of real successful final steps predicted successful
+    (the dream lets right answers succeed), ``final_failure_recall`` the share of real failed
+    final steps predicted unsuccessful (it does not reward wrong ones); None without such steps;
+    a failure counts as wrong.
+
     Returns:
         ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
-        ``em_failure_rate``, ``n``, ``n_ok``, and ``reward_accuracy_ok`` … ``state_f1_ok``.
+        ``em_failure_rate``, ``n``, ``n_ok``, ``reward_accuracy_ok`` … ``state_f1_ok``,
+        ``final_success_recall``, ``final_failure_recall``, ``n_final_success``,
+        ``n_final_failure``.
     """
     names = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1")
     sums = dict.fromkeys(names, 0.0)
     n_ok = 0
+    finals = {True: [0, 0], False: [0, 0]}  # real outcome → [steps, predicted alike]
     for real, prediction in pairs:
         out = prediction.output
+        if real.terminated:
+            finals[real.success][0] += 1
+            finals[real.success][1] += out is not None and out.success == real.success
         if out is None:
             continue
         n_ok += 1
@@ -113,6 +126,10 @@ def transition_metrics(
     metrics["em_failure_rate"] = (n - n_ok) / n if n else 0.0
     metrics["n"] = n
     metrics["n_ok"] = n_ok
+    for outcome, name in ((True, "success"), (False, "failure")):
+        total, alike = finals[outcome]
+        metrics[f"final_{name}_recall"] = alike / total if total else None
+        metrics[f"n_final_{name}"] = total
     return metrics
 
 

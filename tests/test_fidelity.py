@@ -78,6 +78,23 @@ def test_a_corrupted_model_scores_lower():
     assert metrics["em_failure_rate"] == pytest.approx(1 / 3) and metrics["n_ok"] == 2
 
 
+def test_final_steps_are_scored_apart_by_their_real_outcome():
+    right = real_steps()[2]
+    wrong = Transition("ep2", 2, "7", CART, "send_msg_to_user('$1')", CART, done=True)
+    called = {True: ExperiencePrediction(ExperienceOutput("", CART, 1.0, True, True)),
+              False: ExperiencePrediction(ExperienceOutput("", CART, 0.0, True, False))}
+    failed = ExperiencePrediction(None, failure="garbage")
+    navigation = [(t, perfect(t)) for t in real_steps()[:2]]
+    metrics = transition_metrics([*navigation, (right, called[True]), (wrong, called[True])])
+    assert metrics["final_success_recall"] == 1.0 and metrics["final_failure_recall"] == 0.0
+    assert metrics["n_final_success"] == 1 and metrics["n_final_failure"] == 1
+    metrics = transition_metrics([(right, called[False]), (wrong, called[False]),
+                                  (wrong, failed)])
+    assert metrics["final_success_recall"] == 0.0
+    assert metrics["final_failure_recall"] == 0.5  # an EM failure is not a right call
+    assert transition_metrics(navigation)["final_success_recall"] is None
+
+
 def test_done_is_compared_with_termination_not_the_step_limit():
     cut = Transition("ep", 5, "7", HOME, "click('1')", LAPTOPS, done=True,
                      info={"truncated": True})
