@@ -540,8 +540,8 @@ def fidelity_command(
         if judge_gateway is not None:
             judge_gateway.close()
     keys = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1", "em_failure_rate",
-            "final_success_recall", "final_failure_recall", "oracle_real_success", "oracle_dream_success", "random_real_success",
-            "random_dream_success")
+            "final_success_recall", "final_failure_recall", "oracle_real_success",
+            "oracle_dream_success", "random_real_success", "random_dream_success")
     console.print("  ".join(f"{k}={report.get(k)}" for k in keys))
     console.print(f"wrote {out / FIDELITY_FILE}")
     print(json.dumps({k: report.get(k) for k in keys}))
