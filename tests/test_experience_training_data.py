@@ -371,10 +371,6 @@ def test_stops_at_recorded_states_are_labelled_by_the_evaluator():
     answer.task = answer_task({"exact_match": "$9.99"})
     (stop,) = stop_trajectories([answer], per_episode=2)
     assert stop.info["train_from_step"] == 0 and not stop.success
-    said = {answer_text(s.transitions[-1].action): s.success for seed in range(40)
-            for s in stop_trajectories([answer], per_episode=1, seed=seed)}
-    assert "" in said and "done" in said and len(said) > 2  # nothing, "done", page words
-    assert not any(said.values())
     # tasks judged by the site's state cannot be labelled offline
     answer.task = answer_task({}, eval_types=("program_html",))
     assert stop_trajectories([answer], per_episode=2) == []

@@ -15,9 +15,8 @@ records: the buffer keeps what really happened.
 :func:`stop_trajectories` does the same for an agent that stops *earlier*, anywhere on a recorded
 path, as exploring and giving-up agents do: at a recorded state of an episode whose task is
 judged by its answer alone, or by the final URL alone (``url_match``: the state's URL is what
-the evaluator reads), it says a word of that page, "done", or nothing. Recorded data holds few
-such stops (an oracle stops once, at the end) while a random agent in the dream stops anywhere
-(and, measured in recipe v11's dream, often says nothing); without
+the evaluator reads), it says a word of that page or "done". Recorded data holds few such stops
+(an oracle stops once, at the end) while a random agent in the dream stops anywhere; without
 them a small model learned that a stop on an unfamiliar page is a success (measured:
 docs/RESULTS.md). Tasks judged by the site's state (``program_html``) cannot be labelled this
 way and get none.
@@ -157,8 +156,7 @@ def stop_trajectories(
 
     Returns:
         New trajectories (``agent`` suffixed ``+stop``): the recorded steps before the state as
-        context, then the stop (a word of the page, ``done`` or nothing), with the evaluator's
-        verdict.
+        context, then the stop (a word of the page, or ``done``), with the evaluator's verdict.
     """
     from dreamgym_agents.agent import _call
     from dreamgym_agents.evaluation import evaluate_task
@@ -175,10 +173,7 @@ def stop_trajectories(
         for j, i in enumerate(sorted(rng.sample(steps, min(per_episode, len(steps))))):
             state = traj.transitions[i].state
             words = [w for line in parse_state(state).lines for w in line.name.split() if w]
-            # a word of the page, "done", or nothing at all (agents that stop without answering:
-            # never in recorded data on question tasks, and a random agent in the dream does)
-            draw = rng.random()
-            answer = rng.choice(words) if words and draw < 0.6 else "done" if draw < 0.8 else ""
+            answer = rng.choice(words) if words and rng.random() < 0.7 else "done"
             url = next((ln[4:].strip() for ln in state.splitlines()[:2]
                         if ln.startswith("URL:")), "")
             sites = _offline_sites(url, str(config["eval"].get("reference_url", "")))
