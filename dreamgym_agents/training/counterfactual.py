@@ -25,7 +25,6 @@ way and get none.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,18 +54,33 @@ class _UrlPage:
         self.url = url
 
 
-_PLACEHOLDER = re.compile(r"__[A-Z][A-Z_]*?__")
-
-
 def _offline_sites(*urls: str) -> dict[str, str]:
     """A base URL for every WebArena placeholder in ``urls`` (states name sites by placeholder;
     any base does, as long as the state and the reference resolve to the same)."""
-    return {name: f"http://{name.strip('_').lower()}.offline.invalid"
-            for url in urls for name in _PLACEHOLDER.findall(url)}
+    from dreamgym_agents.evaluation import _PLACEHOLDER
+
+    return {m.group(0): f"http://{m.group(1).lower()}.offline.invalid"
+            for url in urls for m in _PLACEHOLDER.finditer(url)}
 
 
-def _resolve(url: str, sites: dict[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: sites.get(m.group(), m.group()), url)
+def _variant(traj: Trajectory, at: int, step: dict[str, Any], result: Any, *, kind: str,
+             tag: str) -> Trajectory:
+    """``traj``'s steps before ``at`` as context, then a new final step: the transition at
+    ``at`` with the ``step`` fields, labelled by the evaluator's ``result`` (episode id suffixed
+    ``~tag``, agent ``+kind``)."""
+    episode_id = f"{traj.episode_id}~{tag}"
+    final = Transition.from_dict({  # to_dict copies deeply
+        **traj.transitions[at].to_dict(), **step, "episode_id": episode_id,
+        "reward": result.score, "success": result.success, "done": True, "reasoning": "",
+        "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,
+                 "eval": {"score": result.score, "details": result.details}},
+    })
+    return Trajectory(
+        episode_id=episode_id, task=traj.task, transitions=[*traj.transitions[:at], final],
+        success=result.success, reward=result.score, agent=f"{traj.agent}+{kind}",
+        provenance=traj.provenance, termination="done",
+        info={"counterfactual_of": traj.episode_id, "train_from_step": at},
+    )
 
 
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
@@ -125,22 +139,9 @@ def counterfactual_trajectories(
         rng = random.Random(f"{seed}|{traj.episode_id}")
         for j, candidate in enumerate(candidate_answers(last.state, answer, rng, per_answer)):
             result = evaluate_task(traj.task.config, answer=candidate, page=None, site_urls={})
-            episode_id = f"{traj.episode_id}~cf{j}"
-            step = Transition.from_dict({
-                **last.to_dict(), "episode_id": episode_id,  # to_dict copies deeply
-                "action": _call("send_msg_to_user", candidate), "reward": result.score,
-                "success": result.success, "done": True, "reasoning": "",
-                "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,
-                         "eval": {"score": result.score, "details": result.details}},
-            })
-            out.append(Trajectory(
-                episode_id=episode_id, task=traj.task,
-                transitions=[*traj.transitions[:-1], step], success=result.success,
-                reward=result.score, agent=f"{traj.agent}+{COUNTERFACTUAL}",
-                provenance=traj.provenance, termination="done",
-                info={"counterfactual_of": traj.episode_id,
-                      "train_from_step": len(traj.transitions) - 1},
-            ))
+            out.append(_variant(traj, len(traj.transitions) - 1,
+                                {"action": _call("send_msg_to_user", candidate)}, result,
+                                kind=COUNTERFACTUAL, tag=f"cf{j}"))
     return out
 
 
@@ -159,8 +160,7 @@ def stop_trajectories(
         context, then the stop (a word of the page, or ``done``), with the evaluator's verdict.
     """
     from dreamgym_agents.agent import _call
-    from dreamgym_agents.evaluation import evaluate_task
-    from dreamgym_agents.state import parse_state
+    from dreamgym_agents.evaluation import evaluate_task, fill_placeholders
 
     out: list[Trajectory] = []
     for traj in trajectories:
@@ -177,22 +177,9 @@ def stop_trajectories(
             url = next((ln[4:].strip() for ln in state.splitlines()[:2]
                         if ln.startswith("URL:")), "")
             sites = _offline_sites(url, str(config["eval"].get("reference_url", "")))
-            page = _UrlPage(_resolve(url, sites)) if by_url else None
+            page = _UrlPage(fill_placeholders(url, sites, strict=False)) if by_url else None
             result = evaluate_task(config, answer=answer, page=page, site_urls=sites)
-            episode_id = f"{traj.episode_id}~stop{j}"
-            step = Transition.from_dict({
-                **traj.transitions[i].to_dict(), "episode_id": episode_id,
-                "action": _call("send_msg_to_user", answer), "next_state": state,
-                "reward": result.score, "success": result.success, "done": True,
-                "reasoning": "", "error": "",
-                "info": {COUNTERFACTUAL: True, "counterfactual_of": traj.episode_id,
-                         "eval": {"score": result.score, "details": result.details}},
-            })
-            out.append(Trajectory(
-                episode_id=episode_id, task=traj.task,
-                transitions=[*traj.transitions[:i], step], success=result.success,
-                reward=result.score, agent=f"{traj.agent}+stop", provenance=traj.provenance,
-                termination="done",
-                info={"counterfactual_of": traj.episode_id, "train_from_step": i},
-            ))
+            out.append(_variant(traj, i, {"action": _call("send_msg_to_user", answer),
+                                          "next_state": state, "error": ""},
+                                result, kind="stop", tag=f"stop{j}"))
     return out
