@@ -88,11 +88,11 @@ _OUTCOME_START, _OUTCOME_END = "<reward>", "</success>"
 _STATE_START = "<next_state>\n"
 
 
-def decision_spans(completion: str) -> list[tuple[int, int]]:
+def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[int, int]]:
     """Character spans of a completion where its decisions are written: the reasoning's
     verdict (a deterministic rationale's outcome sentence, else its last sentence), the outcome
     block (reward, done, success) and the first line of the next state (which page, or which
-    reference, it is).
+    reference, it is; left out with ``next_state=False``).
 
     Those few tokens decide what the dream does; the rest of a completion (page lines, edits) is
     long and mostly copied. :class:`~dreamgym_agents.training.experience_sft.ExperienceSFTConfig`
@@ -114,7 +114,7 @@ def decision_spans(completion: str) -> list[tuple[int, int]]:
     start, stop = completion.find(_OUTCOME_START), completion.find(_OUTCOME_END)
     if start >= 0 and stop > start:
         spans.append((start, stop + len(_OUTCOME_END)))
-    at = completion.find(_STATE_START)
+    at = completion.find(_STATE_START) if next_state else -1
     if at >= 0:
         first = at + len(_STATE_START)
         line_end = completion.find("\n", first)
@@ -189,7 +189,7 @@ def build_examples(
                     use_reasoning=cfg.use_reasoning, params=traj.task.params),
                 "completion": completion,
                 # the verdict and the outcome; the page written after them is not trained here
-                "decision_spans": decision_spans(completion)[:-1],
+                "decision_spans": decision_spans(completion, next_state=False),
                 "loss": "decisions",
                 "meta": {**example["meta"], "judge": True},
             }
