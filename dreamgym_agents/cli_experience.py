@@ -49,6 +49,7 @@ from dreamgym_agents.cli_common import (
     TasksFileOpt,
     VerboseOpt,
 )
+from dreamgym_agents.embedded import EmbeddedRecipe
 from dreamgym_agents.errors import ConfigError
 
 DREAM_SECTIONS = ("llm", "agent", "experience", "buffer", "dream")
@@ -599,15 +600,19 @@ def train_experience_command(
     ] = None,
     counterfactual_answers: Annotated[int, typer.Option(
         "--counterfactual-answers", min=0,
-        help="Other answers per recorded right answer, labelled by the task's evaluator.")] = 2,
+        help="Other answers per recorded right answer, labelled by the task's evaluator.")
+    ] = EmbeddedRecipe.counterfactual_answers,
     counterfactual_stops: Annotated[int, typer.Option(
         "--counterfactual-stops", min=0,
-        help="Stops at earlier recorded states per episode, labelled by the evaluator.")] = 1,
+        help="Stops at earlier recorded states per episode, labelled by the evaluator.")
+    ] = EmbeddedRecipe.counterfactual_stops,
     judge_repeat: Annotated[int, typer.Option(
-        "--judge-repeat", min=0, help="Short verdict-only copies of each final answer.")] = 6,
+        "--judge-repeat", min=0, help="Short verdict-only copies of each final answer.")
+    ] = EmbeddedRecipe.judge_repeat,
     decision_weight: Annotated[float, typer.Option(
         "--decision-weight", min=0.01,
-        help="Loss weight of the verdict, outcome and next-page tokens.")] = 5.0,
+        help="Loss weight of the verdict, outcome and next-page tokens.")
+    ] = EmbeddedRecipe.decision_weight,
     no_history: NoHistoryOpt = False,
     no_retrieval: NoRetrievalOpt = False,
     no_reasoning: NoReasoningOpt = False,
