@@ -173,8 +173,9 @@ def render_demos(demos: list[Transition], max_lines: int) -> str:
     return "\n\n".join(blocks)
 
 
-FINAL_ANSWER_CANDIDATES = 4
-"""Candidates fetched per demonstration slot for a final answer, before re-ranking by task."""
+FINAL_ANSWER_CANDIDATES = 8
+"""Candidates fetched per demonstration slot for a final answer, before re-ranking by their checks
+(they also make the tally of :class:`~dreamgym_agents.experience_compact.Demos`)."""
 
 
 def retrieve_demos(
@@ -188,11 +189,12 @@ def retrieve_demos(
     recorded final answers of similar tasks, right and wrong ones
     (:func:`~dreamgym_agents.experience_compact.rank_final_answer_demos`): the one whose answer
     checks most resemble this answer's first, then the best of the other outcome, then the
-    next best. Demonstrations chosen by page similarity alone share the current step's outcome
-    most of the time (a giving-up answer on the home page finds other giving-up answers there)
-    and do not show what tells a right answer from a wrong one; a small model trained on them
-    copied their outcome whatever the answer (measured: docs/RESULTS.md). Other steps take the
-    ``k`` most similar transitions.
+    next best, with the tally of the candidates whose checks read the same
+    (:class:`~dreamgym_agents.experience_compact.Demos`). Demonstrations chosen by page
+    similarity alone share the current step's outcome most of the time (a giving-up answer on
+    the home page finds other giving-up answers there) and do not show what tells a right answer
+    from a wrong one; a small model trained on them copied their outcome whatever the answer
+    (measured: docs/RESULTS.md). Other steps take the ``k`` most similar transitions.
     """
     from dreamgym_agents.experience_compact import answer_text, rank_final_answer_demos
 

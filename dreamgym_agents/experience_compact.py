@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections.abc import Iterable
 from importlib import resources
 
 from dreamgym_agents.errors import ConfigError
@@ -311,15 +312,46 @@ def checks_words(checks: str) -> set[str]:
 def demo_checks(demo: Transition) -> str:
     """The answer checks of a recorded final answer, computed with its own task (as retrieved:
     ``info["intent"]``, ``info["task_params"]``)."""
-    answer = answer_text(demo.action) or ""
-    return answer_checks(demo.state, answer, str(demo.info.get("intent", "")),
-                         demo.info.get("task_params") or {})
+    params = demo.info.get("task_params") or {}
+    return _cached_checks(demo.state, answer_text(demo.action) or "",
+                          str(demo.info.get("intent", "")), tuple(sorted(params.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_checks(state: str, answer: str, intent: str,
+                   params: tuple[tuple[str, str], ...]) -> str:
+    # a recorded answer is ranked against every final answer of the examples: compute once
+    return answer_checks(state, answer, intent, dict(params))
+
+
+class Demos(list):
+    """Retrieved demonstrations (a list, best first) and, for a final answer, ``tally``: how
+    many of the retrieved recorded answers whose answer checks read the same as this answer's
+    were right and how many wrong (None for other steps).
+
+    The checks are evidence of a kind, not a verdict (a page may show several values of the
+    kind asked); the tally says how often that kind of evidence went with a right answer in
+    real recorded episodes, which a small model does not otherwise gather from three demos
+    (measured: docs/RESULTS.md)."""
+
+    def __init__(self, items: Iterable[Transition] = (), *,
+                 tally: tuple[int, int] | None = None) -> None:
+        super().__init__(items)
+        self.tally = tally
+
+
+def tally_line(tally: tuple[int, int]) -> str:
+    """The prompt line for a :class:`Demos` tally."""
+    right, wrong = tally
+    if not right + wrong:
+        return "recorded answers with the same checks: none"
+    return f"recorded answers with the same checks: {right} right, {wrong} wrong"
 
 
 def rank_final_answer_demos(
     intent: str, state: str, action: str, params: dict[str, str], candidates: list[Transition],
     k: int,
-) -> list[Transition]:
+) -> Demos:
     """Order recorded final answers as demonstrations for the final answer ``action``.
 
     Each candidate is scored by how much its answer checks resemble this answer's
@@ -327,23 +359,29 @@ def rank_final_answer_demos(
     where the page shows the task's terms), then by how much its task resembles this one (word
     overlap), then by page similarity. The best comes first, then the best of the other outcome
     (right if the best is wrong, and the reverse), then the next best: the model sees the
-    closest recorded case and what the other outcome looks like.
+    closest recorded case and what the other outcome looks like. The result's ``tally`` counts
+    the outcomes of all candidates whose checks read the same as this answer's (:class:`Demos`).
     """
     mine = checks_words(answer_checks(state, answer_text(action) or "", intent, params))
     words = _intent_words(intent)
 
+    alike = {id(t): _jaccard(mine, checks_words(demo_checks(t))) for t in candidates}
+
     def score(t: Transition) -> tuple[float, float, float]:
-        return (_jaccard(mine, checks_words(demo_checks(t))),
+        return (alike[id(t)],
                 _jaccard(words, _intent_words(str(t.info.get("intent", "")))),
                 float(t.info.get("similarity", 0.0)))
 
     ranked = sorted(candidates, key=score, reverse=True)
     if not ranked:
-        return []
+        return Demos()
     other = next((t for t in ranked if t.success != ranked[0].success), None)
     order = [ranked[0]] + ([other] if other is not None else [])
     order += [t for t in ranked[1:] if t is not other]
-    return order[:k]
+    # What every candidate with the same evidence came to (not just the k shown).
+    same = [t for t in ranked if alike[id(t)] >= 1.0]
+    right = sum(bool(t.success) for t in same)
+    return Demos(order[:k], tally=(right, len(same) - right))
 
 
 def changed_lines(state: str, other: str) -> list[str]:
@@ -366,6 +404,44 @@ def describe_action(state: str, action: str) -> str:
     return f"{action.strip()} on {target}" if target else action.strip()
 
 
+def back_target(history: list[Transition]) -> str | None:
+    """Where ``go_back()`` leads after ``history``: the ``URL | Title`` of the page before the
+    last navigation (a recorded ``go_back`` pops one), or None when the episode has not left its
+    start page (the browser goes back to a blank page)."""
+    pages: list[str] = []
+    for t in history:
+        before, after = head(t.state), head(t.next_state)
+        if before.split(" | ")[0] == after.split(" | ")[0]:
+            continue
+        if t.action.strip().startswith("go_back"):
+            if pages:
+                pages.pop()
+        else:
+            pages.append(before)
+    return pages[-1] if pages else None
+
+
+_SUBMIT = re.compile(r"^\s*(?:keyboard_press\(|press\s*\[)", re.I)
+
+
+def action_notes(state: str, action: str, history: list[Transition] | None) -> str:
+    """What the page implies of an action beyond its target: where ``go_back`` returns (with
+    the history shown), and the text typed in the page's field for a key press or a button
+    click (what a search or a form sends: :data:`~dreamgym_agents.state_delta.TYPED`)."""
+    from dreamgym_agents.state_delta import typed_text
+
+    act = action.strip()
+    if act.startswith("go_back") and history is not None:
+        back = back_target(history)
+        return f"back to: {back.split(' | ')[0] if back else 'a blank page (no earlier page)'}"
+    target = target_line(state, action)
+    if _SUBMIT.match(act) or re.match(r"^\[[^\]]+\]\s+button\b", target):
+        typed = typed_text(state)
+        if typed is not None:
+            return f"typed: '{typed[0]}'"
+    return ""
+
+
 def render_compact(
     intent: str,
     history: list[Transition] | None,
@@ -377,6 +453,7 @@ def render_compact(
     max_changed: int = 4,
     use_reasoning: bool = True,
     params: dict[str, str] | None = None,
+    tally: tuple[int, int] | None = None,
 ) -> list[dict[str, str]]:
     """The compact prompt as chat messages (one user message).
 
@@ -392,6 +469,9 @@ def render_compact(
         use_reasoning: Ask for reasoning (False: empty reasoning).
         params: The task's parameters (:func:`task_params`); for a final answer, where the page
             shows them (:func:`task_terms`).
+        tally: For a final answer, the outcomes of the recorded answers with the closest
+            checks (:class:`Demos`); by default the ``demos``' own tally. Shown with the
+            checks, also when the demonstrations themselves are not (judge copies).
     """
     template = load_compact_template()
     parts = [template["instruction"], f"task: {intent}"]
@@ -401,8 +481,10 @@ def render_compact(
         parts.append("history: " + " || ".join(steps))
     parts.append(f"page: {head(state)}")
     context = target_context(state, action)
+    notes = action_notes(state, action, history)
     parts.append(f"action: {describe_action(state, action)}"
-                 + (f" | below it: {context}" if context else ""))
+                 + (f" | below it: {context}" if context else "")
+                 + (f" | {notes}" if notes else ""))
     if demos is not None:
         if not demos:
             parts.append("demos: (none)")
@@ -438,5 +520,9 @@ def render_compact(
         last = None
         if history is not None:
             last = describe_action(history[-1].state, history[-1].action) if history else "none"
+        if tally is None:
+            tally = getattr(demos, "tally", None)
+        if tally is not None:
+            parts.append(tally_line(tally))
         parts.append(f"answer checks: {answer_checks(state, answer, intent, params, last)}")
     return [{"role": "user", "content": "\n".join(parts)}]

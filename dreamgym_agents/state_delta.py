@@ -15,6 +15,13 @@ then ``+`` new, and keeps the line's place. A bare line that reads like a state 
 (``[12] link 'Home'``, ``StaticText '…'``) is taken as an insertion, the way a reader would take
 it: small models sometimes drop the ``+``.
 
+Two placeholders stand for the text typed into the current page's filled text field (the last
+``textbox``/``searchbox`` line with a ``value='…'``): ``{typed}`` as the page quotes it and
+``{typed+}`` as a URL query carries it (``+`` for spaces, ``%2C`` for commas). A search results
+page repeats the query in its URL, title, heading and search box; a small model copies a long
+query through a placeholder where it garbles it character by character (measured:
+docs/RESULTS.md). They are expanded in full states and in edit lines alike.
+
 Writing a page as "the same page as that demo's, with the cart count changed" is how a person
 would describe it, and it keeps a small model's answers short (the embedded default model is
 trained on the shortest of the full state and every reference form, see
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from urllib.parse import quote_plus
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
@@ -32,6 +40,46 @@ DEMO_REF = "@demo"
 _STATE_LINE = re.compile(r"^(?:URL|Title):|^(?:\[[^\]\s]+\]\s+)?[A-Za-z][\w-]*(?:\s+'|$)")
 """An abstract state line: ``URL:``/``Title:``, or an optional ``[bid]``, a role, then its
 quoted name (or nothing)."""
+
+
+TYPED, TYPED_URL = "{typed}", "{typed+}"
+_TYPED_FIELD = re.compile(r"^\[[^\]\s]+\]\s+(?:textbox|searchbox)\s.*?\svalue='((?:[^'\\]|\\.)+)'")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def typed_text(current: str) -> tuple[str, str] | None:
+    """The text typed into ``current``'s last filled text field: ``(as quoted in the state,
+    as in a URL query)``, or None when no text field has a value."""
+    found = None
+    for line in current.splitlines():
+        match = _TYPED_FIELD.match(line.strip())
+        if match:
+            found = match.group(1)
+    if found is None:
+        return None
+    return found, quote_plus(_ESCAPE.sub(r"\1", found))
+
+
+def fill_typed(text: str, current: str) -> str:
+    """``text`` with :data:`TYPED` / :data:`TYPED_URL` replaced by ``current``'s typed text
+    (left as they are when nothing is typed)."""
+    typed = typed_text(current)
+    if typed is None or "{typed" not in text:
+        return text
+    return text.replace(TYPED_URL, typed[1]).replace(TYPED, typed[0])
+
+
+def use_typed(text: str, current: str) -> str:
+    """``text`` with ``current``'s typed text written as placeholders where it stands whole: a
+    quoted name (``'…'``, ``\\'…\\'``) or a URL query value (``=…``). The inverse of
+    :func:`fill_typed`; callers check the round trip."""
+    typed = typed_text(current)
+    if typed is None:
+        return text
+    quoted, query = typed
+    text = re.sub(rf"(?<==){re.escape(query)}(?=&|$|\s)", lambda _: TYPED_URL, text,
+                  flags=re.M)
+    return re.sub(rf"(?<='){re.escape(quoted)}(?=\\?')", lambda _: TYPED, text)
 
 
 class StateReferenceError(ValueError):
@@ -58,6 +106,7 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
         StateReferenceError: The reference is malformed or names a demo that was not shown, or an
             edit line is neither ``+``, ``-`` nor a bare state line.
     """
+    text = fill_typed(text, current)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or not is_reference(text):
         return text.strip()
@@ -127,7 +176,7 @@ def diff_edits(base: str, target: str) -> list[str]:
 def encode_state(target: str, current: str, demo_next_states: list[str],
                  previous: str | None = None) -> str:
     """The shortest faithful way to write ``target``: full, or ``@state`` / ``@previous`` /
-    ``@demo N`` plus edits.
+    ``@demo N`` plus edits, with the typed text as placeholders (:func:`use_typed`).
 
     Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
     confuse the cursor) are discarded, so decoding an encoded state is always lossless.
@@ -145,4 +194,7 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
         text = "\n".join([ref, *edits])
         if expand_state(text, current, demo_next_states, previous) == full:
             best, best_len = text, len(edits) + 1
+    short = use_typed(best, current)
+    if short != best and expand_state(short, current, demo_next_states, previous) == full:
+        return short
     return best

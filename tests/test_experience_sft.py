@@ -17,7 +17,7 @@ from dreamgym_agents.types import write_trajectories
 
 def tiny(out, **kw):
     return ExperienceSFTConfig(output_dir=str(out), vocab_size=400, hidden_size=32, num_layers=1,
-                               max_length=512, batch_size=2, learning_rate=3e-3, **kw)
+                               max_length=768, batch_size=2, learning_rate=3e-3, **kw)
 
 
 def test_loss_falls_on_a_learnable_set(tmp_path):

@@ -2,12 +2,15 @@ import pytest
 
 from dreamgym_agents.experience import parse_experience_output, retrieve_demos
 from dreamgym_agents.experience_compact import (
+    action_notes,
     answer_checks,
     answer_kind,
     answer_lines,
     answer_place,
     answer_text,
     asked_kind,
+    back_target,
+    head,
     kinds_match,
     rank_final_answer_demos,
     render_compact,
@@ -231,6 +234,22 @@ def test_final_answer_demos_are_ranked_by_their_checks_then_their_task():
     # best of the other outcome
     ranked = rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('$9.99')", {}, pool, 3)
     assert [d.episode_id for d in ranked] == ["right", "word", "rating"]
+    # the tally counts the candidates whose checks read the same (only "right": "rating" asks
+    # for a rating, "word" is not money)
+    assert ranked.tally == (1, 0)
+    also_right = demo("right2", "How much does Qux cost?", "$9.99", True)
+    also_wrong = demo("wrong2", "What is the price of Quux?", "$9.99", False)
+    ranked = rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('$9.99')", {},
+                                     [*pool, also_right, also_wrong], 2)
+    assert len(ranked) == 2 and ranked.tally == (2, 1)
+    assert rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('x y z')", {}, [right],
+                                   2).tally == (0, 0)
+    text = render_compact(price, [], LAPTOPS, "send_msg_to_user('$9.99')", ranked)[0]["content"]
+    assert text.splitlines()[-2] == "recorded answers with the same checks: 2 right, 1 wrong"
+    assert text.splitlines()[-1].startswith("answer checks:")
+    text = render_compact(price, [], LAPTOPS, "send_msg_to_user('$9.99')", None,
+                          tally=(0, 0))[0]["content"]
+    assert "recorded answers with the same checks: none" in text and "demo 1" not in text
     # a word of the page: the demo that said a word of the page first
     ranked = rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('Laptops')", {}, pool, 2)
     assert [d.episode_id for d in ranked] == ["word", "right"]
@@ -386,8 +405,34 @@ def test_judge_copies_of_final_answers_are_short_and_train_the_verdict_only():
     judge = judges[0]
     prompt = judge["messages"][0]["content"]
     assert "demo 1" not in prompt and "answer checks:" in prompt
+    # the retrieved tally stays (the other episode's answer is not on its page: not the same)
+    assert "recorded answers with the same checks: none" in prompt
     assert len(prompt) < len(full["messages"][0]["content"])
     assert judge["completion"] == full["completion"]
     spans = [judge["completion"][a:b] for a, b in judge["decision_spans"]]
     assert spans[0] == "The task is complete." and spans[1].startswith("<reward>1")
     assert len(spans) == 2  # not the page
+
+
+def test_go_back_says_where_it_returns_and_a_submit_says_what_was_typed():
+    def step(i, state, action, nxt):
+        return Transition("e", i, "t", state, action, nxt, provenance="offline")
+
+    product = "URL: __SHOPPING__/product/1\nTitle: Foo\n[12] link 'Home'"
+    history = [step(0, HOME, "click('14')", LAPTOPS),
+               step(1, LAPTOPS, "click('20')", product),
+               step(2, product, "go_back()", LAPTOPS),
+               step(3, LAPTOPS, "scroll(0, 200)", LAPTOPS)]  # not a navigation
+    assert back_target(history) == head(HOME)
+    assert back_target(history[:2]) == head(LAPTOPS)
+    assert back_target([]) is None
+    text = render_compact("t", history, LAPTOPS, "go_back()", [])[0]["content"]
+    assert "action: go_back() | back to: __SHOPPING__\n" in text
+    text = render_compact("t", [], HOME, "go_back()", [])[0]["content"]
+    assert "back to: a blank page (no earlier page)" in text
+    assert "back to" not in render_compact("t", None, HOME, "go_back()", [])[0]["content"]
+    filled = HOME + "\n[37] searchbox 'Search' value='usb hub'\n[38] button 'Search'"
+    assert action_notes(filled, "keyboard_press('Enter')", []) == "typed: 'usb hub'"
+    assert action_notes(filled, "click('38')", []) == "typed: 'usb hub'"
+    assert action_notes(filled, "click('14')", []) == ""  # a link sends no form
+    assert action_notes(HOME, "keyboard_press('Enter')", []) == ""

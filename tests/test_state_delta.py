@@ -5,7 +5,9 @@ from dreamgym_agents.state_delta import (
     diff_edits,
     encode_state,
     expand_state,
+    fill_typed,
     is_reference,
+    typed_text,
 )
 
 HOME = ("URL: __SHOPPING__\nTitle: Home\n[12] link 'Home'\n[30] link 'My Cart (4)'\n"
@@ -72,3 +74,27 @@ def test_going_back_is_written_as_the_previous_state():
     with pytest.raises(StateReferenceError, match="previous"):
         expand_state("@previous", CART, [])
     assert is_reference("@previous\n+ StaticText 'x'")
+
+
+FILLED = HOME.replace("[37] searchbox 'Search'", "[37] searchbox 'Search' value='usb hub, 6 ft'")
+RESULTS = ("URL: __SHOPPING__/search?q=usb+hub%2C+6+ft\nTitle: Search results for 'usb hub, 6 ft'"
+           "\n[12] link 'Home'\n[37] searchbox 'Search' value='usb hub, 6 ft'\n"
+           "heading 'Search results for \\'usb hub, 6 ft\\''\n[44] link 'usb hub, 6 ft'\n"
+           "StaticText 'A usb hub, 6 ft long'")
+
+
+def test_typed_text_is_written_as_placeholders_where_it_stands_whole():
+    assert typed_text(FILLED) == ("usb hub, 6 ft", "usb+hub%2C+6+ft")
+    assert typed_text(HOME) is None
+    encoded = encode_state(RESULTS, FILLED, [])
+    assert "URL: __SHOPPING__/search?q={typed+}" in encoded
+    assert "heading 'Search results for \\'{typed}\\''" in encoded
+    assert "[44] link '{typed}'" in encoded
+    assert "StaticText 'A usb hub, 6 ft long'" in encoded  # inside a longer text: as is
+    assert expand_state(encoded, FILLED, []) == RESULTS
+    # in edit lines too
+    ref = "@state\n- [37] searchbox 'Search' value='usb hub, 6 ft'\n+ [37] searchbox 'Search'"
+    assert expand_state(ref, FILLED, []).endswith("[37] searchbox 'Search'")
+    # nothing typed: the placeholder is left as written, and encoding uses none
+    assert fill_typed("[44] link '{typed}'", HOME) == "[44] link '{typed}'"
+    assert "{typed" not in encode_state(RESULTS, HOME, [])

@@ -49,10 +49,10 @@ class ExampleConfig:
             of an answer is a few tokens of a long completion, and rarer than page changes.
         judge_repeat: Short copies of each final-answer example added for its verdict alone:
             the prompt without demonstrations (task, history, page, action, the answer's
-            evidence and checks, a fraction of the tokens), the loss on the verdict and the
-            outcome only (``"loss": "decisions"``). A small model learns to read a verdict off
-            the checks line from many cheap examples, then does so in full prompts, where the
-            checks are the last line too (measured: docs/RESULTS.md).
+            evidence, the retrieved tally and the checks, a fraction of the tokens), the loss
+            on the verdict and the outcome only (``"loss": "decisions"``). A small model learns
+            to read a verdict off the checks line from many cheap examples, then does so in
+            full prompts, where the checks are the last line too (measured: docs/RESULTS.md).
     """
 
     top_k: int = 3
@@ -186,7 +186,8 @@ def build_examples(
                 "messages": render_compact(
                     traj.task.intent, traj.transitions[:i] if cfg.use_history else None,
                     t.state, t.action, None, history_steps=cfg.history_steps,
-                    use_reasoning=cfg.use_reasoning, params=traj.task.params),
+                    use_reasoning=cfg.use_reasoning, params=traj.task.params,
+                    tally=getattr(demos, "tally", None)),
                 "completion": completion,
                 # the verdict and the outcome; the page written after them is not trained here
                 "decision_spans": decision_spans(completion, next_state=False),
