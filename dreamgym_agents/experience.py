@@ -596,6 +596,7 @@ class ExperienceModel:
                 prediction.output.next_state = expand_state(
                     prediction.output.next_state, state, [d.next_state for d in demos],
                     history[-1].state if history and self.cfg.use_history else None,
+                    action,
                 )
             except (ExperienceParseError, StateReferenceError) as exc:
                 prediction.output = None

@@ -268,10 +268,11 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     """What can be checked of a final answer without knowing the right one, the decisive part
     last: how the page shows it (:func:`answer_place`), then its kind against the kind the task
     asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
-    amount of money``); for a task that asks for an action, where the page shows the task's
-    parameters (:func:`task_terms`, places only) and, when ``last_step`` is given, the step
-    before the answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the
-    change was made shows in what the agent did last).
+    amount of money``), then where the page shows the task's parameters (:func:`task_terms`,
+    places only: a rating read off another product's page looks like a right one but for
+    this); for a task that asks for an action, when ``last_step`` is given, the step before
+    the answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the change was
+    made shows in what the agent did last).
 
     A small model trained from scratch does not compose these from the task and the page
     reliably (measured: docs/RESULTS.md), so the compact prompt spells them out as its last
@@ -280,13 +281,13 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     """
     where = answer_place(state, answer, intent)
     match = kinds_match(answer, intent)
+    terms = task_terms(state, params or {}, max_lines=0)
     if match is None:
-        terms = task_terms(state, params or {}, max_lines=0)
         return (f"{where}; {answer_kind(answer)}; the task asks for an action"
                 + (f"; task terms: {terms}" if terms else "")
                 + (f"; last step: {last_step}" if last_step is not None else ""))
     return (f"{where}; {answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
-            f"{asked_kind(intent)}")
+            f"{asked_kind(intent)}" + (f"; task terms: {terms}" if terms else ""))
 
 
 _INTENT_WORD = re.compile(r"[a-z]+")

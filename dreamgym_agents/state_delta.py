@@ -15,8 +15,9 @@ then ``+`` new, and keeps the line's place. A bare line that reads like a state 
 (``[12] link 'Home'``, ``StaticText '…'``) is taken as an insertion, the way a reader would take
 it: small models sometimes drop the ``+``.
 
-Two placeholders stand for the text typed into the current page's filled text field (the last
-``textbox``/``searchbox`` line with a ``value='…'``): ``{typed}`` as the page quotes it and
+Two placeholders stand for the text the action types (``fill(bid, text)``), or else the text typed
+into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
+``value='…'``): ``{typed}`` as the page quotes it and
 ``{typed+}`` as a URL query carries it (``+`` for spaces, ``%2C`` for commas). A search results
 page repeats the query in its URL, title, heading and search box; a small model copies a long
 query through a placeholder where it garbles it character by character (measured:
@@ -30,6 +31,7 @@ trained on the shortest of the full state and every reference form, see
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
 from urllib.parse import quote_plus
@@ -47,9 +49,26 @@ _TYPED_FIELD = re.compile(r"^\[[^\]\s]+\]\s+(?:textbox|searchbox)\s.*?\svalue='(
 _ESCAPE = re.compile(r"\\(.)")
 
 
-def typed_text(current: str) -> tuple[str, str] | None:
-    """The text typed into ``current``'s last filled text field: ``(as quoted in the state,
-    as in a URL query)``, or None when no text field has a value."""
+def _filled(action: str | None) -> str | None:
+    """The text of a ``fill(bid, text)`` action, or None."""
+    if not action or not action.strip().startswith("fill("):
+        return None
+    try:
+        call = ast.parse(action.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    args = getattr(call, "args", [])
+    if len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+        return args[1].value
+    return None
+
+
+def typed_text(current: str, action: str | None = None) -> tuple[str, str] | None:
+    """The text ``action`` types (a ``fill``), else the text in ``current``'s last filled text
+    field: ``(as quoted in a state, as in a URL query)``, or None when there is none."""
+    text = _filled(action)
+    if text:
+        return text.replace("\\", "\\\\").replace("'", "\\'"), quote_plus(text)
     found = None
     for line in current.splitlines():
         match = _TYPED_FIELD.match(line.strip())
@@ -60,20 +79,20 @@ def typed_text(current: str) -> tuple[str, str] | None:
     return found, quote_plus(_ESCAPE.sub(r"\1", found))
 
 
-def fill_typed(text: str, current: str) -> str:
-    """``text`` with :data:`TYPED` / :data:`TYPED_URL` replaced by ``current``'s typed text
-    (left as they are when nothing is typed)."""
-    typed = typed_text(current)
+def fill_typed(text: str, current: str, action: str | None = None) -> str:
+    """``text`` with :data:`TYPED` / :data:`TYPED_URL` replaced by the typed text
+    (:func:`typed_text`; left as they are when nothing is typed)."""
+    typed = typed_text(current, action)
     if typed is None or "{typed" not in text:
         return text
     return text.replace(TYPED_URL, typed[1]).replace(TYPED, typed[0])
 
 
-def use_typed(text: str, current: str) -> str:
+def use_typed(text: str, current: str, action: str | None = None) -> str:
     """``text`` with ``current``'s typed text written as placeholders where it stands whole: a
     quoted name (``'…'``, ``\\'…\\'``) or a URL query value (``=…``). The inverse of
     :func:`fill_typed`; callers check the round trip."""
-    typed = typed_text(current)
+    typed = typed_text(current, action)
     if typed is None:
         return text
     quoted, query = typed
@@ -93,7 +112,7 @@ def is_reference(text: str) -> bool:
 
 
 def expand_state(text: str, current: str, demo_next_states: list[str],
-                 previous: str | None = None) -> str:
+                 previous: str | None = None, action: str | None = None) -> str:
     """Turn a reference-plus-edits block into the full state (a full state is returned as is).
 
     Args:
@@ -101,12 +120,13 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
         current: The current state (``@state``).
         demo_next_states: The retrieved demonstrations' next states, in the order shown.
         previous: The state before the last action (``@previous``); None when there is none.
+        action: The action (its typed text fills the placeholders, :func:`typed_text`).
 
     Raises:
         StateReferenceError: The reference is malformed or names a demo that was not shown, or an
             edit line is neither ``+``, ``-`` nor a bare state line.
     """
-    text = fill_typed(text, current)
+    text = fill_typed(text, current, action)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or not is_reference(text):
         return text.strip()
@@ -174,7 +194,7 @@ def diff_edits(base: str, target: str) -> list[str]:
 
 
 def encode_state(target: str, current: str, demo_next_states: list[str],
-                 previous: str | None = None) -> str:
+                 previous: str | None = None, action: str | None = None) -> str:
     """The shortest faithful way to write ``target``: full, or ``@state`` / ``@previous`` /
     ``@demo N`` plus edits, with the typed text as placeholders (:func:`use_typed`).
 
@@ -194,7 +214,8 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
         text = "\n".join([ref, *edits])
         if expand_state(text, current, demo_next_states, previous) == full:
             best, best_len = text, len(edits) + 1
-    short = use_typed(best, current)
-    if short != best and expand_state(short, current, demo_next_states, previous) == full:
+    short = use_typed(best, current, action)
+    if short != best and expand_state(short, current, demo_next_states, previous,
+                                      action) == full:
         return short
     return best

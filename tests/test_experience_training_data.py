@@ -169,11 +169,11 @@ def test_counterfactual_answers_are_labelled_by_the_evaluator():
     traj = episode("a", "$9.99", True)
     traj.task = answer_task({"must_include": ["$9.99"]})
     variants = counterfactual_trajectories([traj], per_answer=3, seed=1)
-    assert len(variants) == 2  # the page's one other word, the quoted answer
+    assert len(variants) == 3  # the page's one other word, the quoted answer, an empty one
     for v in variants:
         last = v.transitions[-1]
         answer = answer_text(last.action)
-        assert answer and answer != "$9.99"
+        assert answer != "$9.99"
         expected = "$9.99" in answer  # must_include: the quoted right value passes
         assert last.success is expected and v.success is expected
         assert last.reward == float(expected) and last.done and last.info["counterfactual"]
@@ -189,6 +189,9 @@ def test_counterfactual_answers_are_labelled_by_the_evaluator():
     assert any(not v.success for v in variants) and any(v.success for v in variants)
     for v in variants:
         assert v.success is (answer_text(v.transitions[-1].action) == "'$9.99'")
+    # the third variant says nothing, and fails
+    said = [answer_text(v.transitions[-1].action) for v in variants]
+    assert said[2] == "" and not variants[2].success and said.count("") == 1
     # Wrong recorded answers are not varied.
     assert counterfactual_trajectories([episode("w", "$1.00", False)], per_answer=2) == []
 

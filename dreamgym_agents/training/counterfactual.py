@@ -84,10 +84,14 @@ def _variant(traj: Trajectory, at: int, step: dict[str, Any], result: Any, *, ki
 
 
 def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -> list[str]:
-    """Up to ``count`` distinct answers other than ``answer``: a mistake, then a rewording, ….
+    """Up to ``count`` distinct answers other than ``answer``: a mistake, a rewording, an empty
+    answer, then more mistakes.
 
     Mistakes are words of the page (what random and giving-up agents say); the rewording is
-    ``answer`` in quotes (the evaluator decides whether it passes). Answers inside a sentence
+    ``answer`` in quotes (the evaluator decides whether it passes); the empty answer is what an
+    agent says on a page without text (recorded data has none on a question task, and a small
+    model took an empty answer for the "any reply" of a task that asks for an action, measured:
+    docs/RESULTS.md). Answers inside a sentence
     were tried (v7-v9): whether they pass depends on the evaluator's kind (``must_include`` or
     ``exact_match``), which the prompt does not show, so they taught the small model noise.
     Plausible mistakes (another value of the same kind from the page, such as another product's
@@ -98,8 +102,9 @@ def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -
     names = [line.name for line in parse_state(state).lines if line.name]
     words = sorted({w for name in names for w in name.split()})
     rewordings = [f"'{answer}'"] if answer else []
+    empty = [""] if answer.strip() else []
     out: list[str] = []
-    for pool_source in [words, rewordings] * count:
+    for pool_source in [words, rewordings, empty] + [words] * count:
         if len(out) >= count:
             break
         pool = [c for c in pool_source

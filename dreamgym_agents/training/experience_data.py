@@ -72,7 +72,8 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
     """The target answer for one transition (``previous``: the state before the last action,
     offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
     rationale = t.info.get("em_rationale") or deterministic_rationale(t, intent)
-    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous)
+    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous,
+                              t.action)
     # The outcome comes right after the reasoning that decides it, before the page (a small
     # model otherwise writes it after hundreds of page tokens, detached from its own reasoning).
     return (
