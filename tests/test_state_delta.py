@@ -102,7 +102,8 @@ def test_typed_text_is_written_as_placeholders_where_it_stands_whole():
     # a fill's own text
     action = "fill('37', \"Bob's usb hub\")"
     assert typed_text(HOME, action) == ("Bob\\'s usb hub", "Bob%27s+usb+hub")
-    target = HOME.replace("[37] searchbox 'Search'", "[37] searchbox 'Search' value='Bob\\'s usb hub'")
+    target = HOME.replace("[37] searchbox 'Search'",
+                          "[37] searchbox 'Search' value='Bob\\'s usb hub'")
     encoded = encode_state(target, HOME, [], action=action)
     assert "value='{typed}'" in encoded
     assert expand_state(encoded, HOME, [], action=action) == target
