@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 14
+RECIPE_VERSION = 15
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 4
@@ -89,7 +89,7 @@ class EmbeddedRecipe:
     explorer_tasks: int = 24
     explorer_pages: int = 3
     explorer_steps: int = 27
-    counterfactual_answers: int = 3
+    counterfactual_answers: int = 2
     final_answer_repeat: int = 2
     counterfactual_stops: int = 1
     judge_repeat: int = 6
