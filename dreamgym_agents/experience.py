@@ -34,7 +34,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, ContextLengthError
-from dreamgym_agents.state_delta import StateReferenceError, expand_state
+from dreamgym_agents.state_delta import StateReferenceError, demo_pages, expand_state
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
 logger = logging.getLogger(__name__)
@@ -594,7 +594,7 @@ class ExperienceModel:
                 # A next state written as a reference plus edits (state_delta) is expanded here,
                 # so everything downstream sees full states.
                 prediction.output.next_state = expand_state(
-                    prediction.output.next_state, state, [d.next_state for d in demos],
+                    prediction.output.next_state, state, demo_pages(demos, state, action),
                     history[-1].state if history and self.cfg.use_history else None,
                     action,
                 )

@@ -489,6 +489,10 @@ def render_compact(
     if demos is not None:
         if not demos:
             parts.append("demos: (none)")
+        from dreamgym_agents.state_delta import demo_pages
+
+        # where each demo went, its typed text written as this step's (state_delta)
+        pages = demo_pages(demos, state, action)
         for i, demo in enumerate(demos, 1):
             changes = changed_lines(state, demo.state)
             # Only the best demonstration's differences are spelled out (prompt length).
@@ -503,7 +507,7 @@ def render_compact(
             parts.append(
                 f"demo {i}: {head(demo.state).split(' | ')[0]} | "
                 f"{describe_action(demo.state, demo.action)} -> "
-                f"{head(demo.next_state).split(' | ')[0]} | {what}reward {demo.reward:g} "
+                f"{head(pages[i - 1]).split(' | ')[0]} | {what}reward {demo.reward:g} "
                 f"done {int(demo.terminated)} success {int(demo.success)} | page differs by "
                 f"{len(changes)} lines" + "".join(f"\n  {c}" for c in shown)
             )

@@ -101,6 +101,16 @@ def use_typed(text: str, current: str, action: str | None = None) -> str:
     return re.sub(rf"(?<='){re.escape(quoted)}(?=\\?')", lambda _: TYPED, text)
 
 
+def demo_pages(demos: list, current: str, action: str | None = None) -> list[str]:
+    """The next states of retrieved demonstrations (objects with ``state``, ``action`` and
+    ``next_state``) as ``@demo N`` refers to them: when this step types text, each demo's own
+    typed text is written as the placeholders (:func:`use_typed`), so the page a demo's search
+    led to reads as the same page for this step's query."""
+    if typed_text(current, action) is None:
+        return [d.next_state for d in demos]
+    return [use_typed(d.next_state, d.state, d.action) for d in demos]
+
+
 class StateReferenceError(ValueError):
     """A reference names a state that was not shown (e.g. ``@demo 4`` with three demos)."""
 
@@ -118,7 +128,8 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
     Args:
         text: The ``<next_state>`` block.
         current: The current state (``@state``).
-        demo_next_states: The retrieved demonstrations' next states, in the order shown.
+        demo_next_states: The retrieved demonstrations' next states, in the order shown
+            (:func:`demo_pages`; placeholders in them are filled too).
         previous: The state before the last action (``@previous``); None when there is none.
         action: The action (its typed text fills the placeholders, :func:`typed_text`).
 
@@ -127,6 +138,7 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
             edit line is neither ``+``, ``-`` nor a bare state line.
     """
     text = fill_typed(text, current, action)
+    demo_next_states = [fill_typed(page, current, action) for page in demo_next_states]
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or not is_reference(text):
         return text.strip()
@@ -203,6 +215,8 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
     """
     full = "\n".join(ln for ln in target.splitlines() if ln.strip())
     best, best_len = full, len(full.splitlines())
+    written = demo_next_states
+    demo_next_states = [fill_typed(page, current, action) for page in demo_next_states]
     bases = [(STATE_REF, current)]
     if previous is not None:
         bases.append((PREVIOUS_REF, previous))
@@ -212,10 +226,9 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
         if len(edits) + 1 >= best_len:
             continue
         text = "\n".join([ref, *edits])
-        if expand_state(text, current, demo_next_states, previous) == full:
+        if expand_state(text, current, written, previous, action) == full:
             best, best_len = text, len(edits) + 1
     short = use_typed(best, current, action)
-    if short != best and expand_state(short, current, demo_next_states, previous,
-                                      action) == full:
+    if short != best and expand_state(short, current, written, previous, action) == full:
         return short
     return best

@@ -2,6 +2,7 @@ import pytest
 
 from dreamgym_agents.state_delta import (
     StateReferenceError,
+    demo_pages,
     diff_edits,
     encode_state,
     expand_state,
@@ -107,3 +108,23 @@ def test_typed_text_is_written_as_placeholders_where_it_stands_whole():
     encoded = encode_state(target, HOME, [], action=action)
     assert "value='{typed}'" in encoded
     assert expand_state(encoded, HOME, [], action=action) == target
+
+
+def test_a_demo_search_reads_as_this_steps_search():
+    class Step:
+        def __init__(self, state, action, next_state):
+            self.state, self.action, self.next_state = state, action, next_state
+
+    other = FILLED.replace("usb hub, 6 ft", "lamp")
+    demo = Step(other, "click('38')", RESULTS.replace("usb hub, 6 ft", "lamp")
+                .replace("usb+hub%2C+6+ft", "lamp"))
+    pages = demo_pages([demo], FILLED, "click('38')")
+    assert "URL: __SHOPPING__/search?q={typed+}" in pages[0]
+    # the demo's page, with this step's query: URL, title, heading, box and the result named
+    # as the query need no edit; only text that merely contains the query does
+    encoded = encode_state(RESULTS, FILLED, pages, action="click('38')")
+    assert encoded == ("@demo 1\n- StaticText 'A lamp long'\n"
+                       "+ StaticText 'A usb hub, 6 ft long'")
+    assert expand_state(encoded, FILLED, pages, action="click('38')") == RESULTS
+    # nothing typed in this step: demos are shown as they were
+    assert demo_pages([demo], HOME, "click('12')") == [demo.next_state]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from dreamgym_agents.experience import retrieve_demos
 from dreamgym_agents.experience_compact import answer_text, render_compact
-from dreamgym_agents.state_delta import encode_state
+from dreamgym_agents.state_delta import demo_pages, encode_state
 from dreamgym_agents.training.annotate import VERDICTS, deterministic_rationale
 from dreamgym_agents.types import Trajectory, Transition
 
@@ -72,8 +72,8 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
     """The target answer for one transition (``previous``: the state before the last action,
     offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
     rationale = t.info.get("em_rationale") or deterministic_rationale(t, intent)
-    next_state = encode_state(t.next_state, t.state, [d.next_state for d in demos], previous,
-                              t.action)
+    next_state = encode_state(t.next_state, t.state, demo_pages(demos, t.state, t.action),
+                              previous, t.action)
     # The outcome comes right after the reasoning that decides it, before the page (a small
     # model otherwise writes it after hundreds of page tokens, detached from its own reasoning).
     return (
