@@ -173,7 +173,7 @@ def render_demos(demos: list[Transition], max_lines: int) -> str:
     return "\n\n".join(blocks)
 
 
-FINAL_ANSWER_CANDIDATES = 8
+FINAL_ANSWER_CANDIDATES = 16
 """Candidates fetched per demonstration slot for a final answer, before re-ranking by their checks
 (they also make the tally of :class:`~dreamgym_agents.experience_compact.Demos`)."""
 

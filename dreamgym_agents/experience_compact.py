@@ -223,6 +223,43 @@ def task_params(task: object) -> dict[str, str]:
     return dict(params) if isinstance(params, dict) else {}
 
 
+def _find_terms(state: str, params: dict[str, str]
+                ) -> tuple[dict[str, tuple[list[str], list[int]]], list[str], str]:
+    """Each parameter's places (``URL``/``title`` and the indices of the body lines holding
+    it), the body lines and the lower-cased title."""
+    from urllib.parse import unquote_plus
+
+    lines = _lines(state)
+    url = unquote_plus(next((ln[4:] for ln in lines[:2] if ln.startswith("URL:")), "")).lower()
+    title = next((ln[6:] for ln in lines[:2] if ln.startswith("Title:")), "").strip().lower()
+    body = _state_lines(state)
+    found = {}
+    for name, value in params.items():
+        # Whole terms only: "2" is not found in "3.2", "$2" or "2-in-1".
+        pattern = re.compile(rf"(?<![\w.$-]){re.escape(value.lower())}(?![\w-]|[.,]\d)")
+        where = [label for label, text in (("URL", url), ("title", title))
+                 if pattern.search(text)]
+        found[name] = (where, [i for i, ln in enumerate(body) if pattern.search(ln.lower())])
+    return found, body, title
+
+
+def terms_named(state: str, params: dict[str, str]) -> str:
+    """How many of the task's parameters the page shows anywhere (URL, title or text):
+    ``the page names all 2 task terms`` / ``… 1 of 2 …`` / ``… none of the 2 …``; '' without
+    parameters. Coarser than :func:`task_terms` on purpose: it reads the same across task
+    templates, so answers of different tasks compare by it (:class:`Demos` tally)."""
+    if not params:
+        return ""
+    found, _, _ = _find_terms(state, params)
+    shown, total = sum(bool(w or at) for w, at in found.values()), len(found)
+    term = "term" if total == 1 else "terms"
+    if shown == total:
+        return f"the page names {'the' if total == 1 else f'all {total}'} task {term}"
+    if not shown:
+        return f"the page names {'no' if total == 1 else f'none of the {total}'} task {term}"
+    return f"the page names {shown} of the {total} task terms"
+
+
 def task_terms(state: str, params: dict[str, str], *, max_lines: int = 2,
                width: int = 90) -> str:
     """Where the page shows the task's parameters: ``product (title, 2 lines), qty (none) |
@@ -235,23 +272,13 @@ def task_terms(state: str, params: dict[str, str], *, max_lines: int = 2,
     """
     if not params:
         return ""
-    from urllib.parse import unquote_plus
-
-    lines = _lines(state)
-    url = unquote_plus(next((ln[4:] for ln in lines[:2] if ln.startswith("URL:")), "")).lower()
-    title = next((ln[6:] for ln in lines[:2] if ln.startswith("Title:")), "").strip().lower()
-    body = _state_lines(state)
+    found, body, title = _find_terms(state, params)
     places, hits = [], {}
-    for name, value in params.items():
-        # Whole terms only: "2" is not found in "3.2", "$2" or "2-in-1".
-        pattern = re.compile(rf"(?<![\w.$-]){re.escape(value.lower())}(?![\w-]|[.,]\d)")
-        where = [label for label, text in (("URL", url), ("title", title))
-                 if pattern.search(text)]
-        found = [i for i, ln in enumerate(body) if pattern.search(ln.lower())]
-        for i in found:
+    for name, (where, at) in found.items():
+        for i in at:
             hits[i] = hits.get(i, 0) + 1
-        if found:
-            where.append(f"{len(found)} line{'s' if len(found) != 1 else ''}")
+        if at:
+            where = [*where, f"{len(at)} line{'s' if len(at) != 1 else ''}"]
         places.append(f"{name} ({', '.join(where) or 'none'})")
     # The lines holding the most parameters (shortest first: a line that is mostly the term),
     # not counting the page's heading (its title again).
@@ -268,10 +295,11 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     """What can be checked of a final answer without knowing the right one, the decisive part
     last: how the page shows it (:func:`answer_place`), then its kind against the kind the task
     asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
-    amount of money``), then where the page shows the task's parameters (:func:`task_terms`,
-    places only: a rating read off another product's page looks like a right one but for
-    this); for a task that asks for an action, when ``last_step`` is given, the step before
-    the answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the change was
+    amount of money``), then whether the page names the task's parameters
+    (:func:`terms_named`: a rating read off another product's page looks like a right one but
+    for this); for a task that asks for an action, where the page shows them
+    (:func:`task_terms`, places only) and, when ``last_step`` is given, the step before the
+    answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the change was
     made shows in what the agent did last).
 
     A small model trained from scratch does not compose these from the task and the page
@@ -281,13 +309,14 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     """
     where = answer_place(state, answer, intent)
     match = kinds_match(answer, intent)
-    terms = task_terms(state, params or {}, max_lines=0)
     if match is None:
+        terms = task_terms(state, params or {}, max_lines=0)
         return (f"{where}; {answer_kind(answer)}; the task asks for an action"
                 + (f"; task terms: {terms}" if terms else "")
                 + (f"; last step: {last_step}" if last_step is not None else ""))
+    named = terms_named(state, params or {})
     return (f"{where}; {answer_kind(answer)}, {'as' if match else 'but'} the task asks for "
-            f"{asked_kind(intent)}" + (f"; task terms: {terms}" if terms else ""))
+            f"{asked_kind(intent)}" + (f"; {named}" if named else ""))
 
 
 _INTENT_WORD = re.compile(r"[a-z]+")
