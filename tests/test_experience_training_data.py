@@ -18,6 +18,7 @@ from dreamgym_agents.experience_compact import (
     target_line,
     task_params,
     task_terms,
+    terms_named,
 )
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
@@ -327,6 +328,14 @@ def test_task_terms_say_where_the_page_shows_the_task_parameters():
     assert "task terms on page: category (URL, title, 1 line)" in text
     assert "task terms" not in render_compact(task.intent, [], page, "click('1')", [],
                                               params=params)[0]["content"]
+    # a question's checks say only how many of its terms the page names
+    assert terms_named(page, params) == "the page names all 2 task terms"
+    assert terms_named(HOME, params) == "the page names 1 of the 2 task terms"
+    assert terms_named(HOME, {"page": "2"}) == "the page names no task term"
+    assert terms_named(HOME, {}) == ""
+    checks = answer_checks(page, "$3.25", "What is the price?", params)
+    assert checks.endswith("as the task asks for an amount of money; "
+                           "the page names all 2 task terms")
 
 
 def test_final_answer_demos_are_final_answers_of_both_outcomes():
