@@ -593,8 +593,12 @@ class ExperienceModel:
                 prediction.output = parse_experience_output(completion.text)
                 # A next state written as a reference plus edits (state_delta) is expanded here,
                 # so everything downstream sees full states.
+                # The compact prompt shows a demo's search page as this step's (demo_pages);
+                # the full prompt shows demos as recorded.
+                pages = (demo_pages(demos, state, action) if self.cfg.prompt_style == "compact"
+                         else [d.next_state for d in demos])
                 prediction.output.next_state = expand_state(
-                    prediction.output.next_state, state, demo_pages(demos, state, action),
+                    prediction.output.next_state, state, pages,
                     history[-1].state if history and self.cfg.use_history else None,
                     action,
                 )

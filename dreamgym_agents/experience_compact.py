@@ -499,8 +499,8 @@ def render_compact(
         use_reasoning: Ask for reasoning (False: empty reasoning).
         params: The task's parameters (:func:`task_params`); for a final answer, where the page
             shows them (:func:`task_terms`).
-        tally: For a final answer, the outcomes of the recorded answers with the closest
-            checks (:class:`Demos`); by default the ``demos``' own tally. Shown with the
+        tally: For a final answer, the outcomes of the retrieved recorded answers whose checks
+            read the same (:class:`Demos`); by default the ``demos``' own tally. Shown with the
             checks, also when the demonstrations themselves are not (judge copies).
     """
     template = load_compact_template()

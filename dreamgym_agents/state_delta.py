@@ -15,13 +15,15 @@ then ``+`` new, and keeps the line's place. A bare line that reads like a state 
 (``[12] link 'Home'``, ``StaticText '…'``) is taken as an insertion, the way a reader would take
 it: small models sometimes drop the ``+``.
 
-Two placeholders stand for the text the action types (``fill(bid, text)``), or else the text typed
-into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
-``value='…'``): ``{typed}`` as the page quotes it and
-``{typed+}`` as a URL query carries it (``+`` for spaces, ``%2C`` for commas). A search results
-page repeats the query in its URL, title, heading and search box; a small model copies a long
-query through a placeholder where it garbles it character by character (measured:
-docs/RESULTS.md). They are expanded in full states and in edit lines alike.
+Two placeholders stand for the text the action types (``fill(bid, text)``), or else the text
+typed into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
+``value='…'``): ``{typed}`` as the page quotes it and ``{typed+}`` as a URL query carries it
+(``+`` for spaces, ``%2C`` for commas). A search results page repeats the query in its URL,
+title, heading and search box; a small model copies a long query through a placeholder where it
+garbled it character by character, or wrote a demo's query (measured: docs/RESULTS.md, v11 vs
+v17). They are expanded in full states and in edit lines alike, and :func:`demo_pages` writes a
+demo's own typed text as placeholders, so ``@demo N`` after a search is the demo's results page
+for this step's query.
 
 Writing a page as "the same page as that demo's, with the cart count changed" is how a person
 would describe it, and it keeps a small model's answers short (the embedded default model is

@@ -89,9 +89,8 @@ def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -
 
     Mistakes are words of the page (what random and giving-up agents say); the rewording is
     ``answer`` in quotes (the evaluator decides whether it passes); the empty answer is what an
-    agent says on a page without text (recorded data has none on a question task, and a small
-    model took an empty answer for the "any reply" of a task that asks for an action, measured:
-    docs/RESULTS.md). Answers inside a sentence
+    agent says on a page without text (recorded data has none on a question task; the embedded
+    recipe uses the first two, see recipe v14 in docs/RESULTS.md). Answers inside a sentence
     were tried (v7-v9): whether they pass depends on the evaluator's kind (``must_include`` or
     ``exact_match``), which the prompt does not show, so they taught the small model noise.
     Plausible mistakes (another value of the same kind from the page, such as another product's
