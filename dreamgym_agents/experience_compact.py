@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from importlib import resources
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.state_delta import demo_pages, typed_text
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"
@@ -458,8 +459,6 @@ def action_notes(state: str, action: str, history: list[Transition] | None) -> s
     """What the page implies of an action beyond its target: where ``go_back`` returns (with
     the history shown), and the text typed in the page's field for a key press or a button
     click (what a search or a form sends: :data:`~dreamgym_agents.state_delta.TYPED`)."""
-    from dreamgym_agents.state_delta import typed_text
-
     act = action.strip()
     if act.startswith("go_back") and history is not None:
         back = back_target(history)
@@ -518,8 +517,6 @@ def render_compact(
     if demos is not None:
         if not demos:
             parts.append("demos: (none)")
-        from dreamgym_agents.state_delta import demo_pages
-
         # where each demo went, its typed text written as this step's (state_delta)
         pages = demo_pages(demos, state, action)
         for i, demo in enumerate(demos, 1):

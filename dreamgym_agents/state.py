@@ -91,7 +91,8 @@ def normalize_text(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
+    """``text`` as a state line quotes it: in single quotes, ``\\`` and ``'`` escaped."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -128,9 +129,9 @@ class Element:
 
     def line(self) -> str:
         """Render the element as one line, e.g. ``[12] link 'Laptops'``."""
-        parts = [f"[{self.bid}] {self.role}" if self.bid else self.role, _quote(self.name)]
+        parts = [f"[{self.bid}] {self.role}" if self.bid else self.role, quote(self.name)]
         if self.value:
-            parts.append(f"value={_quote(self.value)}")
+            parts.append(f"value={quote(self.value)}")
         if self.options:
             parts.append(f"options={_quote_options(self.options)}")
         parts.extend(self.flags)

@@ -35,8 +35,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import re
 from urllib.parse import quote_plus
+
+from dreamgym_agents.state import parse_state, quote
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
@@ -47,8 +50,7 @@ quoted name (or nothing)."""
 
 
 TYPED, TYPED_URL = "{typed}", "{typed+}"
-_TYPED_FIELD = re.compile(r"^\[[^\]\s]+\]\s+(?:textbox|searchbox)\s.*?\svalue='((?:[^'\\]|\\.)+)'")
-_ESCAPE = re.compile(r"\\(.)")
+_TEXT_FIELDS = ("textbox", "searchbox")
 
 
 def _filled(action: str | None) -> str | None:
@@ -65,20 +67,20 @@ def _filled(action: str | None) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=512)
 def typed_text(current: str, action: str | None = None) -> tuple[str, str] | None:
     """The text ``action`` types (a ``fill``), else the text in ``current``'s last filled text
-    field: ``(as quoted in a state, as in a URL query)``, or None when there is none."""
+    field: ``(as quoted in a state, as in a URL query)``, or None when there is none.
+
+    Cached: encoding and expanding one step ask for it once per candidate reference."""
     text = _filled(action)
-    if text:
-        return text.replace("\\", "\\\\").replace("'", "\\'"), quote_plus(text)
-    found = None
-    for line in current.splitlines():
-        match = _TYPED_FIELD.match(line.strip())
-        if match:
-            found = match.group(1)
-    if found is None:
+    if not text:
+        fields = [e.value for e in parse_state(current).elements
+                  if e.role in _TEXT_FIELDS and e.value]
+        text = fields[-1] if fields else None
+    if not text:
         return None
-    return found, quote_plus(_ESCAPE.sub(r"\1", found))
+    return quote(text)[1:-1], quote_plus(text)
 
 
 def fill_typed(text: str, current: str, action: str | None = None) -> str:
