@@ -219,20 +219,21 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
     """
     full = "\n".join(ln for ln in target.splitlines() if ln.strip())
     best, best_len = full, len(full.splitlines())
-    written = demo_next_states
-    demo_next_states = [fill_typed(page, current, action) for page in demo_next_states]
     bases = [(STATE_REF, current)]
     if previous is not None:
         bases.append((PREVIOUS_REF, previous))
-    bases += [(f"{DEMO_REF} {i + 1}", s) for i, s in enumerate(demo_next_states)]
+    # demo pages may hold placeholders (demo_pages): diff against them as expanded
+    bases += [(f"{DEMO_REF} {i + 1}", fill_typed(s, current, action))
+              for i, s in enumerate(demo_next_states)]
     for ref, base in bases:
         edits = diff_edits(base, target)
         if len(edits) + 1 >= best_len:
             continue
         text = "\n".join([ref, *edits])
-        if expand_state(text, current, written, previous, action) == full:
+        if expand_state(text, current, demo_next_states, previous, action) == full:
             best, best_len = text, len(edits) + 1
     short = use_typed(best, current, action)
-    if short != best and expand_state(short, current, written, previous, action) == full:
+    if short != best and expand_state(short, current, demo_next_states, previous,
+                                      action) == full:
         return short
     return best
