@@ -76,6 +76,29 @@ def test_budgeted_schedule_follows_the_clock_and_the_steps():
     assert lrs(3600.0, steps=8, run=10)[9] == pytest.approx(0.0, abs=1e-9)  # out of steps
 
 
+def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monkeypatch):
+    import torch
+
+    from dreamgym_agents.training import experience_sft
+    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
+
+    now = [0.0]
+    monkeypatch.setattr(experience_sft.time, "perf_counter", lambda: now[0])
+    model = torch.nn.Linear(4, 4)
+    cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
+    # 10,000 planned steps, a 100 s budget that will only fit a few hundred
+    opt, sched = _clock_schedule(model, cfg, 10_000, deadline=100.0)
+    lrs = []
+    for second in (1.0, 2.0, 10.0, 50.0, 99.0):
+        now[0] = second
+        opt.step()
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs[0] < lrs[1] < 1.0  # warming up during the first 5 s
+    assert lrs[2] == pytest.approx(1.0, abs=0.05)  # at 10 % of the budget: at the peak
+    assert lrs[3] == pytest.approx(0.5, abs=0.05) and lrs[4] < 0.01  # cosine to the deadline
+
+
 def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):
     from transformers import AutoTokenizer
 

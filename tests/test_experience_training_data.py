@@ -120,15 +120,15 @@ def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restat
         "of money")
     assert answer_checks(page, "'$9.99'", price).startswith("the page shows it as a whole line")
     assert answer_checks(page, "done", price) == (
-        "the page does not show it; text (1 word), but the task asks for an amount of money")
-    assert answer_checks(page, "ok", "Add it to my cart") == (
-        "the page does not show it; text (1 word); the task asks for an action")
+        "the page does not show it; text, but the task asks for an amount of money")
+    # an action task's message is not judged: no place, no kind, whatever it says
+    assert answer_checks(page, "ok", "Add it to my cart") == "the task asks for an action"
+    assert answer_checks(page, "$9.99", "Add it to my cart") == "the task asks for an action"
     assert answer_checks(page, "ok", "Add it to my cart", {"product": "laptop"}) == (
-        "the page does not show it; text (1 word); the task asks for an action; task terms: "
-        "product (none)")
-    assert answer_checks(page, "ok", "Add it to my cart", {}, "click('9') on [9] button 'Add'"
-                         ).endswith("; the task asks for an action; last step: click('9') on "
-                                    "[9] button 'Add'")
+        "the task asks for an action; task terms: product (none)")
+    last = "click('9') on [9] button 'Add'"
+    assert answer_checks(page, "ok", "Add it to my cart", {}, last) == (
+        f"the task asks for an action; last step: {last}")
     first = render_compact("Add it to my cart", [], page, "send_msg_to_user('ok')", [])
     assert first[0]["content"].endswith("; last step: none")
 
@@ -264,8 +264,8 @@ def test_final_answer_demos_are_ranked_by_their_checks_then_their_task():
 
 @pytest.mark.parametrize("answer,kind", [
     ("$546.99", "an amount of money"), ("$2,076.26", "an amount of money"), ("9", "a number"),
-    ("3.6", "a decimal number"), ("Dec 13, 2024", "a date"), ("of", "text (1 word)"),
-    ("William Foster", "text (2 words)"), ("  ", "an empty answer"), ("'12'", "a number"),
+    ("3.6", "a decimal number"), ("Dec 13, 2024", "a date"), ("of", "text"),
+    ("William Foster", "text"), ("  ", "an empty answer"), ("'12'", "a number"),
 ])
 def test_answer_kind(answer, kind):
     assert answer_kind(answer) == kind

@@ -264,6 +264,10 @@ def _weighted_trainer_class(trl: Any) -> type:
     return WeightedSFTTrainer
 
 
+WARMUP_SHARE = 0.05
+"""Share of a time-budgeted run (by the clock or by the steps) spent warming up."""
+
+
 def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int,
                     deadline: float) -> tuple[Any, Any]:
     """AdamW with a cosine schedule that ends at the time budget's deadline (or at the last
@@ -275,16 +279,18 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int,
     rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                    {"params": rest, "weight_decay": 0.0}], lr=cfg.learning_rate)
-    warmup = max(1, steps // 20)
     clock: dict[str, float] = {}
 
     def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        t0 = clock.setdefault("t0", time.perf_counter())
-        by_time = (time.perf_counter() - t0) / max(deadline - t0, 1e-6)
-        by_steps = (step - warmup) / max(1, steps - warmup)
-        progress = min(1.0, max(by_time, by_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
+        # Progress by the clock or by the steps, whichever is further; the first 5 % of it
+        # warms up. (Counting warmup in planned steps, a budget-cut run spent a third of its
+        # steps warming up: 247 of 671 in recipe v17.)
+        now = time.perf_counter()
+        t0 = clock.setdefault("t0", now)
+        by_time = (now - t0) / max(deadline - t0, 1e-6)
+        progress = min(1.0, max(by_time, (step + 1) / max(1, steps)))
+        if progress < WARMUP_SHARE:
+            return progress / WARMUP_SHARE
+        return 0.5 * (1.0 + math.cos(math.pi * (progress - WARMUP_SHARE) / (1 - WARMUP_SHARE)))
 
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
