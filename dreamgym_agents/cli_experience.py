@@ -463,7 +463,8 @@ def fidelity_command(
     buffer_path: BufferPathOpt = None,
     buffer_url: BufferUrlOpt = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Use only the first N tasks.")
+        int | None,
+        typer.Option("--limit", min=1, help="Use only N tasks, spread over the task templates."),
     ] = None,
     concurrency: Annotated[
         int, typer.Option("--concurrency", min=1, max=64, help="Model calls at once.")

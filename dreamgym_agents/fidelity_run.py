@@ -266,14 +266,36 @@ def _task_key(task: Task) -> tuple[str, str, str]:
     return task.family, task.split, task.task_id
 
 
+def _template(task: Task) -> str:
+    """The template a task was made from (WebArena's ``intent_template``), else its intent."""
+    config = task.config if isinstance(task.config, dict) else {}
+    return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
+
+
 def held_out_tasks(runs: list[RealRun], limit: int | None = None) -> list[Task]:
-    """The tasks of the runs, in order of first appearance; the first ``limit`` if given."""
+    """The tasks of the runs, in order of first appearance.
+
+    With ``limit``, that many tasks spread over the task templates: one of each template in
+    turn (in order of first appearance), as many rounds as it takes. Task files list a
+    template's tasks together, and the first N of the bundled test split are all questions:
+    a short run would measure no navigation or action task at all.
+    """
     seen: dict[tuple[str, str, str], Task] = {}
     for run in runs:
         for traj in run.trajectories:
             seen.setdefault(_task_key(traj.task), traj.task)
     tasks = list(seen.values())
-    return tasks if limit is None else tasks[:limit]
+    if limit is None or limit >= len(tasks):
+        return tasks
+    queues: dict[str, list[Task]] = {}
+    for task in tasks:
+        queues.setdefault(_template(task), []).append(task)
+    picked: set[int] = set()
+    while len(picked) < limit:
+        for queue in queues.values():
+            if queue and len(picked) < limit:
+                picked.add(id(queue.pop(0)))
+    return [t for t in tasks if id(t) in picked]
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,7 +311,8 @@ class FidelityConfig:
         out_dir: Output folder (``fidelity.json``, ``predictions.jsonl``, ``oracle_replay.jsonl``,
             ``random_dream/``).
         family: Task family the held-out runs must belong to (``webarena``).
-        limit: Use only the first N tasks of the real runs (all their episodes); None uses all.
+        limit: Use only this many tasks of the real runs (all their episodes), spread over the
+            task templates (:func:`held_out_tasks`); None uses all.
         concurrency: Predictions, replays and dream episodes in flight at once.
         max_steps: Episode length of the random agent's dream run; None takes the random real
             run's ``max_steps`` (from its ``run.json``), else 15.

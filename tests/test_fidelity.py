@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from test_experience import HOME, LAPTOPS, TASK, ScriptedModel
@@ -163,3 +164,21 @@ def test_judge_model_errors_propagate():
 
     with pytest.raises(ModelError):
         judge_trajectories(Broken(), [Trajectory("ep", TASK, real_steps())], n=1)
+
+
+def test_a_limited_fidelity_run_spreads_its_tasks_over_the_templates():
+    from dreamgym_agents.fidelity_run import RealRun, held_out_tasks
+    from dreamgym_agents.types import Task
+
+    def task(i: int, template: int) -> Task:
+        return Task(task_id=str(i), family="webarena", intent=f"task {i}", split="test",
+                    config={"intent_template_id": template})
+
+    # the way task files list them: each template's tasks together
+    tasks = [task(i, template) for i, template in enumerate([1, 1, 1, 1, 2, 2, 3, 3, 3])]
+    run = RealRun(path=Path("."), agent="oracle", trajectories=[
+        Trajectory(episode_id=f"e{t.task_id}", task=t) for t in tasks])
+    ids = [t.task_id for t in held_out_tasks([run], limit=5)]
+    assert ids == ["0", "1", "4", "5", "6"]  # 2 + 2 + 1, in file order
+    assert [t.task_id for t in held_out_tasks([run], limit=3)] == ["0", "4", "6"]
+    assert len(held_out_tasks([run])) == 9 and len(held_out_tasks([run], limit=50)) == 9
