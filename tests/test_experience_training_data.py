@@ -3,6 +3,7 @@ import pytest
 from dreamgym_agents.experience import parse_experience_output, retrieve_demos
 from dreamgym_agents.experience_compact import (
     action_notes,
+    action_terms,
     answer_checks,
     answer_kind,
     answer_lines,
@@ -14,6 +15,7 @@ from dreamgym_agents.experience_compact import (
     kinds_match,
     rank_final_answer_demos,
     render_compact,
+    step_kind,
     target_context,
     target_line,
     task_params,
@@ -125,7 +127,21 @@ def test_final_answer_checks_are_in_the_prompt_and_the_rationale_does_not_restat
     assert answer_checks(page, "ok", "Add it to my cart") == "the task asks for an action"
     assert answer_checks(page, "$9.99", "Add it to my cart") == "the task asks for an action"
     assert answer_checks(page, "ok", "Add it to my cart", {"product": "laptop"}) == (
-        "the task asks for an action; task terms: product (none)")
+        "the task asks for an action; the page names no task term")
+    cart = "URL: __SHOPPING__/cart\nTitle: Cart\n[5] link 'Laptop Pro'\n[6] button 'Checkout'"
+    assert answer_checks(cart, "ok", "Add it to my cart", {"product": "Laptop Pro", "qty": "2"}
+                         ) == "the task asks for an action; the page names 1 of the 2 task terms"
+    product = "URL: __SHOPPING__/product/L1\nTitle: Laptop Pro | Shop\n[9] button 'Add to Cart'"
+    assert action_terms(product, {"product": "Laptop Pro"}) == (
+        "the page names the task term, the title or URL too")
+    assert step_kind(product, "click('9')") == "click on a button 'Add to Cart'"
+    assert step_kind(cart, "click('5')") == "click on a link"  # a link's long name left out
+    assert step_kind(cart, "go_back()") == "go_back"
+    history = [Transition(episode_id="e", step=0, task_id="t", state=product, action="click('9')",
+                          next_state=cart)]
+    checks = render_compact("Add it to my cart", history, cart, "send_msg_to_user('done')", [],
+                            params={"product": "Laptop Pro"})[0]["content"].splitlines()[-1]
+    assert checks.endswith("; last step: click on a button 'Add to Cart'")
     last = "click('9') on [9] button 'Add'"
     assert answer_checks(page, "ok", "Add it to my cart", {}, last) == (
         f"the task asks for an action; last step: {last}")
