@@ -296,11 +296,16 @@ def parse_experience_output(text: str) -> ExperienceOutput:
     Tolerates surrounding whitespace and code fences, any case, a missing closing tag at the
     end, booleans as ``true/false/yes/no/1/0`` and rewards such as ``1.0``. ``<reasoning>`` is
     optional (text before the first tag counts as reasoning); ``<success>`` may be missing
-    (then it is ``reward == 1``). Consistency: the reward is clamped to [0, 1]; reward 1 implies
-    success, and success implies done and reward 1 (an outcome reward, Sec. 4.1).
+    (then it is ``reward == 1``). The reward is clamped to [0, 1]. The outcome is an outcome
+    reward (Sec. 4.1): reward 1, success and done go together, and an answer whose fields say
+    otherwise (``<reward>1`` with ``<success>false``, or a success that is not done) is
+    unreadable, not silently resolved: a small model that loses its thread in a long rationale
+    writes such answers, and reading its stray ``<reward>1`` as a success ended 38 ordinary
+    steps of recipe v18's fidelity run as successes (docs/RESULTS.md). The caller retries.
 
     Raises:
-        ExperienceParseError: ``next_state``, ``reward`` or ``done`` is absent or unreadable.
+        ExperienceParseError: ``next_state``, ``reward`` or ``done`` is absent or unreadable, or
+            the outcome fields contradict each other.
     """
     text = _FENCE_LINE.sub("", text or "").strip()
     found = _tag_span(text, "reasoning")
@@ -329,6 +334,14 @@ def parse_experience_output(text: str) -> ExperienceOutput:
             values[name] = _read_bool(raw[name][0])
             if values[name] is None:
                 invalid.append(f"<{name}>: {raw[name][0].strip()[:40]!r} is not true or false")
+    if not missing and not invalid:
+        won = values["reward"] >= 1.0
+        success = values.get("success")
+        if success is not None and success != won:
+            invalid.append(f"<reward>{values['reward']:g} contradicts <success>"
+                           f"{str(success).lower()}")
+        elif (won or success) and not values["done"]:
+            invalid.append("a success that is not <done>")
     if missing or invalid:
         raise ExperienceParseError(missing, invalid)
     out = ExperienceOutput(
@@ -340,15 +353,6 @@ def parse_experience_output(text: str) -> ExperienceOutput:
     )
     if out.reward != values["reward"]:
         out.adjusted.append("reward clamped to [0, 1]")
-    if out.reward >= 1.0 and not out.success:
-        out.success = True
-        out.adjusted.append("reward 1 implies success")
-    if out.success and not out.done:
-        out.done = True
-        out.adjusted.append("success implies done")
-    if out.success and out.reward < 1.0:
-        out.reward = 1.0
-        out.adjusted.append("success implies reward 1")
     return out
 
 

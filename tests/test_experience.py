@@ -115,12 +115,16 @@ def test_parser_reads_booleans(word, value):
 
 
 def test_parser_consistency_rules():
-    out = parse_experience_output(answer(HOME, reward=1, done=False, success=False))
-    assert out.success and out.done and out.reward == 1.0
-    assert "reward 1 implies success" in out.adjusted and "success implies done" in out.adjusted
-    out = parse_experience_output(answer(HOME, reward=0, done=False, success=True))
-    assert out.done and out.reward == 1.0
-    assert parse_experience_output(answer(HOME, reward=7)).reward == 1.0
+    # an outcome reward: reward 1, success and done go together, or the answer is unreadable
+    for reward, done, success in [(1, False, False), (1, True, False), (0, True, True),
+                                  (0, False, True), (1, False, True)]:
+        with pytest.raises(ExperienceParseError, match="contradicts|not <done>"):
+            parse_experience_output(answer(HOME, reward=reward, done=done, success=success))
+    out = parse_experience_output(answer(HOME, reward=1, done=True, success=True))
+    assert (out.reward, out.done, out.success, out.adjusted) == (1.0, True, True, [])
+    assert parse_experience_output(answer(HOME, reward=0, done=True, success=False)).done
+    out = parse_experience_output(answer(HOME, reward=7, done=True, success=True))
+    assert out.reward == 1.0 and out.adjusted == ["reward clamped to [0, 1]"]
     assert parse_experience_output(answer(HOME, reward=-2)).reward == 0.0
 
 
