@@ -328,10 +328,11 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
     amount of money``), then whether the page names the task's parameters
     (:func:`terms_named`: a rating read off another product's page looks like a right one but
-    for this). For a task that asks for an action, only where the page shows the task's
-    parameters (:func:`task_terms`, places only) and, when ``last_step`` is given, the step
-    before the answer (``last step: click('49') on [49] button 'Add to Cart'``: whether the
-    change was made shows in what the agent did last); the message itself is not judged.
+    for this). For a task that asks for an action, the message itself is not judged: how many
+    of the task's parameters the page names and whether its title or URL does
+    (:func:`action_terms`) and, when ``last_step`` is given, the kind of step before the answer
+    (:func:`step_kind`: ``last step: click on a button 'Add to Cart'``; whether the change was
+    made shows in what the agent did last).
 
     A small model trained from scratch does not compose these from the task and the page
     reliably (measured: docs/RESULTS.md), so the compact prompt spells them out as its last
