@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from importlib import resources
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.state import parse_line, parse_state, quote
 from dreamgym_agents.state_delta import demo_pages, typed_text
 from dreamgym_agents.types import Transition
 
@@ -216,8 +217,6 @@ def answer_place(state: str, answer: str, intent: str) -> str:
 
 def _state_lines(state: str) -> list[str]:
     """The quoted names of a state's body lines (URL and Title left out)."""
-    from dreamgym_agents.state import parse_state
-
     return [ln.name for ln in parse_state(state).lines if ln.name]
 
 
@@ -255,7 +254,11 @@ def terms_named(state: str, params: dict[str, str]) -> str:
     templates, so answers of different tasks compare by it (:class:`Demos` tally)."""
     if not params:
         return ""
-    found, _, _ = _find_terms(state, params)
+    return _named(_find_terms(state, params)[0])
+
+
+def _named(found: dict[str, tuple[list[str], list[int]]]) -> str:
+    """:func:`terms_named`'s phrase for :func:`_find_terms`' places."""
     shown, total = sum(bool(w or at) for w, at in found.values()), len(found)
     term = "term" if total == 1 else "terms"
     if shown == total:
@@ -271,11 +274,10 @@ def action_terms(state: str, params: dict[str, str]) -> str:
     page it lands on is named after what was done (the product opened, the category sorted, the
     query searched), and a coarse phrase read the same across templates is what a small model
     learns from a few hundred answers (measured: recipe v19 in docs/RESULTS.md)."""
-    named = terms_named(state, params)
-    if not named:
+    if not params:
         return ""
     found, _, _ = _find_terms(state, params)
-    return named + (", the title or URL too" if any(w for w, _ in found.values()) else "")
+    return _named(found) + (", the title or URL too" if any(w for w, _ in found.values()) else "")
 
 
 def step_kind(state: str, action: str) -> str:
@@ -283,12 +285,19 @@ def step_kind(state: str, action: str) -> str:
     Cart'`` (a button is named: which one was pressed is what decides), ``click on a link``,
     ``fill on a textbox``, ``go_back``. The target's own text (a product's long name) is left
     out: it reads differently for every task and buried the kind."""
-    verb = action.strip().split("(", 1)[0].split(" ", 1)[0].strip() or "act"
-    match = re.match(r"^\[[^\]]+\]\s+(\S+)\s*(.*)$", target_line(state, action))
-    if not match:
+    verb = action_verb(action) or "act"
+    line = target_line(state, action)
+    if not line:
         return verb
-    role, name = match.group(1), match.group(2).strip()
-    return f"{verb} on a button {name}" if role == "button" else f"{verb} on a {role}"
+    target = parse_line(line)
+    if target.role == "button":
+        return f"{verb} on a button {quote(target.name)}"
+    return f"{verb} on a {target.role}"
+
+
+def action_verb(action: str) -> str:
+    """An action's verb: ``click`` of ``click('12')`` or ``click [12]``; '' for none."""
+    return action.strip().split("(", 1)[0].split(" ", 1)[0].strip()
 
 
 def task_terms(state: str, params: dict[str, str], *, max_lines: int = 2,

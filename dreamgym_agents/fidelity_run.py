@@ -287,15 +287,17 @@ def held_out_tasks(runs: list[RealRun], limit: int | None = None) -> list[Task]:
     tasks = list(seen.values())
     if limit is None or limit >= len(tasks):
         return tasks
-    queues: dict[str, list[Task]] = {}
+    # a task's turn: (how many tasks of its template come before it, its template's rank)
+    counts: dict[str, int] = {}
+    rank: dict[str, int] = {}
+    turns = []
     for task in tasks:
-        queues.setdefault(_template(task), []).append(task)
-    picked: set[int] = set()
-    while len(picked) < limit:
-        for queue in queues.values():
-            if queue and len(picked) < limit:
-                picked.add(id(queue.pop(0)))
-    return [t for t in tasks if id(t) in picked]
+        key = _template(task)
+        rank.setdefault(key, len(rank))
+        turns.append((counts.get(key, 0), rank[key]))
+        counts[key] = counts.get(key, 0) + 1
+    picked = sorted(range(len(tasks)), key=turns.__getitem__)[:limit]
+    return [tasks[i] for i in sorted(picked)]
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dreamgym_agents.experience_compact import (
+    action_verb,
     answer_text,
     head,
     kinds_match,
@@ -53,7 +54,7 @@ def deterministic_rationale(t: Transition, intent: str = "") -> str:
     then that the task goes on.
     """
     target = target_line(t.state, t.action)
-    verb = t.action.split("(", 1)[0].split(" ", 1)[0].strip() or "acts"
+    verb = action_verb(t.action) or "acts"
     answer = answer_text(t.action)
     verdict = COMPLETE if t.success else FAILED if t.terminated else UNFINISHED
     if answer is not None:
