@@ -226,9 +226,9 @@ class ReplayBuffer:
         theirs = persisted.get("config") or {}
         if (persisted.get("name") == ours["name"] == HashEmbeddingFunction.name()
                 and theirs.get("dim") == ours["config"]["dim"]
-                and theirs.get("action_weight") != ours["config"]["action_weight"]):
-            # A buffer made with another state/action weighting (an older default) keeps its
-            # own: the weighting is part of its stored vectors.
+                and theirs != ours["config"]):
+            # A buffer made with another state/action weighting or feature version (an older
+            # default) keeps its own: they are part of its stored vectors.
             self._ef = HashEmbeddingFunction.build_from_config(theirs)
             with self._guard():
                 collection = self._client.get_collection(name, embedding_function=self._ef)

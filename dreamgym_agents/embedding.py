@@ -180,23 +180,66 @@ def state_features(state: str) -> tuple[Counter[str], dict[str, tuple[str, str]]
     return feats, elements
 
 
-def action_features(action: str, elements: dict[str, tuple[str, str]]) -> Counter[str]:
+_FIELD_VALUE = re.compile(
+    r"^(?:\[[^\]\s]+\]\s+)?(?:textbox|searchbox|combobox)\b.*?\bvalue='((?:[^'\\]|\\.)*)'",
+    re.IGNORECASE)
+
+
+def typed_texts(state: str) -> list[str]:
+    """The non-empty values of the state's text fields (what a submit would send)."""
+    found = []
+    for line in state.splitlines():
+        match = _FIELD_VALUE.match(line.strip())
+        if match and match.group(1).strip():
+            found.append(match.group(1))
+    return found
+
+
+SHAPE_WEIGHT = 4
+"""Count given to each shape feature of a submitted query (see :func:`action_features`)."""
+
+
+def _submits(fn: str, args: list[str], target_role: str | None) -> bool:
+    """Whether an action sends a form: Enter pressed, or a button clicked."""
+    if fn == "keyboard_press":
+        return bool(args) and args[0].lower() == "enter"
+    return fn == "click" and target_role == "button"
+
+
+def action_features(action: str, elements: dict[str, tuple[str, str]],
+                    typed: list[str] | None = None) -> Counter[str]:
     """Features of an action such as ``click('12')`` or ``fill('15', 'usb')``.
 
     The function name, the target element resolved through the state's bids to ``role|name``
     (so clicking "Laptops" matches across pages with different bids), and the words of the other
     string arguments. An action in no known shape contributes its words.
+
+    With ``typed`` (the state's text-field values, :func:`typed_texts`), an action that sends a
+    form (Enter, or a click on a button) also gets the shape of what it sends: submitted at all,
+    how many words (1, 2, 3, 4 or more) and whether there is a comma. What a search page shows
+    depends on the kind of query far more than on which button sent it: a whole product name
+    finds that one product, a keyword a list. Without the shape, a product-name search sent by
+    the Search button retrieved only keyword searches sent the same way, and the dream wrote
+    their lists (measured: docs/RESULTS.md).
     """
     feats: Counter[str] = Counter()
     call = _CALL.match(action)
     if not call:
         _add_ngrams(feats, "a", _words(action))
         return feats
-    feats[f"afn:{call['fn'].lower()}"] += 1
+    fn = call["fn"].lower()
+    feats[f"afn:{fn}"] += 1
     args = [m.group(1) if m.group(1) is not None else m.group(2)
             for m in _STRING_ARG.finditer(call["args"])]
-    if args and args[0] in elements:
-        role, name = elements[args[0]]
+    target = elements.get(args[0]) if args else None
+    if typed and _submits(fn, args, target[0] if target else None):
+        feats["asubmit"] += 2
+        for text in typed:
+            feats[f"atyped:n{min(len(_words(text)), 4)}"] += SHAPE_WEIGHT
+            if "," in text:
+                feats["atyped:comma"] += SHAPE_WEIGHT
+    if target is not None:
+        role, name = target
         feats[f"ael:{role}|{name}"] += 2
         feats[f"arole:{role}"] += 1
         _add_ngrams(feats, "an", name.split())
@@ -239,6 +282,11 @@ real next page for 52 % of steps at 0.5 against 42 % at 0.35 (and 51 % at 0.65) 
 does matters more than which near-identical page it is done on."""
 
 
+HASH_FEATURES = 2
+"""Version of the hash features: 2 adds the shape of what a form submit sends
+(:func:`action_features`). A buffer keeps the version it was created with."""
+
+
 @register_embedding_function
 class HashEmbeddingFunction(EmbeddingFunction[Documents]):
     """Offline feature-hashing embedding of ``(state, action)`` texts.
@@ -252,20 +300,25 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         action_weight: Share of the similarity given to the action, in ``[0, 1]``.
     """
 
-    def __init__(self, dim: int = 1024, action_weight: float = ACTION_WEIGHT) -> None:
+    def __init__(self, dim: int = 1024, action_weight: float = ACTION_WEIGHT,
+                 features: int = HASH_FEATURES) -> None:
         if dim < 16:
             raise ConfigError(f"hash embedding dim must be >= 16, got {dim}")
         if not 0.0 <= action_weight <= 1.0:
             raise ConfigError(f"action_weight must be in [0, 1], got {action_weight}")
+        if features not in (1, 2):
+            raise ConfigError(f"hash embedding features must be 1 or 2, got {features}")
         self.dim = int(dim)
         self.action_weight = float(action_weight)
+        self.features = int(features)
 
     def embed_text(self, text: str) -> np.ndarray:
         """Embed one document (a :func:`transition_key_text` or any text)."""
         state, action = split_key_text(text)
         feats, elements = state_features(state)
         state_vec = hash_vector(feats, self.dim)
-        action_vec = hash_vector(action_features(action, elements), self.dim)
+        typed = typed_texts(state) if self.features >= 2 else None
+        action_vec = hash_vector(action_features(action, elements, typed), self.dim)
         if not action_vec.any():
             return state_vec
         if not state_vec.any():
@@ -289,13 +342,15 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         return ["cosine", "ip"]
 
     def get_config(self) -> dict[str, Any]:
-        return {"dim": self.dim, "action_weight": self.action_weight}
+        return {"dim": self.dim, "action_weight": self.action_weight, "features": self.features}
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> HashEmbeddingFunction:
+        # A collection saved before the features had versions has version 1.
         return HashEmbeddingFunction(dim=int(config.get("dim", 1024)),
                                      action_weight=float(config.get("action_weight",
-                                                                    ACTION_WEIGHT)))
+                                                                    ACTION_WEIGHT)),
+                                     features=int(config.get("features", 1)))
 
 
 _ST_MODELS: dict[str, Any] = {}

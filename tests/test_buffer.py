@@ -252,6 +252,65 @@ def test_a_buffer_keeps_the_action_weight_it_was_made_with(cfg, monkeypatch):
         [t.info["similarity"] for t in before])
 
 
+def home(query: str) -> str:
+    """A home page whose search field holds ``query``."""
+    return "\n".join(["URL: __SHOPPING__/", "Title: Home - Acme Shop", *NAV[:4],
+                      f"[9] textbox 'Search' value='{query}'", "[10] button 'Search'",
+                      "heading 'Welcome'"])
+
+
+def test_a_search_retrieves_searches_of_the_same_kind_of_query(buffer):
+    """A whole product name sent by the button finds product-name searches sent by Enter
+    before keyword searches sent by the button: what the results page shows depends on the
+    query's kind, not on how it was sent."""
+    buffer.add([
+        tr("keyword-button", 0, home("laptop"), "click('10')"),
+        tr("keyword-button-2", 0, home("phone"), "click('10')"),
+        tr("name-enter", 0, home("Zen Book Pro, 14 inch, Silver"), "keyboard_press('Enter')"),
+        tr("name-enter-2", 0, home("Galaxy Phone, 128GB, Black"), "keyboard_press('Enter')"),
+    ])
+    found = buffer.retrieve(home("Acme Laptop 14, 16GB RAM, Gray"), "click('10')", k=4)
+    assert {t.episode_id for t in found[:2]} == {"name-enter", "name-enter-2"}
+    found = buffer.retrieve(home("tablet"), "keyboard_press('Enter')", k=4)
+    assert {t.episode_id for t in found[:2]} == {"keyword-button", "keyword-button-2"}
+
+
+def test_submit_shape_features_only_on_submits():
+    from dreamgym_agents.embedding import action_features, typed_texts
+
+    typed = typed_texts(home("Zen Book Pro, 14 inch"))
+    assert typed == ["Zen Book Pro, 14 inch"]
+    elements = {"10": ("button", "search"), "5": ("link", "home")}
+    sent = action_features("click('10')", elements, typed)
+    assert sent["asubmit"] and sent["atyped:n4"] and sent["atyped:comma"]
+    assert not action_features("click('5')", elements, typed)["asubmit"]  # a link sends nothing
+    assert action_features("keyboard_press('Enter')", elements, typed)["atyped:n4"]
+    assert not action_features("keyboard_press('Tab')", elements, typed)["asubmit"]
+    assert not action_features("click('10')", elements, [])["asubmit"]  # empty field
+
+
+def test_a_buffer_keeps_the_feature_version_it_was_made_with(cfg, monkeypatch):
+    import dreamgym_agents.buffer as buffer_module
+
+    made = buffer_module.make_embedding_function
+    monkeypatch.setattr(buffer_module, "make_embedding_function",
+                        lambda *a, **kw: HashEmbeddingFunction(dim=cfg.hash_dim, features=1))
+    with ReplayBuffer(cfg) as buf:  # made before the submit features
+        buf.add([tr("k", 0, home("laptop"), "click('10')"),
+                 tr("n", 0, home("Zen Book Pro, 14 inch"), "keyboard_press('Enter')")])
+        before = buf.retrieve(home("Acme Laptop 14, 16GB"), "click('10')", k=2)
+    monkeypatch.setattr(buffer_module, "make_embedding_function", made)
+    with ReplayBuffer(cfg) as buf:
+        assert buf._ef.features == 1
+        after = buf.retrieve(home("Acme Laptop 14, 16GB"), "click('10')", k=2)
+    assert [t.info["similarity"] for t in after] == pytest.approx(
+        [t.info["similarity"] for t in before])
+    # a configuration saved before feature versions existed reads as version 1
+    assert HashEmbeddingFunction.build_from_config({"dim": 64}).features == 1
+    with pytest.raises(ConfigError, match="features"):
+        HashEmbeddingFunction(features=3)
+
+
 def test_config_validation():
     with pytest.raises(ConfigError, match="'hash'.*st:.*litellm:"):
         BufferConfig(embedding="word2vec")
