@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from dreamgym_agents.errors import ConfigError, MissingExtraError, ModelError
+from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Transition
 
 try:
@@ -180,19 +181,15 @@ def state_features(state: str) -> tuple[Counter[str], dict[str, tuple[str, str]]
     return feats, elements
 
 
-_FIELD_VALUE = re.compile(
-    r"^(?:\[[^\]\s]+\]\s+)?(?:textbox|searchbox|combobox)\b.*?\bvalue='((?:[^'\\]|\\.)*)'",
-    re.IGNORECASE)
+_SENT_FIELDS = ("textbox", "searchbox", "combobox")
+"""Fields a submit sends (a combobox too, unlike :func:`~dreamgym_agents.state_delta.typed_text`,
+which looks for typed text only)."""
 
 
 def typed_texts(state: str) -> list[str]:
-    """The non-empty values of the state's text fields (what a submit would send)."""
-    found = []
-    for line in state.splitlines():
-        match = _FIELD_VALUE.match(line.strip())
-        if match and match.group(1).strip():
-            found.append(match.group(1))
-    return found
+    """The non-empty values of the state's fields that a submit sends."""
+    return [e.value for e in parse_state(state).elements
+            if e.role.lower() in _SENT_FIELDS and e.value.strip()]
 
 
 SHAPE_WEIGHT = 4
