@@ -208,27 +208,43 @@ class QuitterAgent:
         return Decision(action=_call("send_msg_to_user", answer), reasoning="quitter stop")
 
 
+SECTIONS_ROUTE = (r"\(\d+ products?\)$",)
+"""The explorer's default route: one click on a section link of the start page (the bundled
+shop's "Laptops (25 products)" links)."""
+
+ORDERS_ROUTE = (r"^My Account$", r"^My Orders$")
+ORDER_ITEMS = r"^View Order #"
+"""The order explorer's route (start page → My Account → My Orders) and its listing items."""
+
+
 class ExplorerAgent:
     """Walks a site's listings for offline data: every item page, reached from its listing.
 
-    Episode *i* of the tasks it was :meth:`assign`-ed opens section ``i // pages`` (the start
-    page's links whose name matches ``section_pattern``, by default the bundled shop's
-    "Laptops (25 products)" links), turns ``i % pages`` listing pages ("Next page"), then opens
-    each item of that listing page (a link with a line of text under it: name, then price and
-    rating) and goes back after each. So ``sections × pages`` episodes visit every item once, and
-    the buffer holds the real page behind every listing link: what the experience model should
-    copy rather than invent when an agent clicks it. It never answers the task; it says "done"
-    when the listing is exhausted (the evaluator labels that like any answer).
+    Episode *i* of the tasks it was :meth:`assign`-ed follows ``route`` from its start page (for
+    each pattern in turn, it clicks a link whose name matches; by default one click on a section
+    link such as "Laptops (25 products)"), where the last step picks section ``i // pages`` of
+    the links that match. It then turns ``i % pages`` listing pages ("Next page") and opens each
+    item of that listing page, going back after each: by default a link with a line of text
+    under it (name, then price and rating), or with ``item_pattern`` a link whose name matches
+    (``ORDERS_ROUTE`` with ``ORDER_ITEMS`` walks the signed-in customer's orders). So
+    ``sections × pages`` episodes visit every item once, and the buffer holds the real page
+    behind every listing link: what the experience model should copy rather than invent when an
+    agent clicks it. It never answers the task; it says "done" when the listing is exhausted
+    (the evaluator labels that like any answer).
     """
 
     name = "explorer"
 
-    def __init__(self, pages: int = 3, section_pattern: str = r"\(\d+ products?\)$",
-                 next_name: str = "Next page", previous_name: str = "Previous page") -> None:
+    def __init__(self, pages: int = 3, route: tuple[str, ...] = SECTIONS_ROUTE,
+                 item_pattern: str | None = None, next_name: str = "Next page",
+                 previous_name: str = "Previous page") -> None:
         if pages < 1:
             raise ConfigError(f"pages must be at least 1, got {pages}")
+        if not route:
+            raise ConfigError("an explorer's route needs at least one link pattern")
         self.pages = pages
-        self.section = re.compile(section_pattern)
+        self.route = [re.compile(p) for p in route]
+        self.item = re.compile(item_pattern) if item_pattern else None
         self.next_name = next_name
         self.paging = {next_name, previous_name}
         self._slots: dict[str, int] = {}
@@ -238,9 +254,13 @@ class ExplorerAgent:
         self._slots = {t.task_id: i for i, t in enumerate(tasks)}
 
     def items(self, state_text: str) -> list[str]:
-        """Bids of the listing's items: links with a text line right under them (the paging
-        links, followed by "Page 2 of 3", are not items)."""
+        """Bids of the listing's items: links matching ``item_pattern``, or by default links
+        with a text line right under them (the paging links, followed by "Page 2 of 3", are
+        not items)."""
         lines = parse_state(state_text).lines
+        if self.item is not None:
+            return [e.bid for e in lines
+                    if e.role == "link" and e.bid and self.item.search(e.name)]
         return [e.bid for e, nxt in zip(lines, lines[1:], strict=False)
                 if e.role == "link" and e.bid and e.name not in self.paging
                 and nxt.bid is None and nxt.role == "StaticText"]
@@ -251,8 +271,10 @@ class ExplorerAgent:
         section, page = divmod(self._slots.get(task.task_id, 0), self.pages)
         state = parse_state(observation.state)
         done = [t.reasoning.split(" ", 2)[1] for t in history if t.reasoning.startswith("explore:")]
-        if not history:
-            links = [e for e in state.elements if e.role == "link" and self.section.search(e.name)]
+        taken = done.count("section")
+        if taken < len(self.route):
+            links = [e for e in state.elements
+                     if e.role == "link" and e.bid and self.route[taken].search(e.name)]
             if not links:
                 return Decision(action=_call("send_msg_to_user", "done"),
                                 reasoning="explore: nothing to open")

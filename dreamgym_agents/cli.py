@@ -158,7 +158,7 @@ def _raise_if_failed(result: Any, out: Path) -> None:
         )
 
 
-COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer")
+COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
 EXPLORER_STEPS = 27
 """Steps an explorer episode needs on the bundled shop: a section, two "Next page", then 12 items
 opened and left (2 steps each)."""
@@ -172,7 +172,9 @@ def collect_command(
     agents: Annotated[
         str, typer.Option("--agents", help=(
             "Comma list of oracle, noisy, quitter, random, explorer (walks every listing page "
-            f"and item; its episodes run up to max(--max-steps, {EXPLORER_STEPS}) steps)."))
+            "and item), orders (walks My Orders and opens every order, on tasks that start "
+            "signed in); explorers' episodes run up to "
+            f"max(--max-steps, {EXPLORER_STEPS}) steps)."))
     ] = "oracle,noisy,quitter,random",
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
@@ -184,13 +186,15 @@ def collect_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Gather offline data on real environments: oracle, noisy-oracle, quitter, random, explorer
-    episodes.
+    and order-explorer episodes.
 
     Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
     written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
     experience model).
     """
     from dreamgym_agents.agent import (
+        ORDER_ITEMS,
+        ORDERS_ROUTE,
         ExplorerAgent,
         NoisyOracleAgent,
         OracleAgent,
@@ -208,7 +212,8 @@ def collect_command(
                           f"got {agents!r}")
     makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
               "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed),
-              "explorer": ExplorerAgent}
+              "explorer": ExplorerAgent,
+              "orders": lambda: ExplorerAgent(route=ORDERS_ROUTE, item_pattern=ORDER_ITEMS)}
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
     tasks = family.load_tasks(split.value)[:limit]
@@ -221,7 +226,7 @@ def collect_command(
                     "limit": limit, "max_steps": max_steps, "seed": seed,
                     **({"noise": noise} if name == "noisy" else {})}
             agent, agent_env = makers[name](), env_cfg
-            if name == "explorer":  # each task is one (section, listing page) slot
+            if name in ("explorer", "orders"):  # each task is one (section, listing page) slot
                 agent.assign(tasks)
                 agent_env = replace(env_cfg, max_steps=max(max_steps, EXPLORER_STEPS))
                 meta["max_steps"] = agent_env.max_steps

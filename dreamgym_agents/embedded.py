@@ -33,10 +33,10 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 20
+RECIPE_VERSION = 21
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
-COLLECT_VERSION = 4
+COLLECT_VERSION = 5
 """Bumped whenever what the collection records changes (agents, environment, episode format)."""
 
 
@@ -54,6 +54,9 @@ class EmbeddedRecipe:
             sections × 3 pages cover every item of the bundled shop).
         explorer_pages: Listing pages per section the explorer covers.
         explorer_steps: Episode length limit of the explorer (it opens and leaves each item).
+        order_explorer_tasks: Episodes of the order explorer (one per page of the signed-in
+            customer's My Orders; it opens every order and goes back): the order pages that
+            the catalogue explorer never reaches.
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
             own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
@@ -89,6 +92,7 @@ class EmbeddedRecipe:
     explorer_tasks: int = 24
     explorer_pages: int = 3
     explorer_steps: int = 27
+    order_explorer_tasks: int = 3
     counterfactual_answers: int = 2
     final_answer_repeat: int = 2
     counterfactual_stops: int = 1
@@ -125,7 +129,8 @@ class EmbeddedRecipe:
 
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
-                  "explorer_tasks", "explorer_pages", "explorer_steps", "noise", "max_steps")
+                  "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
+                  "noise", "max_steps")
 """The recipe fields that decide which episodes are collected."""
 
 
@@ -188,6 +193,8 @@ def ensure_embedded_experience_model(
 def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
            on_episode: Callable[[Any], None] | None) -> dict[str, float]:
     from dreamgym_agents.agent import (
+        ORDER_ITEMS,
+        ORDERS_ROUTE,
         ExplorerAgent,
         NoisyOracleAgent,
         OracleAgent,
@@ -215,9 +222,15 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
              recipe.max_steps),
             ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
              recipe.max_steps),
-            # The explorer starts from the home page, where the section links are.
+            # The explorers start from the home page, where the section links are (the order
+            # explorer signed in: tasks that require a login start so).
             ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
-             [t for t in tasks if _starts_at_root(t)], recipe.explorer_steps)]
+             [t for t in tasks if _starts_at_root(t)], recipe.explorer_steps),
+            ("orders", ExplorerAgent(pages=recipe.explorer_pages, route=ORDERS_ROUTE,
+                                     item_pattern=ORDER_ITEMS),
+             recipe.order_explorer_tasks,
+             [t for t in tasks if _starts_at_root(t) and t.config.get("require_login")],
+             recipe.explorer_steps)]
     trajectories = []
     shared = collect_dir(recipe)
     try:

@@ -415,11 +415,16 @@ class Demos(list):
 
 
 def tally_line(tally: tuple[int, int]) -> str:
-    """The prompt line for a :class:`Demos` tally."""
+    """The prompt line for a :class:`Demos` tally: the counts, then which side has more in
+    words (``5 right, 1 wrong: mostly right``). A small model trained for minutes did not learn
+    to compare two counts (measured: docs/RESULTS.md, v17–v20: it judged by other words of the
+    checks with the tally against them); a word it can attend to, it can follow or overrule."""
     right, wrong = tally
     if not right + wrong:
         return "recorded answers with the same checks: none"
-    return f"recorded answers with the same checks: {right} right, {wrong} wrong"
+    side = ("mostly right" if right > wrong else "mostly wrong" if wrong > right
+            else "as many right as wrong")
+    return f"recorded answers with the same checks: {right} right, {wrong} wrong: {side}"
 
 
 def rank_final_answer_demos(
@@ -594,9 +599,9 @@ def render_compact(
         last = None
         if history is not None:
             last = step_kind(history[-1].state, history[-1].action) if history else "none"
+        parts.append(f"answer checks: {answer_checks(state, answer, intent, params, last)}")
         if tally is None:
             tally = getattr(demos, "tally", None)
-        if tally is not None:
+        if tally is not None:  # the very last line: what answers with these checks came to
             parts.append(tally_line(tally))
-        parts.append(f"answer checks: {answer_checks(state, answer, intent, params, last)}")
     return [{"role": "user", "content": "\n".join(parts)}]

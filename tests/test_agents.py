@@ -4,6 +4,8 @@ parsing."""
 import asyncio
 
 from dreamgym_agents.agent import (
+    ORDER_ITEMS,
+    ORDERS_ROUTE,
     ExplorerAgent,
     NoisyOracleAgent,
     OracleAgent,
@@ -90,3 +92,30 @@ def test_explorer_opens_every_item_of_its_listing_page_and_goes_back():
     # Slot 0: the first section, first page; a page with no listing after a non-item step ends.
     assert walk(tasks[0], [page.format(p=1), item, item]) == [
         "click('45')", "click('52')", "go_back()", "send_msg_to_user('done')"]
+
+
+def test_explorer_follows_a_route_and_opens_the_items_it_names():
+    home = "URL: s\nTitle: Home\n[30] link 'My Cart (2)'\n[32] link 'My Account'"
+    account = "URL: s/account\nTitle: My Account\n[32] link 'My Account'\n[52] link 'My Orders'"
+    orders = ("URL: s/account/orders\nTitle: My Orders\nStaticText '100098 | Sep 28, 2026'\n"
+              "[58] link 'View Order #100098'\nStaticText '100097 | Sep 21, 2026'\n"
+              "[65] link 'View Order #100097'\n[123] link 'Previous page'")
+    order = "URL: s/account/orders/100098\nTitle: Order\n[89] link 'Back to My Orders'"
+    agent = ExplorerAgent(pages=1, route=ORDERS_ROUTE, item_pattern=ORDER_ITEMS)
+    task = Task("0", "webarena", "anything")
+    agent.assign([task])
+    # The rows' text is above the links and the last link has none under it: the pattern decides.
+    assert agent.items(orders) == ["58", "65"] and agent.items(order) == []
+    history, actions = [], []
+    for state in (home, account, orders, order, orders, order, orders):
+        decision = asyncio.run(agent.act(task, Observation(state), history, "e"))
+        actions.append(decision.action)
+        history.append(Transition(episode_id="e", step=len(history), task_id="0", state=state,
+                                  action=decision.action, next_state=state,
+                                  reasoning=decision.reasoning))
+    assert actions == ["click('32')", "click('52')", "click('58')", "go_back()", "click('65')",
+                       "go_back()", "send_msg_to_user('done')"]
+    # A route link the page lacks ends the episode.
+    lost = asyncio.run(agent.act(task, Observation(account.replace("My Orders", "Wishlist")),
+                                 history[:1], "e"))
+    assert lost.action == "send_msg_to_user('done')"

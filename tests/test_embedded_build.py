@@ -22,7 +22,7 @@ from dreamgym_agents.types import read_trajectories
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
-            explorer_tasks=1, explorer_pages=1, explorer_steps=5,
+            explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
             hidden_size=32, num_layers=1, vocab_size=500, epochs=1.0, batch_size=4,
             sft_budget_s=60.0, counterfactual_answers=1)
 
@@ -37,7 +37,7 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     ready = json.loads((embedded_dir(recipe) / "READY").read_text())
     assert ready["timings"]["total_s"] >= ready["timings"]["collect_s"] > 0
     manifest = read_manifest(paths["checkpoint"])
-    assert manifest["episodes"] == 3 + 1 + 2 + 1 + 1
+    assert manifest["episodes"] == 3 + 1 + 2 + 1 + 1 + 1
     # The explorer opened a section, then items of its listing, going back after each.
     explored = read_trajectories(collect_dir(recipe) / "explorer" / "trajectories.jsonl")
     actions = [t.action for t in explored[0].transitions]
@@ -45,6 +45,11 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     assert "/category/" in explored[0].transitions[0].next_state.splitlines()[0]
     assert "/product/" in explored[0].transitions[1].next_state.splitlines()[0]
     assert explored[0].transitions[2].next_state == explored[0].transitions[1].state
+    # The order explorer went to My Account, My Orders, then opened an order and came back.
+    orders = read_trajectories(collect_dir(recipe) / "orders" / "trajectories.jsonl")
+    urls = [t.next_state.splitlines()[0] for t in orders[0].transitions]
+    assert urls[0].endswith("/account") and urls[1].endswith("/account/orders")
+    assert "/account/orders/1" in urls[2] and urls[3] == urls[1]
     assert manifest["counterfactual_answers"]["per_answer"] == 1
     assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
     assert any("collecting on the bundled site" in line for line in said)

@@ -16,6 +16,7 @@ from dreamgym_agents.experience_compact import (
     rank_final_answer_demos,
     render_compact,
     step_kind,
+    tally_line,
     target_context,
     target_line,
     task_params,
@@ -265,8 +266,12 @@ def test_final_answer_demos_are_ranked_by_their_checks_then_their_task():
     assert rank_final_answer_demos(price, LAPTOPS, "send_msg_to_user('x y z')", {}, [right],
                                    2).tally == (0, 0)
     text = render_compact(price, [], LAPTOPS, "send_msg_to_user('$9.99')", ranked)[0]["content"]
-    assert text.splitlines()[-2] == "recorded answers with the same checks: 2 right, 1 wrong"
-    assert text.splitlines()[-1].startswith("answer checks:")
+    # the checks, then last (right before the verdict) the tally and which side has more
+    assert text.splitlines()[-2].startswith("answer checks:")
+    assert text.splitlines()[-1] == ("recorded answers with the same checks: 2 right, 1 wrong: "
+                                     "mostly right")
+    assert tally_line((1, 4)).endswith(": mostly wrong")
+    assert tally_line((2, 2)).endswith(": as many right as wrong")
     text = render_compact(price, [], LAPTOPS, "send_msg_to_user('$9.99')", None,
                           tally=(0, 0))[0]["content"]
     assert "recorded answers with the same checks: none" in text and "demo 1" not in text

@@ -47,8 +47,9 @@ VERDICTS = (COMPLETE, FAILED, UNFINISHED)
 def deterministic_rationale(t: Transition, intent: str = "") -> str:
     """A short rationale derived from the transition and its task (no model involved).
 
-    A final answer's rationale starts with its verdict: the answer's checks are the prompt's
-    last line (:func:`~dreamgym_agents.experience_compact.render_compact`), and a small model
+    A final answer's rationale starts with its verdict: the answer's checks and the tally of
+    recorded answers with the same checks are the prompt's last lines
+    (:func:`~dreamgym_agents.experience_compact.render_compact`), and a small model
     trained for minutes learns to read a verdict off the lines right before it, not off lines a
     few dozen tokens back (measured: docs/RESULTS.md). Other steps say what the action does,
     then that the task goes on.

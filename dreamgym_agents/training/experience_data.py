@@ -52,7 +52,8 @@ class ExampleConfig:
             evidence, the retrieved tally and the checks, a fraction of the tokens), the loss
             on the verdict and the outcome only (``"loss": "decisions"``). A small model learns
             to read a verdict off the checks line from many cheap examples, then does so in
-            full prompts, where the checks are the last line too (measured: docs/RESULTS.md).
+            full prompts, where the checks and the tally are the last lines too (measured:
+            docs/RESULTS.md).
     """
 
     top_k: int = 3
