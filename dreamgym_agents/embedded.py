@@ -79,6 +79,10 @@ class EmbeddedRecipe:
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
         sft_budget_s: Wall-time cap of SFT (the learning-rate schedule ends there).
+        build_budget_s: Wall-time cap of the whole build from nothing: on a machine where
+            collecting takes longer, SFT gets what is left (at most ``sft_budget_s``) and the
+            build says so. Like the machine's speed, it decides how far training gets, not what
+            is trained, so it is not part of the cache key.
         use_history: Train with history in the prompt (False: the no-history ablation).
         use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
         use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
@@ -110,13 +114,15 @@ class EmbeddedRecipe:
     batch_size: int = 8
     learning_rate: float = 2e-3
     sft_budget_s: float = 500.0
+    build_budget_s: float = 1170.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
 
     @property
     def key(self) -> str:
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        fields = {k: v for k, v in asdict(self).items() if k not in RUNTIME_FIELDS}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
         return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
 
     @property
@@ -127,6 +133,9 @@ class EmbeddedRecipe:
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{digest[:8]}"
 
+
+RUNTIME_FIELDS = ("build_budget_s",)
+"""Recipe fields that bound how long a build runs, not what it trains (not in the key)."""
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
@@ -210,7 +219,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     from dreamgym_agents.types import read_trajectories
 
     timings: dict[str, float] = {}
-    start = time.perf_counter()
+    start, wall_start = time.perf_counter(), time.time()
     family = make_family("webarena")
     env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     tasks = family.load_tasks("train")
@@ -250,7 +259,8 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     timings["collect_s"] = time.perf_counter() - start
     steps = sum(len(t.transitions) for t in trajectories)
     say(f"  collected {len(trajectories)} episodes, {steps} transitions "
-        f"in {timings['collect_s']:.0f} s; training (at most {recipe.sft_budget_s:.0f} s)")
+        f"in {timings['collect_s']:.0f} s; training (at most {recipe.sft_budget_s:.0f} s, "
+        f"less what the build needs beyond {recipe.build_budget_s:.0f} s)")
     buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer")))
     try:
         buffer.clear()
@@ -267,7 +277,9 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                 max_length=recipe.max_length, epochs=recipe.epochs,
                 batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
                 decision_weight=recipe.decision_weight,
-                time_budget_s=recipe.sft_budget_s, seed=recipe.seed),
+                time_budget_s=recipe.sft_budget_s, seed=recipe.seed,
+                # what is left of the build's budget, less saving the model and the buffer
+                deadline=wall_start + recipe.build_budget_s - _SAVE_RESERVE_S),
             counterfactual_answers=recipe.counterfactual_answers,
             counterfactual_stops=recipe.counterfactual_stops,
         )
@@ -276,8 +288,13 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     timings.update(manifest["timings"])
     timings["total_s"] = time.perf_counter() - start
     say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
-        f"{manifest['steps']} steps; total {timings['total_s']:.0f} s")
+        f"{manifest['steps']} steps, {timings.get('sft_s', 0):.0f} s; total "
+        f"{timings['total_s']:.0f} s")
     return {k: round(v, 1) for k, v in timings.items()}
+
+
+_SAVE_RESERVE_S = 20.0
+"""Seconds a build keeps, after training, to save the model and close the buffer."""
 
 
 def _starts_at_root(task: Any) -> bool:

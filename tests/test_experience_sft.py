@@ -29,6 +29,19 @@ def test_loss_falls_on_a_learnable_set(tmp_path):
     assert (tmp_path / "m" / "config.json").exists()
 
 
+def test_a_deadline_cuts_training_short(tmp_path):
+    import time
+
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    full = train_experience_model(examples, tiny(tmp_path / "full", epochs=3))
+    # a build's deadline already passed: training gets the minimum (1 s), saved as usual
+    late = train_experience_model(examples, tiny(tmp_path / "late", epochs=3, time_budget_s=600,
+                                                 deadline=time.time() - 5))
+    assert 1 <= late.steps < full.steps
+    assert (tmp_path / "late" / "config.json").exists()
+
+
 def test_pipeline_writes_a_manifest(tmp_path):
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     buffer = ReplayBuffer(BufferConfig(path=str(tmp_path / "buf")))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,9 @@ class ExperienceSFTConfig:
             (other completion tokens weigh 1); 1 is plain SFT.
         time_budget_s: Stop training after this many seconds (None: run every epoch); the
             learning-rate schedule then follows the clock, ending at the deadline.
+        deadline: A wall-clock time (``time.time()``) by which training must end, whatever
+            ``time_budget_s`` says: a whole build's budget (the embedded default's first use),
+            of which earlier phases took their share. None: no such limit.
         seed: Seed of initialisation and data order.
     """
 
@@ -60,6 +63,7 @@ class ExperienceSFTConfig:
     learning_rate: float = 1e-3
     decision_weight: float = 1.0
     time_budget_s: float | None = None
+    deadline: float | None = None
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -110,6 +114,12 @@ def train_experience_model(
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     start = time.perf_counter()
+    if cfg.deadline is not None:
+        left = max(cfg.deadline - time.time(), 1.0)
+        if cfg.time_budget_s is None or left < cfg.time_budget_s:
+            logger.warning("training gets the %.0f s left of the build's budget%s", left,
+                           f" (not {cfg.time_budget_s:.0f} s)" if cfg.time_budget_s else "")
+            cfg = replace(cfg, time_budget_s=left)
     out = Path(cfg.output_dir)
     if cfg.base_model is None:
         texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
