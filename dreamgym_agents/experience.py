@@ -571,6 +571,8 @@ class ExperienceModel:
         Raises:
             ModelError: The model call failed (after the gateway's own retries).
         """
+        from dreamgym_agents.experience_compact import back_page
+
         intent = task.intent if isinstance(task, Task) else task
         params = task.params if isinstance(task, Task) else {}
         demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params)
@@ -603,7 +605,7 @@ class ExperienceModel:
                          else [d.next_state for d in demos])
                 prediction.output.next_state = expand_state(
                     prediction.output.next_state, state, pages,
-                    history[-1].state if history and self.cfg.use_history else None,
+                    back_page(history) if self.cfg.use_history else None,
                     action,
                 )
             except (ExperienceParseError, StateReferenceError) as exc:

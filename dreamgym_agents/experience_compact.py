@@ -483,21 +483,27 @@ def describe_action(state: str, action: str) -> str:
     return f"{action.strip()} on {target}" if target else action.strip()
 
 
-def back_target(history: list[Transition]) -> str | None:
-    """Where ``go_back()`` leads after ``history``: the ``URL | Title`` of the page before the
-    last navigation (a recorded ``go_back`` pops one), or None when the episode has not left its
-    start page (the browser goes back to a blank page)."""
+def back_page(history: list[Transition]) -> str | None:
+    """The page ``go_back()`` returns to after ``history``, as recorded: the state before the
+    last navigation (a recorded ``go_back`` pops one; a step that stays on its URL is not a
+    navigation), or None when the episode has not left its start page (the browser goes back
+    to a blank page). It is what ``@previous`` stands for (:mod:`dreamgym_agents.state_delta`)."""
     pages: list[str] = []
     for t in history:
-        before, after = head(t.state), head(t.next_state)
-        if before.split(" | ")[0] == after.split(" | ")[0]:
+        if head(t.state).split(" | ")[0] == head(t.next_state).split(" | ")[0]:
             continue
         if t.action.strip().startswith("go_back"):
             if pages:
                 pages.pop()
         else:
-            pages.append(before)
+            pages.append(t.state)
     return pages[-1] if pages else None
+
+
+def back_target(history: list[Transition]) -> str | None:
+    """Where ``go_back()`` leads after ``history``: the ``URL | Title`` of :func:`back_page`."""
+    page = back_page(history)
+    return None if page is None else head(page)
 
 
 _SUBMIT = re.compile(r"^\s*(?:keyboard_press\(|press\s*\[)", re.I)
@@ -510,7 +516,9 @@ def action_notes(state: str, action: str, history: list[Transition] | None) -> s
     act = action.strip()
     if act.startswith("go_back") and history is not None:
         back = back_target(history)
-        return f"back to: {back.split(' | ')[0] if back else 'a blank page (no earlier page)'}"
+        # @previous is that page (back_page): named here, the model copies the reference
+        return (f"back to: {back.split(' | ')[0]} (@previous)" if back
+                else "back to: a blank page (no earlier page)")
     target = target_line(state, action)
     if _SUBMIT.match(act) or re.match(r"^\[[^\]]+\]\s+button\b", target):
         typed = typed_text(state)

@@ -4,8 +4,9 @@ An experience model may write the next state in full, or as a reference to a sta
 followed by edits. The reference is the first line of the ``<next_state>`` block:
 
 - ``@state``: the current state;
-- ``@previous``: the state before the last action (where ``go_back`` returns), when the
-  model is given the episode's history;
+- ``@previous``: the page ``go_back`` returns to, as the history recorded it (the state before
+  the last navigation, :func:`~dreamgym_agents.experience_compact.back_page`), when the model
+  is given the episode's history;
 - ``@demo N``: the next state of the N-th retrieved demonstration (1-based, as shown).
 
 Each following line is an edit applied in order with a cursor (initially at the end):
@@ -134,7 +135,7 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
         current: The current state (``@state``).
         demo_next_states: The retrieved demonstrations' next states, in the order shown
             (:func:`demo_pages`; placeholders in them are filled too).
-        previous: The state before the last action (``@previous``); None when there is none.
+        previous: The page ``go_back`` returns to (``@previous``); None when there is none.
         action: The action (its typed text fills the placeholders, :func:`typed_text`).
 
     Raises:

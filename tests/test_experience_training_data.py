@@ -10,6 +10,7 @@ from dreamgym_agents.experience_compact import (
     answer_place,
     answer_text,
     asked_kind,
+    back_page,
     back_target,
     head,
     kinds_match,
@@ -447,6 +448,20 @@ def test_judge_copies_of_final_answers_are_short_and_train_the_verdict_only():
     assert len(spans) == 2  # not the page
 
 
+def test_previous_is_the_page_go_back_returns_to_in_training_and_at_inference():
+    sorted_laptops = LAPTOPS + "\nStaticText 'sorted by price'"
+    steps = [(HOME, "click('14')", LAPTOPS), (LAPTOPS, "select_option('9', 'Price')",
+                                              sorted_laptops),  # same URL: not a navigation
+             (sorted_laptops, "go_back()", HOME)]
+    traj = Trajectory("e", Task("t", "webarena", "find it"), transitions=[
+        Transition("e", i, "t", s, a, n, provenance="offline") for i, (s, a, n) in
+        enumerate(steps)])
+    example = build_examples([traj], None, ExampleConfig(use_retrieval=False))[2]
+    # the last step's state is the sorted listing; go_back returns to the home page
+    assert "<next_state>\n@previous\n</next_state>" in example["completion"]
+    assert expand_state("@previous", sorted_laptops, [], back_page(traj.transitions[:2])) == HOME
+
+
 def test_go_back_says_where_it_returns_and_a_submit_says_what_was_typed():
     def step(i, state, action, nxt):
         return Transition("e", i, "t", state, action, nxt, provenance="offline")
@@ -459,8 +474,9 @@ def test_go_back_says_where_it_returns_and_a_submit_says_what_was_typed():
     assert back_target(history) == head(HOME)
     assert back_target(history[:2]) == head(LAPTOPS)
     assert back_target([]) is None
+    assert back_page(history) == HOME and back_page(history[:2]) == LAPTOPS
     text = render_compact("t", history, LAPTOPS, "go_back()", [])[0]["content"]
-    assert "action: go_back() | back to: __SHOPPING__\n" in text
+    assert "action: go_back() | back to: __SHOPPING__ (@previous)\n" in text
     text = render_compact("t", [], HOME, "go_back()", [])[0]["content"]
     assert "back to: a blank page (no earlier page)" in text
     assert "back to" not in render_compact("t", None, HOME, "go_back()", [])[0]["content"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.experience import retrieve_demos
-from dreamgym_agents.experience_compact import answer_text, render_compact
+from dreamgym_agents.experience_compact import answer_text, back_page, render_compact
 from dreamgym_agents.state_delta import demo_pages, encode_state
 from dreamgym_agents.training.annotate import VERDICTS, deterministic_rationale
 from dreamgym_agents.types import Trajectory, Transition
@@ -172,7 +172,7 @@ def build_examples(
         )
         completion = completion_text(
             t, demos, use_reasoning=cfg.use_reasoning,
-            previous=traj.transitions[i - 1].state if cfg.use_history and i else None,
+            previous=back_page(traj.transitions[:i]) if cfg.use_history else None,
             intent=traj.task.intent)
         example = {
             "messages": messages,
