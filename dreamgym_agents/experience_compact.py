@@ -417,8 +417,8 @@ class Demos(list):
 def tally_line(tally: tuple[int, int]) -> str:
     """The prompt line for a :class:`Demos` tally: the counts, then which side has more in
     words (``5 right, 1 wrong: mostly right``). A small model trained for minutes did not learn
-    to compare two counts (measured: docs/RESULTS.md, v17–v20: it judged by other words of the
-    checks with the tally against them); a word it can attend to, it can follow or overrule."""
+    to compare two counts (recipes v17–v20 judged by other words of the checks, the tally
+    against them); one word it may follow (v21 did, v22 did not: docs/RESULTS.md)."""
     right, wrong = tally
     if not right + wrong:
         return "recorded answers with the same checks: none"
@@ -516,7 +516,7 @@ def action_notes(state: str, action: str, history: list[Transition] | None) -> s
     act = action.strip()
     if act.startswith("go_back") and history is not None:
         back = back_target(history)
-        # @previous is that page (back_page): named here, the model copies the reference
+        # @previous is that page (back_page): the note names it for the model to copy
         return (f"back to: {back.split(' | ')[0]} (@previous)" if back
                 else "back to: a blank page (no earlier page)")
     target = target_line(state, action)
