@@ -155,7 +155,9 @@ def train_experience_model(
         lr_scheduler_type="cosine",
         warmup_steps=max(1, steps // 20),
         weight_decay=0.01,
-        logging_steps=max(1, steps // 25),
+        # at most every 10 steps: a time budget may stop training long before the planned
+        # steps (a first-use build on a slow machine logged once, so first loss = last loss)
+        logging_steps=max(1, min(steps // 25, 10)),
         save_strategy="no",
         report_to=[],
         use_cpu=True,
