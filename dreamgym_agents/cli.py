@@ -226,7 +226,7 @@ def collect_command(
                     "limit": limit, "max_steps": max_steps, "seed": seed,
                     **({"noise": noise} if name == "noisy" else {})}
             agent, agent_env = makers[name](), env_cfg
-            if name in ("explorer", "orders"):  # each task is one (section, listing page) slot
+            if isinstance(agent, ExplorerAgent):  # each task is one (section, listing page) slot
                 agent.assign(tasks)
                 agent_env = replace(env_cfg, max_steps=max(max_steps, EXPLORER_STEPS))
                 meta["max_steps"] = agent_env.max_steps

@@ -223,6 +223,9 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     family = make_family("webarena")
     env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     tasks = family.load_tasks("train")
+    # The explorers start from the home page, where the section links are (the order explorer
+    # signed in: tasks that require a login start so).
+    at_root = [t for t in tasks if _starts_at_root(t)]
     # (name, agent, episodes, tasks to spread them over, step limit)
     plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
             ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
@@ -231,15 +234,12 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
              recipe.max_steps),
             ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
              recipe.max_steps),
-            # The explorers start from the home page, where the section links are (the order
-            # explorer signed in: tasks that require a login start so).
             ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
-             [t for t in tasks if _starts_at_root(t)], recipe.explorer_steps),
+             at_root, recipe.explorer_steps),
             ("orders", ExplorerAgent(pages=recipe.explorer_pages, route=ORDERS_ROUTE,
                                      item_pattern=ORDER_ITEMS),
              recipe.order_explorer_tasks,
-             [t for t in tasks if _starts_at_root(t) and t.config.get("require_login")],
-             recipe.explorer_steps)]
+             [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
     trajectories = []
     shared = collect_dir(recipe)
     try:
