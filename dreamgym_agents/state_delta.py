@@ -215,24 +215,17 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
     """The shortest faithful way to write ``target``: full, or ``@state`` / ``@previous`` /
     ``@demo N`` plus edits, with the typed text as placeholders (:func:`use_typed`).
 
-    A ``fill`` changes the page in place, and its next state is written from ``@state`` only,
-    so the edit that sets the field's value (as ``{typed}``) is always spelled out. Written as a
-    demo's page whenever that was shorter, the value came from the demo: a model that referred
-    to a demo without one dreamt the field empty, and the search it then submitted found
-    nothing (recipe v23: 12 of the 27 failed oracle replays; docs/RESULTS.md).
-
     Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
     confuse the cursor) are discarded, so decoding an encoded state is always lossless.
     """
     full = "\n".join(ln for ln in target.splitlines() if ln.strip())
     best, best_len = full, len(full.splitlines())
     bases = [(STATE_REF, current)]
-    if _filled(action) is None:
-        if previous is not None:
-            bases.append((PREVIOUS_REF, previous))
-        # demo pages may hold placeholders (demo_pages): diff against them as expanded
-        bases += [(f"{DEMO_REF} {i + 1}", fill_typed(s, current, action))
-                  for i, s in enumerate(demo_next_states)]
+    if previous is not None:
+        bases.append((PREVIOUS_REF, previous))
+    # demo pages may hold placeholders (demo_pages): diff against them as expanded
+    bases += [(f"{DEMO_REF} {i + 1}", fill_typed(s, current, action))
+              for i, s in enumerate(demo_next_states)]
     for ref, base in bases:
         edits = diff_edits(base, target)
         if len(edits) + 1 >= best_len:

@@ -128,16 +128,3 @@ def test_a_demo_search_reads_as_this_steps_search():
     assert expand_state(encoded, FILLED, pages, action="click('38')") == RESULTS
     # nothing typed in this step: demos are shown as they were
     assert demo_pages([demo], HOME, "click('12')") == [demo.next_state]
-
-
-def test_a_fill_is_written_from_the_current_page_with_its_value_spelled_out():
-    # A demo whose filled page matches exactly would be shorter ("@demo 1"), but a fill's next
-    # state is always this page plus the one edit, so the value is never left to a demo.
-    action = "fill('37', 'usb hub, 6 ft')"
-    demo_page = HOME.replace("[37] searchbox 'Search'", "[37] searchbox 'Search' value='{typed}'")
-    encoded = encode_state(FILLED, HOME, [demo_page], previous=CART, action=action)
-    assert encoded == ("@state\n- [37] searchbox 'Search'\n"
-                       "+ [37] searchbox 'Search' value='{typed}'")
-    assert expand_state(encoded, HOME, [demo_page], previous=CART, action=action) == FILLED
-    # without the fill, the demo's page is the shortest form, as before
-    assert encode_state(FILLED, HOME, [FILLED]) == "@demo 1"
