@@ -180,8 +180,10 @@ def test_collect_with_the_explorer_and_a_quitter(tmp_path):
     explored = read_trajectories(out / "explorer" / "trajectories.jsonl")
     assert len(explored) == 2
     # The explorer runs past --max-steps: it opens a section, then every item of its listing
-    # page, going back after each (slot 0: the first section's first page, 12 items).
-    steps = explored[0].transitions
+    # page, going back after each (slot 0: the first section's first page, 12 items). Episodes
+    # are written as they finish (two at once): find slot 0's by its task, not by its line.
+    first_task = WebArenaFamily(environ={}).load_tasks("train")[0].task_id
+    steps = next(t for t in explored if t.task.task_id == first_task).transitions
     assert len(steps) > 3 and steps[0].action.startswith("click(")
     assert [t.action for t in steps[2:8:2]] == ["go_back()"] * 3
     assert all("/product/" in t.next_state.splitlines()[0] for t in steps[1:7:2])
