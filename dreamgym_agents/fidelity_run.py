@@ -375,6 +375,9 @@ def _prediction_row(agent: str, real: Transition, prediction: ExperiencePredicti
         "state_f1": None if out is None else round(
             state_f1(out.next_state, real.next_state, ignore_bids=ignore_bids), 4),
         "em_failure": prediction.failure, "demos": prediction.demos,
+        # the model's own answer (reference and edits unexpanded): what to read when a
+        # prediction is wrong
+        "raw": prediction.raw,
     }
 
 

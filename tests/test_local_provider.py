@@ -148,3 +148,51 @@ def test_registration_is_idempotent_and_keeps_other_providers(
     ours = [e for e in entries if e["provider"] == LOCAL_PROVIDER]
     assert len(ours) == 1 and ours[0]["custom_handler"] is get_local_provider()
     assert isinstance(get_local_provider(), litellm.CustomLLM)
+
+
+def test_concurrent_requests_share_batches_and_answer_as_alone(
+    checkpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dreamgym_agents.local_provider import _get_loaded
+
+    prompts = [[{"role": "user", "content": f"Page {i}: click the item {'x' * i}."}]
+               for i in range(6)]
+    alone = [generate_local(checkpoint, p, max_tokens=10 + i) for i, p in enumerate(prompts)]
+    loaded = _get_loaded(checkpoint)
+    batcher, generate = loaded.batcher, loaded.model.generate
+    first = threading.Event()
+
+    def gated(*args, **kwargs):
+        # the first batch waits until the other five requests are queued behind it
+        if not first.is_set():
+            first.set()
+            deadline = time.monotonic() + 10
+            while len(batcher._queue) < 5 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(loaded.model, "generate", gated)
+    before = (batcher.batches, batcher.rows)
+    with ThreadPoolExecutor(6) as pool:
+        together = list(pool.map(lambda ip: generate_local(checkpoint, ip[1],
+                                                           max_tokens=10 + ip[0]),
+                                 enumerate(prompts)))
+    assert [g.text for g in together] == [g.text for g in alone]
+    assert [g.completion_tokens for g in together] == [g.completion_tokens for g in alone]
+    assert [g.finish_reason for g in together] == [g.finish_reason for g in alone]
+    batches, rows = batcher.batches - before[0], batcher.rows - before[1]
+    assert rows == 6 and batches == 2  # one alone, then the five that queued behind it
+
+
+def test_max_batch_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dreamgym_agents.local_provider import _max_batch
+
+    monkeypatch.setenv("DG_LOCAL_MAX_BATCH", "many")
+    with pytest.raises(ModelError, match="DG_LOCAL_MAX_BATCH"):
+        _max_batch()
+    monkeypatch.setenv("DG_LOCAL_MAX_BATCH", "1")
+    assert _max_batch() == 1
