@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 23
+RECIPE_VERSION = 25
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 5
@@ -113,7 +113,7 @@ class EmbeddedRecipe:
     epochs: float = 6.0
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 500.0
+    sft_budget_s: float = 600.0
     build_budget_s: float = 1170.0
     use_history: bool = True
     use_retrieval: bool = True

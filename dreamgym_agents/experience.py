@@ -177,6 +177,10 @@ FINAL_ANSWER_CANDIDATES = 16
 """Candidates fetched per demonstration slot for a final answer, before re-ranking by their checks
 (they also make the tally of :class:`~dreamgym_agents.experience_compact.Demos`)."""
 
+STEP_CANDIDATES = 16
+"""Candidates fetched for any other step, before re-ranking by action and page
+(:func:`~dreamgym_agents.experience_compact.rank_step_demos`)."""
+
 
 def retrieve_demos(
     retriever: Retriever, intent: str, state: str, action: str, *, k: int,
@@ -194,13 +198,21 @@ def retrieve_demos(
     similarity alone share the current step's outcome most of the time (a giving-up answer on
     the home page finds other giving-up answers there) and do not show what tells a right answer
     from a wrong one; a small model trained on them copied their outcome whatever the answer
-    (measured: docs/RESULTS.md). Other steps take the ``k`` most similar transitions.
+    (measured: docs/RESULTS.md). Other steps take :data:`STEP_CANDIDATES` nearest transitions
+    by embedding and keep the ``k`` most alike by the exact measure of
+    :func:`~dreamgym_agents.experience_compact.rank_step_demos` (the same action on the same
+    target, then the most lines in common with this page).
     """
-    from dreamgym_agents.experience_compact import answer_text, rank_final_answer_demos
+    from dreamgym_agents.experience_compact import (
+        answer_text,
+        rank_final_answer_demos,
+        rank_step_demos,
+    )
 
     if not intent or answer_text(action) is None:
-        return retriever.retrieve(state, action, k=k, where=where,
-                                  exclude_episode=exclude_episode)[:k]
+        found = retriever.retrieve(state, action, k=max(k, STEP_CANDIDATES), where=where,
+                                   exclude_episode=exclude_episode)
+        return rank_step_demos(state, action, found, k)
     candidates: list[Transition] = []
     for success in (True, False):
         scope = {**(where or {}), "done": True, "success": success}

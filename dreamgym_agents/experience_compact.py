@@ -463,6 +463,44 @@ def rank_final_answer_demos(
     return Demos(order[:k], tally=(right, len(same) - right))
 
 
+def action_signature(state: str, action: str) -> tuple[str, str | None, str | None]:
+    """An action by its verb and its target's role and name (``('click', 'link', 'Laptops')``):
+    the same action on another page reads the same whatever the target's bid there."""
+    line = target_line(state, action)
+    target = parse_line(line) if line else None
+    return (action_verb(action), target.role if target else None,
+            target.name if target else None)
+
+
+def page_likeness(state: str, other: str) -> float:
+    """The share of lines two states have in common, in order (bids included): 1.0 for the same
+    page, lower for another page of the same kind, lower still when the header differs (signed
+    in or out) and every id after it shifts."""
+    return difflib.SequenceMatcher(a=_lines(state), b=_lines(other), autojunk=False).ratio()
+
+
+def rank_step_demos(state: str, action: str, candidates: list[Transition], k: int
+                    ) -> list[Transition]:
+    """Re-rank retrieved transitions for a step that is not a final answer: the same action on
+    the same target first (:func:`action_signature`), then the page most like this one
+    (:func:`page_likeness`), then the embedding's order; the best ``k``.
+
+    The hash embedding blends page and action features: it finds the right neighbourhood, but
+    among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
+    a small model copies the first demonstration's next page. Measured on the held-out oracle
+    steps of the bundled site: the first demonstration's next page is the real one for 247 of 425
+    steps after re-ranking 16 candidates, 235 before (docs/RESULTS.md).
+    """
+    mine = action_signature(state, action)
+    order = {id(t): i for i, t in enumerate(candidates)}
+
+    def score(t: Transition) -> tuple[bool, float, int]:
+        return (action_signature(t.state, t.action) == mine, page_likeness(state, t.state),
+                -order[id(t)])
+
+    return sorted(candidates, key=score, reverse=True)[:k]
+
+
 def changed_lines(state: str, other: str) -> list[str]:
     """Body lines of ``state`` missing from ``other`` (``+``) and of ``other`` missing here (``-``).
 

@@ -11,12 +11,15 @@ followed by edits. The reference is the first line of the ``<next_state>`` block
 
 Each following line is an edit applied in order with a cursor (initially at the end):
 ``- <line>`` deletes the first occurrence of that line and puts the cursor where it was;
-``+ <line>`` inserts the line at the cursor (then after it). A replacement is therefore ``-`` old
-then ``+`` new, and keeps the line's place. A bare line that reads like a state line
-(``[12] link 'Home'``, ``StaticText '…'``) is taken as an insertion, the way a reader would take
-it: small models sometimes drop the ``+``.
+``+ <line>`` inserts the line at the cursor (then after it), except that a line whose ``[bid]``
+is already on the page replaces that element's line where it stands (ids are unique on a page):
+a field's new value is one line, ``+ [37] searchbox 'Search' value='{typed}'``. A replacement
+of a line without an id is ``-`` old then ``+`` new, and keeps the line's place. A bare line
+that reads like a state line (``[12] link 'Home'``, ``StaticText '…'``) is taken as a ``+``, the
+way a reader would take it: small models sometimes drop the ``+``.
 
-Two placeholders stand for the text the action types (``fill(bid, text)``), or else the text
+Two placeholders stand for the text the action types (``fill(bid, text)``, or the option of
+``select_option(bid, option)``), or else the text
 typed into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
 ``value='…'``): ``{typed}`` as the page quotes it and ``{typed+}`` as a URL query carries it
 (``+`` for spaces, ``%2C`` for commas). A search results page repeats the query in its URL,
@@ -46,6 +49,7 @@ STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
 DEMO_REF = "@demo"
 _STATE_LINE = re.compile(r"^(?:URL|Title):|^(?:\[[^\]\s]+\]\s+)?[A-Za-z][\w-]*(?:\s+'|$)")
+_BID = re.compile(r"^\[([^\]\s]+)\]\s")
 """An abstract state line: ``URL:``/``Title:``, or an optional ``[bid]``, a role, then its
 quoted name (or nothing)."""
 
@@ -55,8 +59,9 @@ _TEXT_FIELDS = ("textbox", "searchbox")
 
 
 def _filled(action: str | None) -> str | None:
-    """The text of a ``fill(bid, text)`` action, or None."""
-    if not action or not action.strip().startswith("fill("):
+    """The text of a ``fill(bid, text)`` action (the option of ``select_option(bid, option)``),
+    or None."""
+    if not action or not action.strip().startswith(("fill(", "select_option(")):
         return None
     try:
         call = ast.parse(action.strip(), mode="eval").body
@@ -170,15 +175,28 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
                 cursor = out.index(line)
                 out.pop(cursor)
             # deleting a line that is not there changes nothing: the intent is met
-        elif op == "+":
+            continue
+        if op != "+":
+            if not _STATE_LINE.match(edit.strip()):
+                raise StateReferenceError(f"edit lines start with '+ ' or '- ', got {edit!r}")
+            line = edit.strip()
+        same = _bid_index(out, line)
+        if same is not None:  # the element is on the page: its line changes in place
+            out[same] = line
+            cursor = same + 1
+        else:
             out.insert(cursor, line)
             cursor += 1
-        elif _STATE_LINE.match(edit.strip()):
-            out.insert(cursor, edit.strip())
-            cursor += 1
-        else:
-            raise StateReferenceError(f"edit lines start with '+ ' or '- ', got {edit!r}")
     return "\n".join(out)
+
+
+def _bid_index(lines: list[str], line: str) -> int | None:
+    """Where the element of ``line`` (by its ``[bid]``) stands in ``lines``; None without one."""
+    match = _BID.match(line)
+    if not match:
+        return None
+    prefix = f"[{match.group(1)}] "
+    return next((i for i, ln in enumerate(lines) if ln.startswith(prefix)), None)
 
 
 def diff_edits(base: str, target: str) -> list[str]:
@@ -192,6 +210,11 @@ def diff_edits(base: str, target: str) -> list[str]:
     # so that each insertion follows a deletion or sits at the end, else write the full state.
     for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
+            continue
+        if tag == "replace" and i2 - i1 == j2 - j1 and all(
+                _same_bid(x, y) for x, y in zip(a[i1:i2], b[j1:j2], strict=True)):
+            # the same elements with new text (a field's value): each is one "+" line
+            edits.extend(f"+ {ln}" for ln in b[j1:j2])
             continue
         if tag in ("replace", "delete"):
             edits.extend(f"- {ln}" for ln in a[i1:i2])
@@ -210,10 +233,22 @@ def diff_edits(base: str, target: str) -> list[str]:
     return edits
 
 
+def _same_bid(old: str, new: str) -> bool:
+    match = _BID.match(old)
+    return bool(match) and new.startswith(f"[{match.group(1)}] ")
+
+
 def encode_state(target: str, current: str, demo_next_states: list[str],
                  previous: str | None = None, action: str | None = None) -> str:
     """The shortest faithful way to write ``target``: full, or ``@state`` / ``@previous`` /
     ``@demo N`` plus edits, with the typed text as placeholders (:func:`use_typed`).
+
+    ``@state`` with one edit counts as short as a demonstration's page with none: the current
+    page is always the one shown, while a demonstration's page may differ from this step's in
+    lines the prompt does not show (its sign-in header, another field's value). So a field's new
+    value is always ``@state`` plus its line, whatever the demonstrations (recipe v23 wrote it
+    as ``@demo 1`` whenever a demonstration matched, and the model then wrote ``@demo 1`` for
+    every fill, wrong for 51 of 97 held-out ones: docs/RESULTS.md).
 
     Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
     confuse the cursor) are discarded, so decoding an encoded state is always lossless.
@@ -228,11 +263,12 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
               for i, s in enumerate(demo_next_states)]
     for ref, base in bases:
         edits = diff_edits(base, target)
-        if len(edits) + 1 >= best_len:
+        cost = len(edits) + (0 if ref == STATE_REF else 1)
+        if cost >= best_len:
             continue
         text = "\n".join([ref, *edits])
         if expand_state(text, current, demo_next_states, previous, action) == full:
-            best, best_len = text, len(edits) + 1
+            best, best_len = text, cost
     short = use_typed(best, current, action)
     if short != best and expand_state(short, current, demo_next_states, previous,
                                       action) == full:

@@ -165,7 +165,8 @@ def test_predict_reads_the_answer_and_names_the_demos_best_first():
     assert pred.ok and pred.output.next_state == LAPTOPS and pred.failure == ""
     assert pred.attempts == 1 and pred.usage.calls == 1
     assert pred.demos == ["real-1:0", "real-2:4"]
-    assert buffer.calls[0]["k"] == 2 and buffer.calls[0]["exclude_episode"] == "mine"
+    # more candidates than shown: they are re-ranked (rank_step_demos)
+    assert buffer.calls[0]["k"] == 16 and buffer.calls[0]["exclude_episode"] == "mine"
     assert buffer.calls[0]["where"] == {"provenance": {"$in": ["offline", "real"]}}
 
 

@@ -29,6 +29,19 @@ def test_loss_falls_on_a_learnable_set(tmp_path):
     assert (tmp_path / "m" / "config.json").exists()
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_loss_falls_in_either_precision(tmp_path, bf16):
+    # bfloat16 autocast (the default on a CPU that computes it natively) or float32: the loss,
+    # the optimizer and the saved weights stay float32 either way
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    result = train_experience_model(examples, tiny(tmp_path / "m", epochs=6, bf16=bf16))
+    assert result.bf16 is bf16
+    assert result.last_loss < result.first_loss * 0.7
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config.get("dtype", config.get("torch_dtype", "float32")) == "float32"
+
+
 def test_a_deadline_cuts_training_short(tmp_path):
     import time
 
@@ -49,6 +62,7 @@ def test_pipeline_writes_a_manifest(tmp_path):
                                        tiny(tmp_path / "m", epochs=1))
     buffer.close()
     assert manifest["rationale_source"] == "deterministic" and manifest["examples"] == 4
+    assert isinstance(manifest["bf16_autocast"], bool)
     assert read_manifest(tmp_path / "m")["prompt_style"] == "compact"
 
 

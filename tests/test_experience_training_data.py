@@ -15,6 +15,7 @@ from dreamgym_agents.experience_compact import (
     head,
     kinds_match,
     rank_final_answer_demos,
+    rank_step_demos,
     render_compact,
     step_kind,
     tally_line,
@@ -485,3 +486,22 @@ def test_go_back_says_where_it_returns_and_a_submit_says_what_was_typed():
     assert action_notes(filled, "click('38')", []) == "typed: 'usb hub'"
     assert action_notes(filled, "click('14')", []) == ""  # a link sends no form
     assert action_notes(HOME, "keyboard_press('Enter')", []) == ""
+
+
+def test_step_demos_rank_the_same_action_on_the_most_alike_page_first():
+    signed_in = HOME.replace("[30] link 'My Cart (4)'", "[30] link 'My Account'\n"
+                             "[31] link 'My Cart (4)'")
+
+    def step(eid: str, state: str, action: str) -> Transition:
+        return Transition(eid, 0, eid, state, action, LAPTOPS, provenance="offline")
+
+    other_action = step("a", HOME, "click('30')")  # same page, another link
+    signed_out = step("b", HOME.replace("(4)", "(0)"), "click('14')")
+    same_layout = step("c", signed_in.replace("(4)", "(2)"), "click('14')")
+    ranked = rank_step_demos(signed_in, "click('14')", [other_action, signed_out, same_layout], 2)
+    assert [d.episode_id for d in ranked] == ["c", "b"]
+    # retrieve_demos re-ranks the retriever's candidates for every step but a final answer
+    retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
+                                          transitions=[other_action, signed_out, same_layout])])
+    demos = retrieve_demos(retriever, "Open the laptops", signed_in, "click('14')", k=1)
+    assert [d.episode_id for d in demos] == ["c"]

@@ -128,3 +128,32 @@ def test_a_demo_search_reads_as_this_steps_search():
     assert expand_state(encoded, FILLED, pages, action="click('38')") == RESULTS
     # nothing typed in this step: demos are shown as they were
     assert demo_pages([demo], HOME, "click('12')") == [demo.next_state]
+
+
+def test_a_line_whose_element_is_on_the_page_replaces_it_in_place():
+    text = "@state\n+ [30] link 'My Cart (5)'\n+ StaticText 'Added'"
+    out = expand_state(text, HOME, []).splitlines()
+    # [30] changes where it stands; the cursor follows it, so the new text comes right after
+    assert out[3:5] == ["[30] link 'My Cart (5)'", "StaticText 'Added'"]
+    assert len(out) == len(HOME.splitlines()) + 1
+    assert diff_edits(HOME, HOME.replace("(4)", "(5)")) == ["+ [30] link 'My Cart (5)'"]
+
+
+def test_a_fill_is_written_as_the_current_page_and_its_field_even_when_a_demo_matches():
+    action = "fill('37', 'usb hub, 6 ft')"
+    demo = type("T", (), {"state": HOME, "action": "fill('37', 'lamp')",
+                          "next_state": HOME.replace("'Search'", "'Search' value='lamp'")})()
+    pages = demo_pages([demo], HOME, action)
+    assert expand_state("@demo 1", HOME, pages, action=action) == FILLED  # the demo matches
+    encoded = encode_state(FILLED, HOME, pages, action=action)
+    assert encoded == "@state\n+ [37] searchbox 'Search' value='{typed}'"
+    assert expand_state(encoded, HOME, pages, action=action) == FILLED
+
+
+def test_a_selected_option_is_typed_text():
+    sorting = HOME + "\n[44] combobox 'Sort by' value='Name' options='Name|Price'"
+    action = "select_option('44', 'Price')"
+    assert typed_text(sorting, action) == ("Price", "Price")
+    target = sorting.replace("value='Name'", "value='Price'")
+    encoded = encode_state(target, sorting, [], action=action)
+    assert encoded == "@state\n+ [44] combobox 'Sort by' value='{typed}' options='Name|Price'"
