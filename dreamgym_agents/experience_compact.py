@@ -482,20 +482,25 @@ def page_likeness(state: str, other: str) -> float:
 def rank_step_demos(state: str, action: str, candidates: list[Transition], k: int
                     ) -> list[Transition]:
     """Re-rank retrieved transitions for a step that is not a final answer: the same action on
-    the same target first (:func:`action_signature`), then the page most like this one
-    (:func:`page_likeness`), then the embedding's order; the best ``k``.
+    the same target first (:func:`action_signature`), then the same kind of action (its verb),
+    then the page most like this one (:func:`page_likeness`), then the embedding's order; the
+    best ``k``.
 
     The hash embedding blends page and action features: it finds the right neighbourhood, but
     among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
     a small model copies the first demonstration's next page. Measured on the held-out oracle
-    steps of the bundled site: the first demonstration's next page is the real one for 247 of 425
-    steps after re-ranking 16 candidates, 235 before (docs/RESULTS.md).
+    steps of the bundled site: the first demonstration's next page is the real one for 254 of 425
+    steps after re-ranking 16 candidates, 238 before; 260 have it among the 16
+    (docs/RESULTS.md). The verb comes before the page: ranked by the page alone, a click on the
+    cart link found final answers given on the same page, and the model called the click the
+    end of a successful episode (recipe v25, docs/RESULTS.md).
     """
     mine = action_signature(state, action)
     order = {id(t): i for i, t in enumerate(candidates)}
 
-    def score(t: Transition) -> tuple[bool, float, int]:
-        return (action_signature(t.state, t.action) == mine, page_likeness(state, t.state),
+    def score(t: Transition) -> tuple[bool, bool, float, int]:
+        theirs = action_signature(t.state, t.action)
+        return (theirs == mine, theirs[0] == mine[0], page_likeness(state, t.state),
                 -order[id(t)])
 
     return sorted(candidates, key=score, reverse=True)[:k]

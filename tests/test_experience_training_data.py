@@ -389,10 +389,16 @@ def test_decision_spans_mark_the_conclusion_the_outcome_and_the_next_page():
                   "<reward>1</reward>\n<done>true</done>\n<success>true</success>\n"
                   "<next_state>\n@state\n- [1] link 'a'\n</next_state>")
     spans = [completion[a:b] for a, b in decision_spans(completion)]
+    # a reference comes with the line that says whether and how it changes: its first edit
     assert spans == ["The task is complete.",  # the verdict, wherever it is said
-                     "<reward>1</reward>\n<done>true</done>\n<success>true</success>", "@state"]
+                     "<reward>1</reward>\n<done>true</done>\n<success>true</success>",
+                     "@state\n- [1] link 'a'"]
     empty = completion.replace("The task is complete. Final answer, checked above.", "")
-    assert [empty[a:b] for a, b in decision_spans(empty)][1:] == ["@state"]
+    assert [empty[a:b] for a, b in decision_spans(empty)][1:] == ["@state\n- [1] link 'a'"]
+    unchanged = completion.replace("- [1] link 'a'\n", "")
+    assert [unchanged[a:b] for a, b in decision_spans(unchanged)][-1] == "@state\n</next_state>"
+    full = completion.replace("@state\n- [1] link 'a'", "URL: x\nTitle: y")
+    assert [full[a:b] for a, b in decision_spans(full)][-1] == "URL: x"
     teacher = completion.replace("The task is complete. Final answer, checked above.",
                                  "It opens the cart. So the order is placed.")
     assert [teacher[a:b] for a, b in decision_spans(teacher)][0] == "So the order is placed."
@@ -500,6 +506,12 @@ def test_step_demos_rank_the_same_action_on_the_most_alike_page_first():
     same_layout = step("c", signed_in.replace("(4)", "(2)"), "click('14')")
     ranked = rank_step_demos(signed_in, "click('14')", [other_action, signed_out, same_layout], 2)
     assert [d.episode_id for d in ranked] == ["c", "b"]
+    # then the same kind of action before a likelier page: an answer given on this very page
+    # is not what a click does
+    answer = Transition("d", 1, "d", signed_in, "send_msg_to_user('4')", signed_in, reward=1.0,
+                        done=True, success=True, provenance="offline")
+    ranked = rank_step_demos(signed_in, "click('14')", [answer, other_action, same_layout], 3)
+    assert [d.episode_id for d in ranked] == ["c", "a", "d"]
     # retrieve_demos re-ranks the retriever's candidates for every step but a final answer
     retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
                                           transitions=[other_action, signed_out, same_layout])])

@@ -94,7 +94,8 @@ def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[in
     """Character spans of a completion where its decisions are written: the reasoning's
     verdict (a deterministic rationale's outcome sentence, else its last sentence), the outcome
     block (reward, done, success) and the first line of the next state (which page, or which
-    reference, it is; left out with ``next_state=False``).
+    reference, it is), with the line after a reference (its first edit, or the block's end when
+    the page is the reference unchanged); the page is left out with ``next_state=False``.
 
     Those few tokens decide what the dream does; the rest of a completion (page lines, edits) is
     long and mostly copied. :class:`~dreamgym_agents.training.experience_sft.ExperienceSFTConfig`
@@ -120,7 +121,14 @@ def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[in
     if at >= 0:
         first = at + len(_STATE_START)
         line_end = completion.find("\n", first)
-        spans.append((first, line_end if line_end > first else len(completion)))
+        end = line_end if line_end > first else len(completion)
+        if completion.startswith("@", first) and line_end > first:
+            # A reference: whether and how the page changes is the next line, its first edit
+            # or the block's end (recipe v25 wrote a fill's page as '@state' and stopped there,
+            # the typed value lost, for 75 of 97 held-out fills: docs/RESULTS.md).
+            after = completion.find("\n", line_end + 1)
+            end = after if after > line_end else len(completion)
+        spans.append((first, end))
     return [(a, b) for a, b in spans if b > a]
 
 
