@@ -19,13 +19,12 @@ from collections.abc import Iterable
 from importlib import resources
 
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.state import parse_line, parse_state, quote
+from dreamgym_agents.state import parse_line, parse_state, quote, target_line
 from dreamgym_agents.state_delta import demo_pages, typed_text
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"
 _BLOCK = re.compile(r"^<!--\s*([a-z_]+)\s*-->\s*$", re.M)
-_BID_ARG = re.compile(r"""^\s*(?:[a-z_]+\(\s*['"]([^'"]+)['"]|[a-z_]+ \[(\d+)\])""")
 _TEXT_ARG = re.compile(r"""send_msg_to_user\(\s*(['"])(.*)\1\s*\)|stop \[(.*)\]\s*$""", re.S)
 
 
@@ -50,16 +49,6 @@ def head(state: str) -> str:
     found = {ln.split(":", 1)[0]: ln.split(":", 1)[1].strip() for ln in _lines(state)[:3]
              if ln.startswith(("URL:", "Title:"))}
     return f"{found.get('URL', '?')} | {found.get('Title', '')}"
-
-
-def target_line(state: str, action: str) -> str:
-    """The state line of the element an action targets (``[12] link 'Laptops'``), or ''."""
-    match = _BID_ARG.match(action)
-    bid = (match.group(1) or match.group(2)) if match else None
-    if not bid:
-        return ""
-    prefix = f"[{bid}] "
-    return next((ln for ln in _lines(state) if ln.startswith(prefix)), "")
 
 
 def target_context(state: str, action: str) -> str:
@@ -479,29 +468,41 @@ def page_likeness(state: str, other: str) -> float:
     return difflib.SequenceMatcher(a=_lines(state), b=_lines(other), autojunk=False).ratio()
 
 
+SAME_PAGE = 0.95
+"""Page likeness from which two states count as the same page (:func:`rank_step_demos`)."""
+
+
 def rank_step_demos(state: str, action: str, candidates: list[Transition], k: int
                     ) -> list[Transition]:
-    """Re-rank retrieved transitions for a step that is not a final answer: the same action on
-    the same target first (:func:`action_signature`), then the same kind of action (its verb),
-    then the page most like this one (:func:`page_likeness`), then the embedding's order; the
-    best ``k``.
+    """Re-rank retrieved transitions for a step that is not a final answer; the best ``k``.
+
+    First the same action on the same target (:func:`action_signature`). Among those, a
+    demonstration made on this very page comes first, then the one whose *next* page is most
+    like this page (:func:`page_likeness`): the same link followed from another page leads to
+    the page this step leads to, and the one whose result shares this page's context (signed in
+    or out, and so every id after the header) is the one to copy. Then the same kind of action
+    (its verb), then the page most like this one, then the embedding's order.
 
     The hash embedding blends page and action features: it finds the right neighbourhood, but
     among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
-    a small model copies the first demonstration's next page. Measured on the held-out oracle
-    steps of the bundled site: the first demonstration's next page is the real one for 254 of 425
-    steps after re-ranking 16 candidates, 238 before; 260 have it among the 16
-    (docs/RESULTS.md). The verb comes before the page: ranked by the page alone, a click on the
-    cart link found final answers given on the same page, and the model called the click the
-    end of a successful episode (recipe v25, docs/RESULTS.md).
+    a small model copies the first demonstration's next page. Measured on the held-out steps of
+    the bundled site (16 candidates, first demonstration's next page = the real one): oracle 258
+    of 425 (260 have it among the candidates; embedding order 238), random agent 727 of 1,142
+    (748; 618 ranking same actions by their own page only) (docs/RESULTS.md). The verb comes
+    before the page: ranked by the page alone, a click on the cart link found final answers
+    given on the same page, and the model called the click the end of a successful episode
+    (recipe v25, docs/RESULTS.md).
     """
     mine = action_signature(state, action)
     order = {id(t): i for i, t in enumerate(candidates)}
 
-    def score(t: Transition) -> tuple[bool, bool, float, int]:
+    def score(t: Transition) -> tuple[bool, bool, bool, float, int]:
         theirs = action_signature(t.state, t.action)
-        return (theirs == mine, theirs[0] == mine[0], page_likeness(state, t.state),
-                -order[id(t)])
+        here = page_likeness(state, t.state)
+        if theirs == mine and mine[1] is not None:
+            return (True, True, here >= SAME_PAGE, page_likeness(state, t.next_state),
+                    -order[id(t)])
+        return (theirs == mine, theirs[0] == mine[0], False, here, -order[id(t)])
 
     return sorted(candidates, key=score, reverse=True)[:k]
 

@@ -86,6 +86,25 @@ TEXT_ROLE = "StaticText"
 _WS = re.compile(r"\s+")
 
 
+_ACTION_BID = re.compile(r"""^\s*(?:[a-z_]+\(\s*['"]([^'"]+)['"]|[a-z_]+ \[(\d+)\])""")
+
+
+def action_bid(action: str) -> str | None:
+    """The bid an action targets: ``12`` of ``click('12')``, ``fill("12", …)`` or WebArena's
+    ``click [12]``; None for an action without one (``go_back()``, an answer)."""
+    match = _ACTION_BID.match(action)
+    return (match.group(1) or match.group(2)) if match else None
+
+
+def target_line(state: str, action: str) -> str:
+    """The state line of the element an action targets (``[12] link 'Laptops'``), or ''."""
+    bid = action_bid(action)
+    if not bid:
+        return ""
+    prefix = f"[{bid}] "
+    return next((ln.strip() for ln in state.splitlines() if ln.strip().startswith(prefix)), "")
+
+
 def normalize_text(text: str) -> str:
     """Collapse runs of whitespace to one space and strip the ends."""
     return _WS.sub(" ", text).strip()

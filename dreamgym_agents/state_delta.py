@@ -18,6 +18,12 @@ of a line without an id is ``-`` old then ``+`` new, and keeps the line's place.
 that reads like a state line (``[12] link 'Home'``, ``StaticText '…'``) is taken as a ``+``, the
 way a reader would take it: small models sometimes drop the ``+``.
 
+An edit line may name the element the action targets instead of copying its line:
+``+ @target value='…'`` is that element's line (same id, role, name and options) with the value
+given (and the flags given, if any), in place. A field's new value is then one short line; a
+small model that had to copy the field's line (``[44] combobox 'Sort by' … options='…'``) wrote
+other ids and names (recipe v26: docs/RESULTS.md).
+
 Two placeholders stand for the text the action types (``fill(bid, text)``, or the option of
 ``select_option(bid, option)``), or else the text
 typed into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
@@ -43,11 +49,12 @@ import functools
 import re
 from urllib.parse import quote_plus
 
-from dreamgym_agents.state import parse_state, quote
+from dreamgym_agents.state import Element, action_bid, parse_line, parse_state, quote
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
 DEMO_REF = "@demo"
+TARGET_REF = "@target"
 _STATE_LINE = re.compile(r"^(?:URL|Title):|^(?:\[[^\]\s]+\]\s+)?[A-Za-z][\w-]*(?:\s+'|$)")
 _BID = re.compile(r"^\[([^\]\s]+)\]\s")
 """An abstract state line: ``URL:``/``Title:``, or an optional ``[bid]``, a role, then its
@@ -177,9 +184,11 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
             # deleting a line that is not there changes nothing: the intent is met
             continue
         if op != "+":
-            if not _STATE_LINE.match(edit.strip()):
+            if not _STATE_LINE.match(edit.strip()) and not edit.startswith(TARGET_REF):
                 raise StateReferenceError(f"edit lines start with '+ ' or '- ', got {edit!r}")
             line = edit.strip()
+        if line.startswith(TARGET_REF):
+            line = _target_edit(line, current, action)
         same = _bid_index(out, line)
         if same is not None:  # the element is on the page: its line changes in place
             out[same] = line
@@ -188,6 +197,43 @@ def expand_state(text: str, current: str, demo_next_states: list[str],
             out.insert(cursor, line)
             cursor += 1
     return "\n".join(out)
+
+
+def _target_edit(line: str, current: str, action: str | None) -> str:
+    """The line ``@target <attributes>`` stands for: the action's target element (in
+    ``current``) with the value and flags given."""
+    bid = action_bid(action or "")
+    prefix = f"[{bid}] "
+    found = next((ln.strip() for ln in current.splitlines() if ln.strip().startswith(prefix)),
+                 None) if bid else None
+    if found is None:
+        raise StateReferenceError(f"{TARGET_REF}: the action {action!r} targets no element of "
+                                  "the page")
+    element = parse_line(found)
+    given = parse_line(f"[{bid}] {element.role} {quote(element.name)} "
+                       f"{line[len(TARGET_REF):].strip()}")
+    if given.role != element.role or given.bid != bid:
+        raise StateReferenceError(f"{TARGET_REF} takes value='…' and flags, got {line!r}")
+    return Element(bid, element.role, element.name, given.value, element.options,
+                   given.flags).line()
+
+
+def _target_form(edit: str, current: str, action: str | None) -> str | None:
+    """``edit`` (a ``+`` line) as ``+ @target …`` when it is the action's target with another
+    value or other flags only; else None."""
+    bid = action_bid(action or "")
+    new = parse_line(edit[2:])
+    if not bid or new.bid != bid:
+        return None
+    old_line = next((ln.strip() for ln in current.splitlines()
+                     if ln.strip().startswith(f"[{bid}] ")), None)
+    if old_line is None:
+        return None
+    old = parse_line(old_line)
+    if (old.role, old.name, old.options) != (new.role, new.name, new.options):
+        return None
+    attrs = " ".join([f"value={quote(new.value)}"] * bool(new.value) + list(new.flags))
+    return f"+ {TARGET_REF}" + (f" {attrs}" if attrs else "")
 
 
 def _bid_index(lines: list[str], line: str) -> int | None:
@@ -269,6 +315,14 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
         text = "\n".join([ref, *edits])
         if expand_state(text, current, demo_next_states, previous, action) == full:
             best, best_len = text, cost
+    lines = best.splitlines()
+    if lines[0] == STATE_REF and len(lines) == 2 and lines[1].startswith("+ "):
+        # the action's own target with a new value: named, not copied
+        pointed = _target_form(lines[1], current, action)
+        if pointed is not None:
+            text = f"{STATE_REF}\n{pointed}"
+            if expand_state(text, current, demo_next_states, previous, action) == full:
+                best = text
     short = use_typed(best, current, action)
     if short != best and expand_state(short, current, demo_next_states, previous,
                                       action) == full:

@@ -494,26 +494,31 @@ def test_go_back_says_where_it_returns_and_a_submit_says_what_was_typed():
     assert action_notes(HOME, "keyboard_press('Enter')", []) == ""
 
 
-def test_step_demos_rank_the_same_action_on_the_most_alike_page_first():
-    signed_in = HOME.replace("[30] link 'My Cart (4)'", "[30] link 'My Account'\n"
-                             "[31] link 'My Cart (4)'")
+def test_step_demos_rank_the_same_action_then_the_result_in_this_pages_context():
+    def signed_in(page: str) -> str:
+        return page.replace("[14] link 'Laptops'", "[14] link 'Laptops'\n[29] link 'Sign Out'")
 
-    def step(eid: str, state: str, action: str) -> Transition:
-        return Transition(eid, 0, eid, state, action, LAPTOPS, provenance="offline")
+    def step(eid: str, state: str, action: str, next_state: str = LAPTOPS) -> Transition:
+        return Transition(eid, 0, eid, state, action, next_state, provenance="offline")
 
-    other_action = step("a", HOME, "click('30')")  # same page, another link
-    signed_out = step("b", HOME.replace("(4)", "(0)"), "click('14')")
-    same_layout = step("c", signed_in.replace("(4)", "(2)"), "click('14')")
-    ranked = rank_step_demos(signed_in, "click('14')", [other_action, signed_out, same_layout], 2)
+    here = signed_in(HOME)
+    other_action = step("a", here, "click('30')")  # this very page, another link
+    signed_out = step("b", HOME, "click('14')", LAPTOPS)  # the same link from a signed-out home
+    elsewhere = step("c", signed_in(LAPTOPS), "click('14')", signed_in(LAPTOPS))
+    ranked = rank_step_demos(here, "click('14')", [other_action, signed_out, elsewhere], 2)
+    # the same link, and of those the one whose result is signed in like this page
     assert [d.episode_id for d in ranked] == ["c", "b"]
+    same_page = step("d", here, "click('14')", signed_in(LAPTOPS).replace("$9.99", "$8"))
+    ranked = rank_step_demos(here, "click('14')", [elsewhere, same_page], 2)
+    assert [d.episode_id for d in ranked] == ["d", "c"]  # made on this very page: first
     # then the same kind of action before a likelier page: an answer given on this very page
     # is not what a click does
-    answer = Transition("d", 1, "d", signed_in, "send_msg_to_user('4')", signed_in, reward=1.0,
+    answer = Transition("e", 1, "e", here, "send_msg_to_user('4')", here, reward=1.0,
                         done=True, success=True, provenance="offline")
-    ranked = rank_step_demos(signed_in, "click('14')", [answer, other_action, same_layout], 3)
-    assert [d.episode_id for d in ranked] == ["c", "a", "d"]
+    ranked = rank_step_demos(here, "click('7')", [answer, other_action], 2)
+    assert [d.episode_id for d in ranked] == ["a", "e"]
     # retrieve_demos re-ranks the retriever's candidates for every step but a final answer
     retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
-                                          transitions=[other_action, signed_out, same_layout])])
-    demos = retrieve_demos(retriever, "Open the laptops", signed_in, "click('14')", k=1)
+                                          transitions=[other_action, signed_out, elsewhere])])
+    demos = retrieve_demos(retriever, "Open the laptops", here, "click('14')", k=1)
     assert [d.episode_id for d in demos] == ["c"]

@@ -146,7 +146,7 @@ def test_a_fill_is_written_as_the_current_page_and_its_field_even_when_a_demo_ma
     pages = demo_pages([demo], HOME, action)
     assert expand_state("@demo 1", HOME, pages, action=action) == FILLED  # the demo matches
     encoded = encode_state(FILLED, HOME, pages, action=action)
-    assert encoded == "@state\n+ [37] searchbox 'Search' value='{typed}'"
+    assert encoded == "@state\n+ @target value='{typed}'"
     assert expand_state(encoded, HOME, pages, action=action) == FILLED
 
 
@@ -156,4 +156,21 @@ def test_a_selected_option_is_typed_text():
     assert typed_text(sorting, action) == ("Price", "Price")
     target = sorting.replace("value='Name'", "value='Price'")
     encoded = encode_state(target, sorting, [], action=action)
-    assert encoded == "@state\n+ [44] combobox 'Sort by' value='{typed}' options='Name|Price'"
+    assert encoded == "@state\n+ @target value='{typed}'"
+    assert expand_state(encoded, sorting, [], action=action) == target
+
+
+def test_target_names_the_element_the_action_acts_on():
+    box = "URL: x\nTitle: y\n[5] checkbox 'Gift wrap'\n[7] spinbutton 'Qty' value='1'"
+    out = expand_state("@state\n+ @target value='3'", box, [], action="fill('7', '3')")
+    assert out.splitlines()[-1] == "[7] spinbutton 'Qty' value='3'"
+    out = expand_state("@state\n+ @target checked", box, [], action="click('5')")
+    assert out.splitlines()[2] == "[5] checkbox 'Gift wrap' checked"
+    assert encode_state(out, box, [], action="click('5')") == "@state\n+ @target checked"
+    # a renamed element is not the target with a new value: written out
+    renamed = box.replace("'Qty' value='1'", "'Quantity' value='1'")
+    assert "@target" not in encode_state(renamed, box, [], action="fill('7', '3')")
+    with pytest.raises(StateReferenceError, match="targets no element"):
+        expand_state("@state\n+ @target value='3'", box, [], action="go_back()")
+    with pytest.raises(StateReferenceError, match="targets no element"):
+        expand_state("@state\n+ @target value='3'", box, [], action="fill('99', '3')")
