@@ -20,7 +20,7 @@ from importlib import resources
 
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.state import parse_line, parse_state, quote, target_line
-from dreamgym_agents.state_delta import demo_pages, typed_text
+from dreamgym_agents.state_delta import demo_pages, typed_text, use_typed
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"
@@ -468,8 +468,9 @@ def page_likeness(state: str, other: str) -> float:
     return difflib.SequenceMatcher(a=_lines(state), b=_lines(other), autojunk=False).ratio()
 
 
-SAME_PAGE = 0.95
-"""Page likeness from which two states count as the same page (:func:`rank_step_demos`)."""
+SAME_PAGE = 0.999
+"""Page likeness from which two states count as the same page (:func:`rank_step_demos`; their
+typed text written as the placeholder)."""
 
 
 def rank_step_demos(state: str, action: str, candidates: list[Transition], k: int
@@ -477,7 +478,8 @@ def rank_step_demos(state: str, action: str, candidates: list[Transition], k: in
     """Re-rank retrieved transitions for a step that is not a final answer; the best ``k``.
 
     First the same action on the same target (:func:`action_signature`). Among those, a
-    demonstration made on this very page comes first, then the one whose *next* page is most
+    demonstration made on this very page (the typed text aside) comes first, then the one whose
+    *next* page is most
     like this page (:func:`page_likeness`): the same link followed from another page leads to
     the page this step leads to, and the one whose result shares this page's context (signed in
     or out, and so every id after the header) is the one to copy. Then the same kind of action
@@ -486,19 +488,23 @@ def rank_step_demos(state: str, action: str, candidates: list[Transition], k: in
     The hash embedding blends page and action features: it finds the right neighbourhood, but
     among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
     a small model copies the first demonstration's next page. Measured on the held-out steps of
-    the bundled site (16 candidates, first demonstration's next page = the real one): oracle 258
-    of 425 (260 have it among the candidates; embedding order 238), random agent 727 of 1,142
-    (748; 618 ranking same actions by their own page only) (docs/RESULTS.md). The verb comes
+    the bundled site (16 candidates, first demonstration's next page = the real one): oracle 259
+    of 425 (260 have it among the candidates; embedding order 238), random agent 739 of 1,142
+    (748; 618 ranking same actions by their own page only) (docs/RESULTS.md). Without the
+    placeholder, "this very page" took in likeness 0.95 and a search sent from an empty box was
+    ranked first for a real search, its result being most like the page it stayed on. The verb comes
     before the page: ranked by the page alone, a click on the cart link found final answers
     given on the same page, and the model called the click the end of a successful episode
     (recipe v25, docs/RESULTS.md).
     """
     mine = action_signature(state, action)
     order = {id(t): i for i, t in enumerate(candidates)}
+    # typed text as the placeholder: a page with another query typed is this page
+    plain = use_typed(state, state)
 
     def score(t: Transition) -> tuple[bool, bool, bool, float, int]:
         theirs = action_signature(t.state, t.action)
-        here = page_likeness(state, t.state)
+        here = page_likeness(plain, use_typed(t.state, t.state))
         if theirs == mine and mine[1] is not None:
             return (True, True, here >= SAME_PAGE, page_likeness(state, t.next_state),
                     -order[id(t)])

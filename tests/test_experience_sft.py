@@ -152,7 +152,9 @@ def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_pa
                                   strict=True) if w == 4.0]
     text = tok.decode(weighted)
     assert "complete" in text and "true" in text and "@state" in text
-    assert "agent stops" not in text and "next_state" not in text
+    # the block's end right after an unchanged reference is that decision ("no edit")
+    assert "agent stops" not in text and text.endswith("@state\n</next_state>")
+    assert "<next_state>" not in text
     plain = tokenize_example(tok, example)
     assert set(plain["token_weights"][prompt_len:]) == {1.0}
 

@@ -91,6 +91,12 @@ def test_examples_use_other_episodes_and_round_trip():
     prompt = first["messages"][0]["content"]
     assert "demo 1: __SHOPPING__ | click('14') on [14] link 'Laptops'" in prompt
     assert "@demo 1" in first["completion"]  # episode b made the same move: copy its page
+    # the derived rationale says which shown page the next one follows, as the prompt writes it
+    assert first["completion"].startswith(
+        "<reasoning>As in demo 1: the site goes to __SHOPPING__/category/laptops. "
+        "The task is not finished.</reasoning>")
+    spans = [first["completion"][a:b] for a, b in first["decision_spans"]]
+    assert spans[:2] == ["The task is not finished.", "As in demo 1"]
     block = first["completion"].split("<next_state>\n")[1].split("\n</next_state>")[0]
     assert expand_state(block, HOME, [LAPTOPS, LAPTOPS]) == LAPTOPS
     final = examples[1]["completion"]
@@ -522,3 +528,23 @@ def test_step_demos_rank_the_same_action_then_the_result_in_this_pages_context()
                                           transitions=[other_action, signed_out, elsewhere])])
     demos = retrieve_demos(retriever, "Open the laptops", here, "click('14')", k=1)
     assert [d.episode_id for d in demos] == ["c"]
+
+
+def test_a_derived_rationale_follows_how_the_next_state_is_written():
+    from dreamgym_agents.training.annotate import follows
+
+    step = Transition("e", 0, "t", HOME, "click('30')", HOME.replace("(4)", "(5)"))
+    assert follows("@state", step, []) == "The page stays; the target changes."
+    assert follows("@state", Transition("e", 0, "t", HOME, "click('1')", HOME), []) == (
+        "The page stays as it is.")
+    back = Transition("e", 1, "t", LAPTOPS, "go_back()", HOME)
+    assert follows("@previous", back, []) == "Back to the page before: __SHOPPING__."
+    assert follows("URL: __SHOPPING__", back, []) == "A new page: __SHOPPING__."
+    assert follows("@demo 2", back, ["x", "__SHOPPING__/cart"]) == (
+        "As in demo 2: the site goes to __SHOPPING__/cart.")
+    # a teacher's rationale is kept as written
+    teacher = episode("a", "$9.99", True)
+    teacher.transitions[0].info.update(em_rationale="It opens the laptops.",
+                                       em_rationale_source="teacher:m")
+    example = build_examples([teacher], None, ExampleConfig(use_retrieval=False))[0]
+    assert example["completion"].startswith("<reasoning>It opens the laptops.</reasoning>")

@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.experience import retrieve_demos
-from dreamgym_agents.experience_compact import answer_text, back_page, render_compact
+from dreamgym_agents.experience_compact import answer_text, back_page, head, render_compact
 from dreamgym_agents.state_delta import demo_pages, encode_state
-from dreamgym_agents.training.annotate import VERDICTS, deterministic_rationale
+from dreamgym_agents.training.annotate import (
+    DETERMINISTIC,
+    FOLLOWS,
+    VERDICTS,
+    deterministic_rationale,
+)
 from dreamgym_agents.types import Trajectory, Transition
 
 UNPARSEABLE_PREFIX = "invalid action:"
@@ -72,9 +77,15 @@ def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bo
                     previous: str | None = None, intent: str = "") -> str:
     """The target answer for one transition (``previous``: the state before the last action,
     offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
-    rationale = t.info.get("em_rationale") or deterministic_rationale(t, intent)
-    next_state = encode_state(t.next_state, t.state, demo_pages(demos, t.state, t.action),
-                              previous, t.action)
+    pages = demo_pages(demos, t.state, t.action)
+    next_state = encode_state(t.next_state, t.state, pages, previous, t.action)
+    rationale = t.info.get("em_rationale")
+    if not rationale or t.info.get("em_rationale_source", DETERMINISTIC) == DETERMINISTIC:
+        # derived, it says which of the shown pages the next one follows (as the prompt
+        # writes their URLs: demo_pages, head)
+        rationale = deterministic_rationale(
+            t, intent, written_as=next_state.splitlines()[0],
+            demo_urls=[head(p).split(" | ")[0] for p in pages])
     # The outcome comes right after the reasoning that decides it, before the page (a small
     # model otherwise writes it after hundreds of page tokens, detached from its own reasoning).
     return (
@@ -92,7 +103,8 @@ _STATE_START = "<next_state>\n"
 
 def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[int, int]]:
     """Character spans of a completion where its decisions are written: the reasoning's
-    verdict (a deterministic rationale's outcome sentence, else its last sentence), the outcome
+    verdict (a deterministic rationale's outcome sentence, else its last sentence) and, for a
+    step that is not an answer, its opening words saying which page follows, the outcome
     block (reward, done, success) and the first line of the next state (which page, or which
     reference, it is), with the line after a reference (its first edit, or the block's end when
     the page is the reference unchanged); the page is left out with ``next_state=False``.
@@ -110,6 +122,13 @@ def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[in
         if found:
             at, n = min(found)
             spans.append((at, at + n))
+            # a derived rationale of another step opens with which page follows (annotate.follows)
+            led = [completion.find(p, opening, end) for p in FOLLOWS]
+            lead = min((x for x in led if x >= 0), default=-1)
+            if lead == opening:
+                stop = min(x for x in (completion.find(":", lead, end),
+                                       completion.find(".", lead, end), end) if x >= 0)
+                spans.append((lead, stop))
         else:  # a teacher's rationale: its last sentence concludes
             body = completion[:end].rstrip()
             cut = body.rstrip(".").rfind(". ")
