@@ -47,9 +47,11 @@ def test_a_deadline_cuts_training_short(tmp_path):
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
-    full = train_experience_model(examples, tiny(tmp_path / "full", epochs=3))
+    # enough epochs that a full run takes several seconds even at ~75 steps/s (bf16 autocast)
+    full = train_experience_model(examples, tiny(tmp_path / "full", epochs=40))
+    assert full.seconds > 2
     # a build's deadline already passed: training gets the minimum (1 s), saved as usual
-    late = train_experience_model(examples, tiny(tmp_path / "late", epochs=3, time_budget_s=600,
+    late = train_experience_model(examples, tiny(tmp_path / "late", epochs=40, time_budget_s=600,
                                                  deadline=time.time() - 5))
     assert 1 <= late.steps < full.steps
     assert (tmp_path / "late" / "config.json").exists()
