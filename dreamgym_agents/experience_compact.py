@@ -479,11 +479,11 @@ def rank_step_demos(state: str, action: str, candidates: list[Transition], k: in
 
     First the same action on the same target (:func:`action_signature`). Among those, a
     demonstration made on this very page (the typed text aside) comes first, then the one whose
-    *next* page is most
-    like this page (:func:`page_likeness`): the same link followed from another page leads to
-    the page this step leads to, and the one whose result shares this page's context (signed in
-    or out, and so every id after the header) is the one to copy. Then the same kind of action
-    (its verb), then the page most like this one, then the embedding's order.
+    *next* page is most like this page (:func:`page_likeness`): the same link followed from
+    another page leads to the page this step leads to, and the one whose result shares this
+    page's context (signed in or out, and so every id after the header) is the one to copy. Then
+    the same kind of action (its verb), then the page most like this one, then the embedding's
+    order.
 
     The hash embedding blends page and action features: it finds the right neighbourhood, but
     among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
@@ -492,10 +492,10 @@ def rank_step_demos(state: str, action: str, candidates: list[Transition], k: in
     of 425 (260 have it among the candidates; embedding order 238), random agent 739 of 1,142
     (748; 618 ranking same actions by their own page only) (docs/RESULTS.md). Without the
     placeholder, "this very page" took in likeness 0.95 and a search sent from an empty box was
-    ranked first for a real search, its result being most like the page it stayed on. The verb comes
-    before the page: ranked by the page alone, a click on the cart link found final answers
-    given on the same page, and the model called the click the end of a successful episode
-    (recipe v25, docs/RESULTS.md).
+    ranked first for a real search, its result being most like the page it stayed on. The verb
+    comes before the page: ranked by the page alone, a click on the cart link found final
+    answers given on the same page, and the model called the click the end of a successful
+    episode (recipe v25, docs/RESULTS.md).
     """
     mine = action_signature(state, action)
     order = {id(t): i for i, t in enumerate(candidates)}

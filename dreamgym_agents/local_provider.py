@@ -113,6 +113,7 @@ class _Batcher:
         self._worker: threading.Thread | None = None
         self.batches = 0
         self.rows = 0
+        self._eos = _eos_ids(model, None)
 
     def submit(self, request: _Request) -> list[int]:
         """Queue ``request``; block until its new token ids (cut at its own limit) are in."""
@@ -176,11 +177,10 @@ class _Batcher:
             output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         self.batches += 1
         self.rows += len(batch)
-        eos = _eos_ids(self.model, None)
         rows = []
         for i, r in enumerate(batch):
             new = output[i, width:].tolist()[: r.max_tokens]
-            end = next((j for j, tok in enumerate(new) if tok in eos), None)
+            end = next((j for j, tok in enumerate(new) if tok in self._eos), None)
             rows.append(new if end is None else new[: end + 1])  # rows that ended are padded
         return rows
 

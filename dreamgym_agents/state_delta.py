@@ -49,7 +49,14 @@ import functools
 import re
 from urllib.parse import quote_plus
 
-from dreamgym_agents.state import Element, action_bid, parse_line, parse_state, quote
+from dreamgym_agents.state import (
+    Element,
+    action_bid,
+    parse_line,
+    parse_state,
+    quote,
+    target_line,
+)
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"
@@ -203,10 +210,8 @@ def _target_edit(line: str, current: str, action: str | None) -> str:
     """The line ``@target <attributes>`` stands for: the action's target element (in
     ``current``) with the value and flags given."""
     bid = action_bid(action or "")
-    prefix = f"[{bid}] "
-    found = next((ln.strip() for ln in current.splitlines() if ln.strip().startswith(prefix)),
-                 None) if bid else None
-    if found is None:
+    found = target_line(current, action or "")
+    if not found:
         raise StateReferenceError(f"{TARGET_REF}: the action {action!r} targets no element of "
                                   "the page")
     element = parse_line(found)
@@ -225,9 +230,8 @@ def _target_form(edit: str, current: str, action: str | None) -> str | None:
     new = parse_line(edit[2:])
     if not bid or new.bid != bid:
         return None
-    old_line = next((ln.strip() for ln in current.splitlines()
-                     if ln.strip().startswith(f"[{bid}] ")), None)
-    if old_line is None:
+    old_line = target_line(current, action or "")
+    if not old_line:
         return None
     old = parse_line(old_line)
     if (old.role, old.name, old.options) != (new.role, new.name, new.options):
