@@ -596,6 +596,10 @@ def train_experience_command(
     ] = None,
     max_examples: Annotated[int | None, typer.Option("--max-examples", min=1)] = None,
     epochs: Annotated[float, typer.Option("--epochs", min=0.01)] = 3.0,
+    steps: Annotated[int | None, typer.Option(
+        "--steps", min=1, help="Optimisation steps, whatever the data's size (overrides "
+        "--epochs): the same data then trains the same model on any busy or idle machine.")
+    ] = None,
     time_budget_s: Annotated[
         float | None, typer.Option("--time-budget-s", min=1.0, help="Stop SFT after this.")
     ] = None,
@@ -641,7 +645,8 @@ def train_experience_command(
     flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
     sft_cfg = ExperienceSFTConfig(output_dir=str(out),
                                   base_model=str(base_model) if base_model else None,
-                                  epochs=epochs, time_budget_s=time_budget_s,
+                                  epochs=epochs, max_steps=steps,
+                                  time_budget_s=time_budget_s,
                                   decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
     buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))

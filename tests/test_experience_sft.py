@@ -87,10 +87,13 @@ def test_budgeted_schedule_follows_the_clock_and_the_steps():
 
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
 
+    clocks: list[dict] = []
+
     def lrs(deadline_in: float, steps: int = 100, run: int = 10) -> list[float]:
         model = torch.nn.Linear(4, 4)
         cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
-        opt, sched = _clock_schedule(model, cfg, steps,
+        clocks.append({})
+        opt, sched = _clock_schedule(model, cfg, steps, clock=clocks[-1],
                                      deadline=time.perf_counter() + deadline_in)
         out = []
         for _ in range(run):
@@ -101,8 +104,11 @@ def test_budgeted_schedule_follows_the_clock_and_the_steps():
 
     far = lrs(3600.0)
     assert far[0] < far[4] and far[6] == pytest.approx(1.0, abs=0.01)  # warmup, then ~peak
+    assert "behind" not in clocks[-1]  # the steps' schedule alone
     assert lrs(-1.0)[6] == pytest.approx(0.0, abs=1e-9)  # past the deadline: annealed
+    assert "behind" in clocks[-1]  # and says so
     assert lrs(3600.0, steps=8, run=10)[9] == pytest.approx(0.0, abs=1e-9)  # out of steps
+    assert "behind" not in clocks[-1]
 
 
 def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monkeypatch):

@@ -107,6 +107,7 @@ def train_from_trajectories(
         "examples": result.examples,
         "dropped_too_long": result.dropped_too_long,
         "steps": result.steps,
+        "schedule_followed_clock_from_step": result.clock_from_step,
         "bf16_autocast": result.bf16,
         "first_loss": result.first_loss,
         "last_loss": result.last_loss,

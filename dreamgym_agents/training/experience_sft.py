@@ -42,13 +42,18 @@ class ExperienceSFTConfig:
         hidden_size: Model width when training from scratch.
         num_layers: Transformer layers when training from scratch.
         max_length: Longest example in tokens (longer ones are dropped, and counted).
-        epochs: Passes over the examples.
+        epochs: Passes over the examples (unless ``max_steps`` is set).
+        max_steps: Optimisation steps, whatever the data's size (None: ``epochs`` passes). With
+            a fixed step count the run, its learning-rate schedule and so its weights do not
+            depend on the machine's speed: the same data and seed train the same model, and a
+            time budget only caps the run (see ``time_budget_s``).
         batch_size: Examples per optimisation step.
         learning_rate: Peak learning rate (from scratch wants ~1e-3, fine-tuning ~5e-5).
         decision_weight: Loss weight of the tokens in an example's ``decision_spans``
             (other completion tokens weigh 1); 1 is plain SFT.
-        time_budget_s: Stop training after this many seconds (None: run every epoch); the
-            learning-rate schedule then follows the clock, ending at the deadline.
+        time_budget_s: Stop training after this many seconds (None: run every step). The
+            learning-rate schedule ends at the last step or at the budget, whichever comes
+            first: on a machine too slow for the steps it follows the clock (and says so).
         deadline: A wall-clock time (``time.time()``) by which training must end, whatever
             ``time_budget_s`` says: a whole build's budget (the embedded default's first use),
             of which earlier phases took their share. None: no such limit.
@@ -64,6 +69,7 @@ class ExperienceSFTConfig:
     num_layers: int = 4
     max_length: int = 1024
     epochs: float = 3.0
+    max_steps: int | None = None
     batch_size: int = 8
     learning_rate: float = 1e-3
     decision_weight: float = 1.0
@@ -76,6 +82,8 @@ class ExperienceSFTConfig:
     def __post_init__(self) -> None:
         if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
             raise ConfigError("epochs, batch_size and learning_rate must be positive")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
         if self.decision_weight <= 0:
             raise ConfigError(f"decision_weight must be positive (1 = plain SFT), got "
                               f"{self.decision_weight}")
@@ -95,6 +103,9 @@ class SFTResult:
     last_loss: float
     seconds: float
     bf16: bool = False
+    clock_from_step: int | None = None
+    """The step from which the learning-rate schedule followed the clock, because the machine
+    was too slow for the planned steps within the time budget (None: it never did)."""
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -150,7 +161,7 @@ def train_experience_model(
     logger.info("SFT on %d examples (%d longer than %d tokens dropped)", len(rows), dropped,
                 cfg.max_length)
     train_set = datasets.Dataset.from_list(rows)
-    steps = math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
+    steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
     # would spend most of their compute on padding.
     options: dict[str, Any] = {"train_sampling_strategy": "group_by_length", **cfg.extra}
@@ -158,6 +169,7 @@ def train_experience_model(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=cfg.batch_size,
         num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps or -1,
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=max(1, steps // 20),
@@ -192,9 +204,11 @@ def train_experience_model(
                                cfg.time_budget_s, state.global_step, state.max_steps)
                 control.should_training_stop = True
 
-    optimizers = (None, None)
+    optimizers: tuple[Any, Any] = (None, None)
+    clock: dict[str, float] = {}
     if cfg.time_budget_s:
-        optimizers = _clock_schedule(model, cfg, steps, deadline=start + cfg.time_budget_s)
+        optimizers = _clock_schedule(model, cfg, steps, deadline=start + cfg.time_budget_s,
+                                     clock=clock)
     bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
     logger.info("SFT passes in %s", "bfloat16 autocast" if bf16 else "float32")
     trainer = _weighted_trainer_class(trl, bf16=bf16)(
@@ -209,6 +223,7 @@ def train_experience_model(
         steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
         last_loss=losses[-1] if losses else float("nan"),
         seconds=time.perf_counter() - start, bf16=bf16,
+        clock_from_step=int(clock["behind"]) if "behind" in clock else None,
     )
 
 
@@ -304,18 +319,20 @@ WARMUP_SHARE = 0.05
 """Share of a time-budgeted run (by the clock or by the steps) spent warming up."""
 
 
-def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int,
-                    deadline: float) -> tuple[Any, Any]:
-    """AdamW with a cosine schedule that ends at the time budget's deadline (or at the last
-    step, whichever comes first), so a budget-cut run still finishes at a low learning rate
-    on any machine, instead of stopping mid-schedule."""
+def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: float,
+                    clock: dict[str, float] | None = None) -> tuple[Any, Any]:
+    """AdamW with a cosine schedule that ends at the last step or at the time budget's
+    deadline, whichever comes first, so a budget-cut run still finishes at a low learning rate
+    on any machine, instead of stopping mid-schedule. While the steps stay ahead of the clock
+    the schedule is the steps' alone (the run is reproducible); the first time the clock gets
+    ahead, a warning says the machine is too slow for the planned steps."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                    {"params": rest, "weight_decay": 0.0}], lr=cfg.learning_rate)
-    clock: dict[str, float] = {}
+    clock = {} if clock is None else clock  # "t0", and "behind": the step the clock overtook
 
     def factor(step: int) -> float:
         # Progress by the clock or by the steps, whichever is further; the first 5 % of it
@@ -324,7 +341,13 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int,
         now = time.perf_counter()
         t0 = clock.setdefault("t0", now)
         by_time = (now - t0) / max(deadline - t0, 1e-6)
-        progress = min(1.0, max(by_time, (step + 1) / max(1, steps)))
+        by_steps = (step + 1) / max(1, steps)
+        if by_time > by_steps and "behind" not in clock:
+            clock["behind"] = step
+            logger.warning("SFT is behind its time budget at step %d/%d: the learning-rate "
+                           "schedule follows the clock from here, so this model will differ "
+                           "from one trained on a faster machine", step, steps)
+        progress = min(1.0, max(by_time, by_steps))
         if progress < WARMUP_SHARE:
             return progress / WARMUP_SHARE
         return 0.5 * (1.0 + math.cos(math.pi * (progress - WARMUP_SHARE) / (1 - WARMUP_SHARE)))
