@@ -57,6 +57,23 @@ def test_a_deadline_cuts_training_short(tmp_path):
     assert (tmp_path / "late" / "config.json").exists()
 
 
+def test_a_step_count_trains_the_same_weights_twice(tmp_path):
+    # max_steps: the run's length and schedule do not depend on the clock, so two runs on the
+    # same examples and seed save the same weights (a time budget is then only a cap)
+    from safetensors.torch import load_file
+
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    runs = [train_experience_model(examples, tiny(tmp_path / name, epochs=1, max_steps=9,
+                                                  time_budget_s=600, bf16=False))
+            for name in ("one", "two")]
+    assert [r.steps for r in runs] == [9, 9]  # more than one pass over the 8 examples
+    assert all(r.clock_from_step is None for r in runs)
+    one, two = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("one", "two"))
+    assert one.keys() == two.keys()
+    assert all((one[k] == two[k]).all() for k in one)
+
+
 def test_pipeline_writes_a_manifest(tmp_path):
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     buffer = ReplayBuffer(BufferConfig(path=str(tmp_path / "buf")))
@@ -73,11 +90,12 @@ def test_cli_train_experience(tmp_path, capsys):
     write_trajectories(data, [episode("a", "$9.99", True), episode("b", "$1.00", False)])
     assert main(["train-experience", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
     assert "not found" in capsys.readouterr().err
-    code = main(["train-experience", str(data), "--out", str(tmp_path / "m"), "--epochs", "1",
+    code = main(["train-experience", str(data), "--out", str(tmp_path / "m"), "--steps", "3",
                  "--time-budget-s", "120"])
     assert code == 0, capsys.readouterr().err
     manifest = json.loads((tmp_path / "m" / "dreamgym_manifest.json").read_text())
-    assert manifest["episodes"] == 2 and manifest["steps"] >= 1
+    assert manifest["episodes"] == 2 and manifest["steps"] == 3
+    assert manifest["schedule_followed_clock_from_step"] is None
 
 
 def test_budgeted_schedule_follows_the_clock_and_the_steps():
@@ -122,16 +140,19 @@ def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monke
     model = torch.nn.Linear(4, 4)
     cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
     # 10,000 planned steps, a 100 s budget that will only fit a few hundred
-    opt, sched = _clock_schedule(model, cfg, 10_000, deadline=100.0)
+    clock: dict = {}
+    opt, sched = _clock_schedule(model, cfg, 10_000, deadline=100.0, clock=clock)
     lrs = []
-    for second in (1.0, 2.0, 10.0, 50.0, 99.0):
+    for second in (0.0, 1.0, 2.0, 10.0, 50.0, 99.0):  # the clock starts at the first step
         now[0] = second
         opt.step()
         sched.step()
         lrs.append(opt.param_groups[0]["lr"])
+    lrs = lrs[1:]
     assert lrs[0] < lrs[1] < 1.0  # warming up during the first 5 s
     assert lrs[2] == pytest.approx(1.0, abs=0.05)  # at 10 % of the budget: at the peak
     assert lrs[3] == pytest.approx(0.5, abs=0.05) and lrs[4] < 0.01  # cosine to the deadline
+    assert clock["behind"] == 2  # the clock overtook the 10,000 steps' schedule at once
 
 
 def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):

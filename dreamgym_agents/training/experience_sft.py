@@ -337,11 +337,15 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: 
     def factor(step: int) -> float:
         # Progress by the clock or by the steps, whichever is further; the first 5 % of it
         # warms up. (Counting warmup in planned steps, a budget-cut run spent a third of its
-        # steps warming up: 247 of 671 in recipe v17.)
-        now = time.perf_counter()
-        t0 = clock.setdefault("t0", now)
-        by_time = (now - t0) / max(deadline - t0, 1e-6)
+        # steps warming up: 247 of 671 in recipe v17.) The clock starts at the first optimizer
+        # step, not when the trainer is still being set up: from there, it overtakes the steps
+        # only on a machine too slow for them.
         by_steps = (step + 1) / max(1, steps)
+        by_time = 0.0
+        if step >= 1:
+            now = time.perf_counter()
+            t0 = clock.setdefault("t0", now)
+            by_time = (now - t0) / max(deadline - t0, 1e-6)
         if by_time > by_steps and "behind" not in clock:
             clock["behind"] = step
             logger.warning("SFT is behind its time budget at step %d/%d: the learning-rate "
