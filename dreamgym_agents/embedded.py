@@ -296,9 +296,10 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
         f"{timings['total_s']:.0f} s")
     behind = manifest.get("schedule_followed_clock_from_step")
     if behind is not None or manifest["steps"] < recipe.sft_steps:
+        where = f"the schedule followed the clock from step {behind}" if behind is not None \
+            else f"stopped at step {manifest['steps']}"
         say(f"  this machine was too slow for {recipe.sft_steps} steps in the time budget "
-            f"(the schedule followed the clock from step {behind}): the model differs from "
-            f"the reference build's (docs/RESULTS.md)")
+            f"({where}): the model differs from the reference build's (docs/RESULTS.md)")
     return {k: round(v, 1) for k, v in timings.items()}
 
 

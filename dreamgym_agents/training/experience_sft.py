@@ -330,9 +330,10 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: 
                     clock: dict[str, float] | None = None) -> tuple[Any, Any]:
     """AdamW with a cosine schedule that ends at the last step or at the time budget's
     deadline, whichever comes first, so a budget-cut run still finishes at a low learning rate
-    on any machine, instead of stopping mid-schedule. While the steps stay ahead of the clock
-    the schedule is the steps' alone (the run is reproducible); the first time the clock gets
-    ahead, a warning says the machine is too slow for the planned steps."""
+    on any machine, instead of stopping mid-schedule. While the run keeps within
+    ``CLOCK_SLACK`` of the steps' pace the schedule is the steps' alone (the run is
+    reproducible); once it falls further behind, a warning says the machine is too slow for the
+    planned steps, and ``clock["behind"]`` records the step."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
