@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 29
+RECIPE_VERSION = 30
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 5
@@ -215,11 +215,9 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
     )
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.env import EnvConfig, make_family
-    from dreamgym_agents.graph import TRAJECTORIES_FILE
     from dreamgym_agents.training.experience_data import ExampleConfig
     from dreamgym_agents.training.experience_pipeline import train_from_trajectories
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
-    from dreamgym_agents.types import read_trajectories
 
     timings: dict[str, float] = {}
     start, wall_start = time.perf_counter(), time.time()
@@ -243,7 +241,6 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                                      item_pattern=ORDER_ITEMS),
              recipe.order_explorer_tasks,
              [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
-    trajectories = []
     shared = collect_dir(recipe)
     try:
         with _build_lock(shared):
@@ -253,8 +250,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                 _collect(recipe, shared, plan, family, env_cfg, say, on_episode)
     finally:
         family.close()
-    for name, *_ in plan:
-        trajectories.extend(read_trajectories(shared / name / TRAJECTORIES_FILE))
+    trajectories = read_collected(shared, [name for name, *_ in plan])
     for traj in trajectories:
         traj.provenance = "offline"
         for t in traj.transitions:
@@ -301,6 +297,20 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
         say(f"  this machine was too slow for {recipe.sft_steps} steps in the time budget "
             f"({where}): the model differs from the reference build's (docs/RESULTS.md)")
     return {k: round(v, 1) for k, v in timings.items()}
+
+
+def read_collected(folder: Path, names: list[str]) -> list[Any]:
+    """The collected episodes of each collector in ``names``, in a fixed order: concurrent
+    episodes are written as they finish, and the order of the training data (hence the trained
+    weights) must not depend on which finished first."""
+    from dreamgym_agents.graph import TRAJECTORIES_FILE
+    from dreamgym_agents.types import read_trajectories
+
+    out: list[Any] = []
+    for name in names:
+        out.extend(sorted(read_trajectories(folder / name / TRAJECTORIES_FILE),
+                          key=lambda t: t.episode_id))
+    return out
 
 
 _SAVE_RESERVE_S = 20.0
