@@ -598,7 +598,7 @@ def train_experience_command(
     epochs: Annotated[float, typer.Option("--epochs", min=0.01)] = 3.0,
     steps: Annotated[int | None, typer.Option(
         "--steps", min=1, help="Optimisation steps, whatever the data's size (overrides "
-        "--epochs): the same data then trains the same model on any busy or idle machine.")
+        "--epochs): the same data then trains the same model, fast machine or slow.")
     ] = None,
     time_budget_s: Annotated[
         float | None, typer.Option("--time-budget-s", min=1.0, help="Stop SFT after this.")

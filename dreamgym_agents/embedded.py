@@ -75,9 +75,11 @@ class EmbeddedRecipe:
         num_layers: Transformer layers.
         vocab_size: Tokenizer size.
         max_length: Longest SFT example, tokens.
-        sft_steps: SFT optimisation steps: a fixed count, so builds on the same episodes train
-            the same weights however busy the machine is (recipe v28 trained by the clock: two
-            builds on the same episodes ran 1,083 and 1,221 steps, state F1 0.917 and 0.844).
+        sft_steps: SFT optimisation steps: a fixed count, so how far a build trains does not
+            depend on the machine's speed while it keeps pace (recipe v28 trained by the clock:
+            two builds on the same episodes ran 1,083 and 1,221 steps, state F1 0.917 and
+            0.844). Builds still differ: the from-scratch tokenizer's BPE training breaks count
+            ties in hash-map order (docs/RESULTS.md, "Recipes v29–v30").
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
         sft_budget_s: Wall-time cap of SFT: a machine too slow for ``sft_steps`` in it ends

@@ -58,14 +58,22 @@ def test_a_deadline_cuts_training_short(tmp_path):
 
 
 def test_a_step_count_trains_the_same_weights_twice(tmp_path):
-    # max_steps: the run's length and schedule do not depend on the clock, so two runs on the
-    # same examples and seed save the same weights (a time budget is then only a cap)
+    # max_steps: the run's length and schedule do not depend on the clock, so two runs from the
+    # same checkpoint on the same examples and seed save the same weights (a time budget is then
+    # only a cap). Both start from one checkpoint: a tokenizer trained from scratch may break
+    # BPE count ties in another order each time (huggingface/tokenizers#1794).
     from safetensors.torch import load_file
+
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    base = tmp_path / "base"
+    make_tiny_checkpoint(base, [e["messages"][-1]["content"] + e["completion"] for e in examples],
+                         vocab_size=400, hidden_size=32, num_layers=1, max_positions=768)
     runs = [train_experience_model(examples, tiny(tmp_path / name, epochs=1, max_steps=9,
-                                                  time_budget_s=600, bf16=False))
+                                                  base_model=str(base), time_budget_s=600,
+                                                  bf16=False))
             for name in ("one", "two")]
     assert [r.steps for r in runs] == [9, 9]  # more than one pass over the 8 examples
     assert all(r.clock_from_step is None for r in runs)
