@@ -331,9 +331,9 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: 
     """AdamW with a cosine schedule that ends at the last step or at the time budget's
     deadline, whichever comes first, so a budget-cut run still finishes at a low learning rate
     on any machine, instead of stopping mid-schedule. While the run keeps within
-    ``CLOCK_SLACK`` of the steps' pace the schedule is the steps' alone (the run is
-    reproducible); once it falls further behind, a warning says the machine is too slow for the
-    planned steps, and ``clock["behind"]`` records the step."""
+    ``CLOCK_SLACK`` of the steps' pace the schedule is the steps' alone (it does not depend
+    on the machine's speed); once it falls further behind, a warning says the machine is too
+    slow for the planned steps, and ``clock["behind"]`` records the step."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
@@ -348,7 +348,7 @@ def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: 
         # steps warming up: 247 of 671 in recipe v17.) The clock starts at the first optimizer
         # step, not while the trainer is set up, and counts only once the run is CLOCK_SLACK
         # of its budget behind the steps' pace: a run that finishes in time keeps the steps'
-        # schedule, so it is reproducible; one behind by more ends its schedule at the deadline.
+        # schedule, whatever the machine; one behind by more ends its schedule at the deadline.
         by_steps = (step + 1) / max(1, steps)
         by_time = 0.0
         if step >= 1:
