@@ -137,7 +137,10 @@ def test_budgeted_schedule_follows_the_clock_and_the_steps():
     assert "behind" not in clocks[-1]
 
 
-def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monkeypatch):
+def _lrs_at(monkeypatch, steps: int, deadline: float,
+            times: list[float]) -> tuple[list[float], dict]:
+    """Learning rates of a budgeted schedule after optimizer steps that end at ``times``
+    (seconds on a fake clock that starts at 0), and the schedule's clock record."""
     import torch
 
     from dreamgym_agents.training import experience_sft
@@ -147,15 +150,21 @@ def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monke
     monkeypatch.setattr(experience_sft.time, "perf_counter", lambda: now[0])
     model = torch.nn.Linear(4, 4)
     cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
-    # 10,000 planned steps, a 100 s budget that will only fit a few hundred
     clock: dict = {}
-    opt, sched = _clock_schedule(model, cfg, 10_000, deadline=100.0, clock=clock)
-    lrs = []
-    for second in (0.0, 1.0, 4.0, 7.0, 12.0, 55.0, 99.0):  # the clock starts at the first step
+    opt, sched = _clock_schedule(model, cfg, steps, deadline=deadline, clock=clock)
+    out = []
+    for second in times:
         now[0] = second
         opt.step()
         sched.step()
-        lrs.append(opt.param_groups[0]["lr"])
+        out.append(opt.param_groups[0]["lr"])
+    return out, clock
+
+
+def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monkeypatch):
+    # 10,000 planned steps, a 100 s budget that will only fit a few hundred; the clock starts
+    # at the first step (0 s)
+    lrs, clock = _lrs_at(monkeypatch, 10_000, 100.0, [0.0, 1.0, 4.0, 7.0, 12.0, 55.0, 99.0])
     lrs = lrs[1:]
     # 5 % of the budget (5 s) behind the steps' pace before the clock counts: then it warms up
     # over the next 5 % of what is left, and the cosine ends at the deadline
@@ -168,28 +177,14 @@ def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monke
 def test_a_run_a_little_behind_keeps_the_steps_schedule(monkeypatch):
     # uneven steps (the longest batches first) put a run that finishes in time briefly behind
     # the clock: within the slack, its learning rates are the steps' alone, as on any machine
-    import torch
+    import itertools
 
-    from dreamgym_agents.training import experience_sft
-    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
+    def ends(paces: list[float]) -> list[float]:
+        return list(itertools.accumulate(paces))
 
-    def lrs(seconds_per_step: list[float]) -> tuple[list[float], dict]:
-        now = [0.0]
-        monkeypatch.setattr(experience_sft.time, "perf_counter", lambda: now[0])
-        model = torch.nn.Linear(4, 4)
-        cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
-        clock: dict = {}
-        opt, sched = _clock_schedule(model, cfg, 100, deadline=100.0, clock=clock)
-        out = []
-        for pace in seconds_per_step:
-            now[0] += pace
-            opt.step()
-            sched.step()
-            out.append(opt.param_groups[0]["lr"])
-        return out, clock
-
-    steady, _ = lrs([0.5] * 100)
-    uneven, clock = lrs([3.0] * 2 + [0.6] * 98)  # 4 s behind at the 3rd step, done at 64 s
+    steady, _ = _lrs_at(monkeypatch, 100, 100.0, ends([0.5] * 100))
+    # 4 s behind at the 3rd step, done at 64 s
+    uneven, clock = _lrs_at(monkeypatch, 100, 100.0, ends([3.0] * 2 + [0.6] * 98))
     assert "behind" not in clock and uneven == steady
 
 
