@@ -316,6 +316,10 @@ from dreamgym_agents.cli_experience import register as _register_experience_comm
 
 _register_experience_commands(app)
 
+from dreamgym_agents.cli_policy import register as _register_policy_commands  # noqa: E402
+
+_register_policy_commands(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and turn every error into one line and an exit code."""

@@ -313,18 +313,12 @@ def _build_experience(
     """
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
-    from dreamgym_agents.training.experience_pipeline import read_manifest
+    from dreamgym_agents.training.experience_pipeline import trained_settings
 
     flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
     # A checkpoint trained by our pipeline says how it must be prompted.
-    manifest = (read_manifest(experience_model[3:])
-                if experience_model.startswith("hf/") else None) or {}
-    trained = manifest.get("example_config", {})
-    defaults = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval",
-                                         "use_reasoning") if k in trained}
-    if "prompt_style" in manifest:
-        defaults["prompt_style"] = manifest["prompt_style"]
-    exp_cfg = sections.configure(ExperienceConfig(**defaults), "experience", flags)
+    exp_cfg = sections.configure(ExperienceConfig(**trained_settings(experience_model)),
+                                 "experience", flags)
     buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else model_buffer),
                                    ("url", buffer_url)) if v}
     buf_cfg = sections.configure(BufferConfig(), "buffer", buf_flags)

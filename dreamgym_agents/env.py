@@ -150,6 +150,35 @@ class TaskFamily(Protocol):
     def close(self) -> None: ...
 
 
+def task_template(task: Task) -> str:
+    """The template a task was made from (WebArena's ``intent_template``), else its intent."""
+    config = task.config if isinstance(task.config, dict) else {}
+    return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
+
+
+def spread_tasks(tasks: list[Task], limit: int | None = None) -> list[Task]:
+    """``limit`` of ``tasks`` spread over their templates (all of them without a limit).
+
+    One task of each template in turn (in order of first appearance), as many rounds as it
+    takes, kept in their original order. Task files list a template's tasks together, and the
+    first N of the bundled test split are all questions: a short run would measure no
+    navigation or action task at all.
+    """
+    if limit is None or limit >= len(tasks):
+        return list(tasks)
+    # a task's turn: (how many tasks of its template come before it, its template's rank)
+    counts: dict[str, int] = {}
+    rank: dict[str, int] = {}
+    turns = []
+    for task in tasks:
+        key = task_template(task)
+        rank.setdefault(key, len(rank))
+        turns.append((counts.get(key, 0), rank[key]))
+        counts[key] = counts.get(key, 0) + 1
+    picked = sorted(range(len(tasks)), key=turns.__getitem__)[:limit]
+    return [tasks[i] for i in sorted(picked)]
+
+
 FamilyFactory = Callable[[], TaskFamily]
 """Builds a task family; registered by name and called lazily (imports stay cheap)."""
 

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from dreamgym_agents.agent import Agent, RandomAgent
 from dreamgym_agents.dream import DreamBuffer, DreamConfig, DreamEnv
+from dreamgym_agents.env import spread_tasks
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience import (
     ChatModel,
@@ -266,12 +267,6 @@ def _task_key(task: Task) -> tuple[str, str, str]:
     return task.family, task.split, task.task_id
 
 
-def _template(task: Task) -> str:
-    """The template a task was made from (WebArena's ``intent_template``), else its intent."""
-    config = task.config if isinstance(task.config, dict) else {}
-    return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
-
-
 def held_out_tasks(runs: list[RealRun], limit: int | None = None) -> list[Task]:
     """The tasks of the runs, in order of first appearance.
 
@@ -284,20 +279,7 @@ def held_out_tasks(runs: list[RealRun], limit: int | None = None) -> list[Task]:
     for run in runs:
         for traj in run.trajectories:
             seen.setdefault(_task_key(traj.task), traj.task)
-    tasks = list(seen.values())
-    if limit is None or limit >= len(tasks):
-        return tasks
-    # a task's turn: (how many tasks of its template come before it, its template's rank)
-    counts: dict[str, int] = {}
-    rank: dict[str, int] = {}
-    turns = []
-    for task in tasks:
-        key = _template(task)
-        rank.setdefault(key, len(rank))
-        turns.append((counts.get(key, 0), rank[key]))
-        counts[key] = counts.get(key, 0) + 1
-    picked = sorted(range(len(tasks)), key=turns.__getitem__)[:limit]
-    return [tasks[i] for i in sorted(picked)]
+    return spread_tasks(list(seen.values()), limit)
 
 
 # --------------------------------------------------------------------------------------------

@@ -338,6 +338,90 @@ async def run_episodes(
     return RunResult(summary=summary, failed=failed, skipped=skipped)
 
 
+class EnvPool:
+    """Environments kept between batches of episodes (a browser is slow to start).
+
+    ``acquire`` hands out an idle environment or makes a new one; callers bound how many they
+    hold at once to ``size`` (:func:`play_episodes` does). ``close`` closes every one made.
+    """
+
+    def __init__(self, make_env: Callable[[], Environment], size: int) -> None:
+        if size < 1:
+            raise ConfigError(f"an environment pool needs at least 1 environment, got {size}")
+        self.make_env = make_env
+        self.size = size
+        self._idle: list[Environment] = []
+        self._made: list[Environment] = []
+
+    async def acquire(self) -> Environment:
+        if self._idle:
+            return self._idle.pop()
+        env = await asyncio.to_thread(self.make_env)
+        self._made.append(env)
+        return env
+
+    def release(self, env: Environment) -> None:
+        self._idle.append(env)
+
+    def close(self) -> None:
+        for env in self._made:
+            env.close()
+        self._made, self._idle = [], []
+
+
+async def play_episodes(
+    episodes: list[tuple[str, Task]],
+    pool: EnvPool,
+    agent: Agent,
+    *,
+    max_steps: int,
+    on_episode: Callable[[Trajectory | None], None] | None = None,
+) -> list[Trajectory | DreamGymError]:
+    """Play episodes through the episode graph, in memory (no files, no checkpoints): what a
+    trainer's rollouts need. At most ``pool.size`` run at once.
+
+    Args:
+        episodes: ``(episode_id, task)`` pairs; ids must be unique (a group of rollouts of one
+            task gets one id each).
+        pool: The environments.
+        agent: The agent (a policy being trained).
+        max_steps: Episode length limit.
+        on_episode: Called after each episode (None for a failed one).
+
+    Returns:
+        One entry per episode, in order: its trajectory, or the infrastructure error that ended
+        it (:class:`~dreamgym_agents.errors.DreamGymError`; a non-retryable model error raises).
+    """
+    graph = build_episode_graph()
+    semaphore = asyncio.Semaphore(pool.size)
+
+    async def play(episode_id: str, task: Task) -> Trajectory | DreamGymError:
+        async with semaphore:
+            env = await pool.acquire()
+            try:
+                state = await graph.ainvoke(
+                    {"episode_id": episode_id, "task": task.to_dict(), "transitions": [],
+                     "started_at": time.time()},
+                    {"recursion_limit": 2 * max_steps + 10},
+                    context=EpisodeContext(env=env, agent=agent, max_steps=max_steps),
+                )
+            except ModelError as exc:
+                if not exc.retryable:
+                    raise
+                outcome: Trajectory | DreamGymError = exc
+            except DreamGymError as exc:
+                outcome = exc
+            else:
+                outcome = trajectory_from_state(state, agent.name)
+            finally:
+                pool.release(env)
+        if on_episode:
+            on_episode(outcome if isinstance(outcome, Trajectory) else None)
+        return outcome
+
+    return list(await asyncio.gather(*(play(eid, task) for eid, task in episodes)))
+
+
 def summarize(trajectories: list[Trajectory], meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """Metrics of a set of episodes (the body of ``summary.json``)."""
     steps = [t for traj in trajectories for t in traj.transitions]

@@ -76,7 +76,7 @@ class LocalGeneration:
 
 
 @dataclass
-class _Request:
+class GenerationRequest:
     """One generation waiting for the batcher: prompt ids and its own sampling settings."""
 
     ids: list[int]
@@ -95,7 +95,7 @@ class _Request:
                 self.top_p if self.temperature > 0 else None)
 
 
-class _Batcher:
+class Batcher:
     """Runs one model's generations in a worker thread, in batches of the requests waiting.
 
     No request waits for company: the worker takes whatever is queued when it is free, so a lone
@@ -108,14 +108,14 @@ class _Batcher:
         self.model = model
         self.pad_id = pad_id
         self.max_batch = max(1, max_batch)
-        self._queue: list[_Request] = []
+        self._queue: list[GenerationRequest] = []
         self._cond = threading.Condition()
         self._worker: threading.Thread | None = None
         self.batches = 0
         self.rows = 0
-        self._eos = _eos_ids(model, None)
+        self._eos = eos_ids(model, None)
 
-    def submit(self, request: _Request) -> list[int]:
+    def submit(self, request: GenerationRequest) -> list[int]:
         """Queue ``request``; block until its new token ids (cut at its own limit) are in."""
         with self._cond:
             self._queue.append(request)
@@ -126,7 +126,7 @@ class _Batcher:
             self._cond.notify()
         return request.future.result()
 
-    def _take(self) -> list[_Request] | None:
+    def _take(self) -> list[GenerationRequest] | None:
         with self._cond:
             if not self._queue and not self._cond.wait_for(lambda: self._queue,
                                                            timeout=self.IDLE_EXIT_S):
@@ -152,7 +152,7 @@ class _Batcher:
             for r, row in zip(batch, rows, strict=True):
                 r.future.set_result(row)
 
-    def _generate(self, batch: list[_Request]) -> list[list[int]]:
+    def _generate(self, batch: list[GenerationRequest]) -> list[list[int]]:
         import torch
 
         width = max(len(r.ids) for r in batch)
@@ -206,7 +206,7 @@ class _LoadedModel:
     signature: tuple[float, ...]
     lock: threading.Lock
     """Guards the tokenizer (fast tokenizers are not safe to share between threads)."""
-    batcher: _Batcher
+    batcher: Batcher
 
 
 _MODELS: dict[str, _LoadedModel] = {}
@@ -280,7 +280,7 @@ def _get_loaded(path: str | os.PathLike[str]) -> _LoadedModel:
         if pad_id is None:
             pad_id = tokenizer.eos_token_id
         loaded = _LoadedModel(tokenizer, model, signature, threading.Lock(),
-                              _Batcher(model, int(pad_id or 0), _max_batch()))
+                              Batcher(model, int(pad_id or 0), _max_batch()))
         _MODELS[key] = loaded
         logger.info("loaded local model %s in %.2fs", key, time.perf_counter() - started)
         return loaded
@@ -371,12 +371,12 @@ def generate_local(
         # The answer may use what the prompt leaves of the context (finish_reason "length"
         # tells when it was cut).
         max_tokens = min(max_tokens, context - prompt_tokens)
-    new_ids = loaded.batcher.submit(_Request(ids, max_tokens, temperature, top_p, seed))
+    new_ids = loaded.batcher.submit(GenerationRequest(ids, max_tokens, temperature, top_p, seed))
     completion_tokens = len(new_ids)
     with loaded.lock:
         text = tokenizer.decode(new_ids, skip_special_tokens=True)
-    eos_ids = _eos_ids(model, tokenizer)
-    ended = completion_tokens > 0 and int(new_ids[-1]) in eos_ids
+    ends = eos_ids(model, tokenizer)
+    ended = completion_tokens > 0 and int(new_ids[-1]) in ends
     finish_reason = "stop" if ended or completion_tokens < max_tokens else "length"
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     if cut >= 0:
@@ -384,7 +384,7 @@ def generate_local(
     return LocalGeneration(text, prompt_tokens, completion_tokens, finish_reason)
 
 
-def _eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
+def eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
     ids: set[int] = set()
     for value in (getattr(model.generation_config, "eos_token_id", None),
                   getattr(tokenizer, "eos_token_id", None)):

@@ -123,3 +123,15 @@ def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
     """The manifest of a checkpoint trained by this pipeline, or None."""
     path = Path(checkpoint, MANIFEST)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def trained_settings(model: str) -> dict[str, Any]:
+    """The experience settings a checkpoint trained by this pipeline must be prompted with
+    (``top_k``, the ablation flags, ``prompt_style``); empty for other model strings."""
+    manifest = (read_manifest(model[3:]) if model.startswith("hf/") else None) or {}
+    trained = manifest.get("example_config", {})
+    out = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval", "use_reasoning")
+           if k in trained}
+    if "prompt_style" in manifest:
+        out["prompt_style"] = manifest["prompt_style"]
+    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ class SFTResult:
     clock_from_step: int | None = None
     """The step from which the learning-rate schedule followed the clock, because the machine
     was too slow for the planned steps within the time budget (None: it never did)."""
+    model: Any = field(default=None, repr=False, compare=False)
+    """The trained model (in memory; also saved to ``path`` by the functions that save)."""
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -128,7 +131,7 @@ def train_experience_model(
         cfg: Settings.
         corpus: Texts the from-scratch tokenizer learns its merges from (defaults to the examples).
     """
-    datasets, transformers, trl = _imports()
+    _, transformers, _ = _imports()
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     start = time.perf_counter()
@@ -160,6 +163,27 @@ def train_experience_model(
         raise ConfigError(f"no example fits in max_length={cfg.max_length} tokens")
     logger.info("SFT on %d examples (%d longer than %d tokens dropped)", len(rows), dropped,
                 cfg.max_length)
+    result = fit_weighted(model, tokenizer, rows, cfg, out=out, start=start)
+    result.dropped_too_long = dropped
+    result.model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return result
+
+
+def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: Any, *,
+                 out: Path, start: float | None = None,
+                 on_step: Callable[..., None] | None = None) -> SFTResult:
+    """Train ``model`` on tokenized ``rows`` (``input_ids``, ``labels``, ``token_weights``) with
+    the token-weighted loss; return what training did (``result.model`` is the trained model,
+    not yet saved).
+
+    ``cfg`` has the fields of :class:`ExperienceSFTConfig` that say how to train (``epochs``,
+    ``max_steps``, ``batch_size``, ``learning_rate``, ``time_budget_s``, ``seed``,
+    ``max_length``, ``bf16``, ``extra``); the policy's SFT config has them too. ``on_step``
+    is called after each optimisation step (a progress bar).
+    """
+    datasets, transformers, trl = _imports()
+    start = time.perf_counter() if start is None else start
     train_set = datasets.Dataset.from_list(rows)
     steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
@@ -199,6 +223,8 @@ def train_experience_model(
                 losses.append(float(logs["loss"]))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if on_step is not None:
+                on_step(1)
             if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
                 logger.warning("SFT time budget of %.0f s reached at step %d/%d",
                                cfg.time_budget_s, state.global_step, state.max_steps)
@@ -216,14 +242,13 @@ def train_experience_model(
         data_collator=_WeightedCollator(tokenizer.pad_token_id), callbacks=[_Budget()],
         optimizers=optimizers)
     result = trainer.train()
-    trainer.model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
     return SFTResult(
-        path=str(out), examples=len(rows), dropped_too_long=dropped,
+        path=str(out), examples=len(rows), dropped_too_long=0,
         steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
         last_loss=losses[-1] if losses else float("nan"),
         seconds=time.perf_counter() - start, bf16=bf16,
         clock_from_step=int(clock["behind"]) if "behind" in clock else None,
+        model=trainer.model,
     )
 
 

@@ -1,0 +1,164 @@
+"""``dg-agents bench``: the paper's Table 1 in shape, on the task's real test split.
+
+Per seed, one DreamGym run (:class:`~dreamgym_agents.pipeline.Pipeline`) gives three rows — the
+SFT warm start, DreamGym (GRPO in the dream, 0 real RL transitions) and DreamGym-S2R (then GRPO
+on the real site with at most N/10 real transitions) — and further runs, which start from that
+run's warm start, give GRPO-real(N) (GRPO on the real site for N real transitions) and the
+ablations (the dream's experience model without replay retrieval, without reasoning, and the
+dream without task generation). Each row reports the real test success as mean ± std over seeds
+with the real RL transitions it used. Every run is resumable; so is the bench.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.pipeline import Pipeline, PipelineConfig, Reporter
+
+TABLE_JSON = "table.json"
+TABLE_MD = "table.md"
+
+
+@dataclass
+class BenchConfig:
+    """Settings of a bench.
+
+    Attributes:
+        seeds: Seeds per row (K).
+        real_budget: N, the real transitions of GRPO-real (None: the preset's
+            ``dream.max_steps`` batches' worth, measured as 5 steps per episode).
+        ablations: Run the three ablation rows.
+    """
+
+    seeds: int = 3
+    real_budget: int | None = None
+    ablations: bool = True
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ConfigError(f"--seeds must be at least 1, got {self.seeds}")
+        if self.real_budget is not None and self.real_budget < 10:
+            raise ConfigError(f"--real-budget must be at least 10 (S2R gets N/10), got "
+                              f"{self.real_budget}")
+
+
+def default_real_budget(base: PipelineConfig) -> int:
+    """N when not given: as many real transitions as the dream run's rollouts, at the 5 steps
+    an episode of the bundled site takes on average."""
+    return base.dream.max_steps * base.dream.episodes_per_step * 5
+
+
+def variants(base: PipelineConfig, cfg: BenchConfig, seed: int) -> dict[str, PipelineConfig]:
+    """The runs of one seed, by name."""
+    budget = cfg.real_budget or default_real_budget(base)
+
+    def make(**changes: Any) -> PipelineConfig:
+        run = copy.deepcopy(base)
+        run.seed = seed
+        for section in (run.sft, run.dream, run.s2r):
+            section.seed = seed
+        for key, value in changes.items():
+            target, _, name = key.rpartition(".")
+            setattr(getattr(run, target) if target else run, name, value)
+        return run
+
+    runs = {"dreamgym": make(**{"sim_to_real": True,
+                                "s2r.real_transition_budget": max(1, budget // 10)})}
+    runs["grpo_real"] = make(**{"sim_to_real": False, "real_rl": True,
+                                "dream.real_transition_budget": budget,
+                                "dream.max_steps": 10_000,
+                                "dream.concurrency": base.s2r.concurrency,
+                                "curriculum.enabled": False})
+    if cfg.ablations:
+        runs["no_retrieval"] = make(sim_to_real=False, use_retrieval=False)
+        runs["no_reasoning"] = make(sim_to_real=False, use_reasoning=False)
+        runs["no_task_generation"] = make(**{"sim_to_real": False,
+                                             "curriculum.enabled": False})
+    return runs
+
+
+ROWS = (
+    ("SFT", "dreamgym", "eval_sft", ()),
+    ("GRPO-real(N)", "grpo_real", "eval_dream", ("dream_rl",)),
+    ("DreamGym", "dreamgym", "eval_dream", ("dream_rl",)),
+    ("DreamGym-S2R", "dreamgym", "eval_s2r", ("dream_rl", "s2r")),
+    ("DreamGym w/o replay retrieval", "no_retrieval", "eval_dream", ("dream_rl",)),
+    ("DreamGym w/o reasoning", "no_reasoning", "eval_dream", ("dream_rl",)),
+    ("DreamGym w/o task generation", "no_task_generation", "eval_dream", ("dream_rl",)),
+)
+"""(row, run, evaluation stage, training stages whose real transitions the row used)."""
+
+
+def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
+              reporter: Reporter | None = None) -> dict[str, Any]:
+    """Run every seed's runs (resumable) and write ``table.json`` and ``table.md``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    states: dict[tuple[int, str], dict[str, Any]] = {}
+    for seed in range(cfg.seeds):
+        runs = variants(base, cfg, seed)
+        main = Pipeline(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter)
+        if reporter:
+            reporter.say(f"[bold]seed {seed}: dreamgym[/]")
+        main.run()
+        states[(seed, "dreamgym")] = main.state
+        shared = {k: main.state["done"][k] for k in ("experience", "sft", "eval_sft")}
+        for name, run_cfg in runs.items():
+            if reporter:
+                reporter.say(f"[bold]seed {seed}: {name}[/]")
+            adopt = dict(shared) if run_cfg.use_retrieval and run_cfg.use_reasoning else \
+                {k: shared[k] for k in ("sft", "eval_sft")}
+            pipe = Pipeline(run_cfg, out / f"seed{seed}" / name, reporter, adopt=adopt)
+            pipe.run()
+            states[(seed, name)] = pipe.state
+    table = make_table(states, cfg, base)
+    (out / TABLE_JSON).write_text(json.dumps(table, indent=2, sort_keys=True))
+    (out / TABLE_MD).write_text(render_table(table), encoding="utf-8")
+    return table
+
+
+def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
+               base: PipelineConfig) -> dict[str, Any]:
+    """Rows of mean ± std real success over seeds, with the real RL transitions used."""
+    rows = []
+    seeds = sorted({seed for seed, _ in states})
+    for label, run, stage, trained in ROWS:
+        values, reals = [], []
+        for seed in seeds:
+            done = states.get((seed, run), {}).get("done", {})
+            if stage not in done:
+                continue
+            values.append(float(done[stage]["success"]))
+            reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
+        if not values:
+            continue
+        rows.append({
+            "row": label, "run": run, "seeds": len(values), "success": values,
+            "success_mean": round(statistics.fmean(values), 4),
+            "success_std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
+            "real_transitions": reals,
+            "real_transitions_mean": round(statistics.fmean(reals), 1),
+        })
+    return {"rows": rows, "seeds": cfg.seeds,
+            "real_budget": cfg.real_budget or default_real_budget(base),
+            "preset": base.preset, "task": base.task,
+            "eval_tasks": base.eval_limit or "all"}
+
+
+def render_table(table: dict[str, Any]) -> str:
+    lines = [f"# Table 1 (shape) — {table['task']}, preset {table['preset']}, "
+             f"{table['seeds']} seed(s), N = {table['real_budget']}", "",
+             "| method | real RL transitions (mean) | real test success (mean ± std) | per seed |",
+             "|---|---|---|---|"]
+    for row in table["rows"]:
+        per_seed = ", ".join(f"{v:.3f}" for v in row["success"])
+        lines.append(f"| {row['row']} | {row['real_transitions_mean']:.0f} | "
+                     f"{row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |")
+    lines.append("")
+    return "\n".join(lines)

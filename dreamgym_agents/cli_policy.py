@@ -1,0 +1,155 @@
+"""The ``run`` and ``bench`` commands: policy learning end to end (no logic here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dreamgym_agents.cli_common import ConfigOpt, OutOpt, SetOpt, TaskOpt, VerboseOpt
+from dreamgym_agents.errors import ConfigError
+
+PresetOpt = Annotated[str, typer.Option("--preset", help="quick (~15 min) or full.")]
+PolicyOpt = Annotated[
+    str, typer.Option("--policy", help="embedded (trained here), hf/<checkpoint>, or a hosted "
+                      "model string (refused: run cannot update its weights).")
+]
+
+
+class RichReporter:
+    """Pipeline progress as rich bars: one per stage's work, under a stage header."""
+
+    def __init__(self, console: Any, progress: Any) -> None:
+        self.console = console
+        self.progress = progress
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        self.console.print(f"[bold cyan]stage {index}/{total}: {name}[/]")
+
+    def bar(self, label: str, total: int) -> Callable[..., None]:
+        bar = self.progress.add_task(label, total=total or None, info="")
+
+        def tick(advance: int = 1, item: Any = None) -> None:
+            info = ""
+            if isinstance(item, dict) and "rollout/success" in item:
+                info = (f"rollout success {item['rollout/success']:.2f}, real "
+                        f"{item['rollout/real_transitions']}, synthetic "
+                        f"{item['rollout/synthetic_transitions']}")
+            elif item is not None and hasattr(item, "success"):
+                info = "ok" if item.success else "fail"
+            self.progress.update(bar, advance=advance, info=info)
+
+        return tick
+
+    def say(self, message: str) -> None:
+        self.console.print(message)
+
+
+@contextmanager
+def _reporter() -> Iterator[RichReporter]:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from dreamgym_agents import cli
+
+    console = cli._console()
+    with Progress(TextColumn("  {task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
+                  disable=not console.is_terminal) as progress:
+        yield RichReporter(console, progress)
+
+
+def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
+                     config: Path | None, overrides: list[str] | None) -> Any:
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline import is_hosted, preset_config
+
+    if is_hosted(policy):
+        raise ConfigError(f"--policy {policy} is a hosted model: run cannot update its weights, "
+                          "so SFT, dream RL and sim-to-real do not apply; evaluate it with "
+                          f"`dg-agents eval --agent {policy}` (or train embedded / hf/<path>)")
+    cfg = preset_config(preset, seed)
+    cfg.policy = policy
+    if sim_to_real is not None:
+        cfg.sim_to_real = sim_to_real
+    return load_config(cfg, config, overrides)
+
+
+def run_command(
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    preset: PresetOpt = "quick",
+    policy: PolicyOpt = "embedded",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the policy and sampling.")] = 0,
+    sim_to_real: Annotated[
+        bool | None, typer.Option("--sim-to-real/--no-sim-to-real",
+                                  help="Run the sim-to-real stages [preset].")
+    ] = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The whole pipeline: offline data → experience model → policy warm start → dream RL with
+    curriculum → real evaluation → sim-to-real → evaluation → report. Rerun the same command to
+    resume; --set reaches every setting (sft.max_steps=400, dream.max_steps=40, eval_limit=31 …).
+    """
+    from dreamgym_agents import cli
+    from dreamgym_agents.pipeline import Pipeline
+
+    cli._setup_logging(verbose)
+    cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides)
+    cfg.task = task
+    with _reporter() as reporter:
+        summary = Pipeline(cfg, out, reporter).run()
+        keys = ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
+                "synthetic_transitions", "wall_seconds")
+        reporter.say("  ".join(f"{k}={summary.get(k)}" for k in keys))
+        reporter.say(f"report: {out / 'report.md'}")
+    print(json.dumps({k: summary.get(k) for k in keys}))
+
+
+def bench_command(
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=20, help="Seeds per row.")] = 3,
+    preset: PresetOpt = "full",
+    real_budget: Annotated[
+        int | None, typer.Option("--real-budget", min=1,
+                                 help="N: real transitions of GRPO-real (S2R gets N/10).")
+    ] = None,
+    ablations: Annotated[
+        bool, typer.Option("--ablations/--no-ablations", help="Run the three ablation rows.")
+    ] = True,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Table 1's shape on the task's real test split: SFT, GRPO-real(N), DreamGym (0 real),
+    DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds. Writes table.json
+    and table.md; rerun the same command to resume.
+    """
+    from dreamgym_agents import cli
+    from dreamgym_agents.bench import BenchConfig, run_bench
+
+    cli._setup_logging(verbose)
+    base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
+    base.task = task
+    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=ablations)
+    with _reporter() as reporter:
+        table = run_bench(base, bench_cfg, out, reporter)
+        reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")
+    print(json.dumps({row["row"]: row["success_mean"] for row in table["rows"]}))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)
+    app.command("bench")(bench_command)

@@ -1,0 +1,457 @@
+"""``dg-agents run``: the whole DreamGym pipeline, stage by stage, resumable.
+
+Stages (each one's result is recorded in ``DIR/state.json`` when it finishes; a rerun of the same
+command skips finished stages and starts the interrupted one again — an evaluation resumes
+episode by episode, a training stage restarts and keeps the interrupted attempt's records in
+``stages/<stage>.interrupted-<n>/``):
+
+1. ``experience``: the offline data and the experience model (the embedded default is built on
+   first use and cached; a LiteLLM model string is used as given).
+2. ``sft``: the policy's warm start on the offline data's successful episodes.
+3. ``eval_sft``: the warm-started policy on the real test split.
+4. ``dream_rl``: multi-turn GRPO in the dream, with the curriculum (0 real transitions).
+5. ``eval_dream``: the dream-trained policy on the real test split.
+6. ``s2r``: sim-to-real, GRPO on the real site for a budget of real transitions (optional).
+7. ``eval_s2r``: the sim-to-real policy on the real test split.
+8. ``report``: ``summary.json``, ``report.md`` and ``success_vs_real.png``.
+
+``DIR`` also holds ``config.json`` (a rerun with other settings is refused), ``checkpoints/``,
+``metrics.jsonl`` and each stage's records under ``stages/`` and ``eval/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dreamgym_agents.curriculum import CurriculumConfig
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.policy import PolicyConfig
+from dreamgym_agents.training.grpo import GRPOStageConfig
+from dreamgym_agents.training.policy_sft import PolicySFTConfig
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("experience", "sft", "eval_sft", "dream_rl", "eval_dream", "s2r", "eval_s2r", "report")
+STATE_FILE = "state.json"
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+PRESETS = ("quick", "full")
+
+
+@dataclass
+class PipelineConfig:
+    """Everything ``dg-agents run`` does (``--set section.key=value`` reaches every field).
+
+    Attributes:
+        task: Task family (``webarena``: the bundled site unless real sites are configured).
+        preset: ``quick`` (minutes, a subset of the test split) or ``full``.
+        seed: Seed of the policy's initialisation, task order and sampling.
+        policy: ``embedded`` (a small policy trained from scratch here) or ``hf/<checkpoint>``
+            (a local transformers checkpoint to fine-tune).
+        experience_model: ``embedded`` or a LiteLLM model string.
+        use_retrieval: Ablation: the experience model retrieves no real transitions.
+        use_reasoning: Ablation: the experience model writes no reasoning.
+        eval_limit: Test tasks evaluated, spread over the templates (None: the whole split).
+        eval_concurrency: Real episodes at once in evaluations.
+        eval_max_steps: Episode length limit of evaluations.
+        sim_to_real: Run the sim-to-real stages.
+        real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
+            ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
+        sft: The warm start.
+        dream: GRPO in the dream.
+        s2r: GRPO on the real site (``real_transition_budget`` is the sim-to-real budget).
+        curriculum: Task variants in the dream (λ, seeds per round …).
+        policy_view: How the policy sees a turn.
+    """
+
+    task: str = "webarena"
+    preset: str = "quick"
+    seed: int = 0
+    policy: str = "embedded"
+    experience_model: str = "embedded"
+    use_retrieval: bool = True
+    use_reasoning: bool = True
+    eval_limit: int | None = None
+    eval_concurrency: int = 4
+    eval_max_steps: int = 15
+    sim_to_real: bool = True
+    real_rl: bool = False
+    sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
+    dream: GRPOStageConfig = field(default_factory=GRPOStageConfig)
+    s2r: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(
+        concurrency=4, real_transition_budget=200))
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    policy_view: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
+        if self.eval_concurrency < 1 or self.eval_max_steps < 1:
+            raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
+        if self.sim_to_real and self.s2r.real_transition_budget is None:
+            raise ConfigError("s2r.real_transition_budget must be set: sim-to-real uses a "
+                              "bounded number of real transitions")
+
+
+def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
+    """The settings of a preset (``quick``: ~15 minutes on 2 cores with a cached experience
+    model; ``full``: the measured configuration of docs/RESULTS.md)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}: use quick or full")
+    if preset == "quick":
+        return PipelineConfig(
+            preset="quick", seed=seed, eval_limit=31,
+            sft=PolicySFTConfig(max_steps=200, seed=seed),
+            dream=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
+                                  concurrency=16, seed=seed),
+            s2r=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
+                                concurrency=4, real_transition_budget=120, seed=seed),
+            curriculum=CurriculumConfig(),
+        )
+    return PipelineConfig(
+        preset="full", seed=seed, eval_limit=None,
+        sft=PolicySFTConfig(max_steps=400, seed=seed),
+        dream=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
+                              concurrency=16, seed=seed),
+        s2r=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
+                            concurrency=4, real_transition_budget=400, seed=seed),
+        curriculum=CurriculumConfig(),
+    )
+
+
+class Reporter(Protocol):
+    """How a run shows its progress (the CLI draws rich bars; tests record calls)."""
+
+    def stage(self, name: str, index: int, total: int) -> None: ...
+
+    def bar(self, label: str, total: int) -> Callable[..., None]: ...
+
+    def say(self, message: str) -> None: ...
+
+
+class SilentReporter:
+    """A reporter that logs only (library use, tests)."""
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        logger.info("stage %d/%d: %s", index, total, name)
+
+    def bar(self, label: str, total: int) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+    def say(self, message: str) -> None:
+        logger.info("%s", message)
+
+
+def is_hosted(policy: str) -> bool:
+    """True for a policy whose weights a run cannot update (a hosted or served model)."""
+    return policy not in ("embedded",) and not policy.startswith("hf/")
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """One run folder and its stages (see the module docstring)."""
+
+    def __init__(self, cfg: PipelineConfig, out: str | Path,
+                 reporter: Reporter | None = None,
+                 adopt: dict[str, dict[str, Any]] | None = None) -> None:
+        if is_hosted(cfg.policy):
+            raise ConfigError(f"policy {cfg.policy!r} is a hosted model: run cannot update its "
+                              "weights (use embedded or hf/<checkpoint>)")
+        self.cfg = cfg
+        self.out = Path(out)
+        self.reporter = reporter or SilentReporter()
+        self.state: dict[str, Any] = {"done": {}}
+        self.stages = [s for s in STAGES
+                       if cfg.sim_to_real or s not in ("s2r", "eval_s2r")]
+        self.adopt = adopt or {}
+        self._family: Any = None
+        self._dream: Any = None
+
+    # -- folder ---------------------------------------------------------------------------
+
+    def _open_folder(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        config = json.loads(json.dumps(asdict(self.cfg)))
+        path = self.out / CONFIG_FILE
+        if path.exists():
+            previous = json.loads(path.read_text())
+            if previous != config:
+                diff = _diff(previous, config)
+                raise ConfigError(f"{self.out} holds a run with other settings ({diff}): rerun "
+                                  "with the same ones to resume, or use another --out folder")
+        else:
+            _write_json(path, config)
+        state = self.out / STATE_FILE
+        if state.exists():
+            self.state = json.loads(state.read_text())
+        for stage, result in self.adopt.items():  # another run's stages (a bench's warm start)
+            self.state["done"].setdefault(stage, {**result, "adopted": True})
+
+    def _finish(self, stage: str, result: dict[str, Any]) -> None:
+        self.state["done"][stage] = result
+        _write_json(self.out / STATE_FILE, self.state)
+        self._metric({"stage": stage, "event": "done", **_flat(result)})
+
+    def _metric(self, line: dict[str, Any]) -> None:
+        with open(self.out / METRICS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"time": round(time.time(), 1), **line}) + "\n")
+
+    def _stage_dir(self, stage: str) -> Path:
+        """A fresh folder for a training stage; an interrupted attempt's is kept aside."""
+        folder = self.out / "stages" / stage
+        if folder.exists():
+            n = 1
+            while (aside := folder.with_name(f"{stage}.interrupted-{n}")).exists():
+                n += 1
+            folder.rename(aside)
+            self.reporter.say(f"{stage}: restarting (the interrupted attempt's records are in "
+                              f"{aside})")
+        folder.mkdir(parents=True)
+        return folder
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Run every stage not yet done; return the summary."""
+        start = time.perf_counter()
+        self._open_folder()
+        self.state.setdefault("wall_seconds", 0.0)
+        try:
+            for i, stage in enumerate(self.stages, 1):
+                if stage in self.state["done"]:
+                    continue
+                self.reporter.stage(stage, i, len(self.stages))
+                began = time.perf_counter()
+                result = getattr(self, f"stage_{stage}")()
+                result["seconds"] = round(time.perf_counter() - began, 1)
+                self.state["wall_seconds"] = round(
+                    self.state["wall_seconds"] + time.perf_counter() - start, 1)
+                start = time.perf_counter()
+                self._finish(stage, result)
+        finally:
+            self.close()
+        return json.loads((self.out / "summary.json").read_text())
+
+    def close(self) -> None:
+        if self._dream is not None:
+            _, gateway, buffer = self._dream
+            buffer.close()
+            gateway.close()
+            self._dream = None
+        if self._family is not None:
+            self._family.close()
+            self._family = None
+
+    # -- services ---------------------------------------------------------------------------
+
+    def family(self) -> Any:
+        """The task family, prepared (the bundled site started) on first use."""
+        from dreamgym_agents.env import make_family
+
+        if self._family is None:
+            self._family = make_family(self.cfg.task)
+            where = self._family.prepare(self.env_cfg(), None)
+            self.reporter.say(f"{self.cfg.task}: {where}")
+        return self._family
+
+    def env_cfg(self) -> Any:
+        from dreamgym_agents.env import EnvConfig
+
+        return EnvConfig(max_steps=self.cfg.eval_max_steps)
+
+    def dream(self) -> tuple[Any, Any, Any]:
+        """(experience model, its gateway, the buffer), opened on first use."""
+        from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+        from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+        from dreamgym_agents.llm import Gateway, LLMConfig
+        from dreamgym_agents.training.experience_pipeline import trained_settings
+
+        if self._dream is None:
+            paths = self.state["done"]["experience"]
+            settings = trained_settings(paths["model"])
+            settings.update({k: v for k, v in (("use_retrieval", self.cfg.use_retrieval),
+                                               ("use_reasoning", self.cfg.use_reasoning))
+                             if not v})
+            gateway = Gateway(LLMConfig(model=paths["model"],
+                                        max_concurrency=max(4, self.cfg.dream.concurrency)))
+            buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
+            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer),
+                           gateway, buffer)
+        return self._dream
+
+    def checkpoint(self, stage: str) -> str:
+        return self.state["done"][stage]["path"]
+
+    # -- the stages -----------------------------------------------------------------------
+
+    def stage_experience(self) -> dict[str, Any]:
+        from dreamgym_agents.embedded import (
+            EMBEDDED,
+            EmbeddedRecipe,
+            collect_dir,
+            ensure_embedded_experience_model,
+        )
+
+        if self.cfg.experience_model != EMBEDDED:
+            raise ConfigError("run builds its offline data with the embedded experience "
+                              "model's collection; other experience models: use the dream and "
+                              "train-experience commands (experience_model: embedded)")
+        ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
+                                            ("use_reasoning", self.cfg.use_reasoning)) if not on}
+        recipe = EmbeddedRecipe(**ablations)
+        paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
+        return {"model": paths["model"], "buffer": paths["buffer"],
+                "offline": str(collect_dir(recipe)), "recipe": recipe.key}
+
+    def offline_episodes(self) -> list[Any]:
+        from dreamgym_agents.embedded import read_collected
+
+        folder = Path(self.state["done"]["experience"]["offline"])
+        names = sorted(p.name for p in folder.iterdir() if (p / "trajectories.jsonl").exists())
+        return read_collected(folder, names)
+
+    def stage_sft(self) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from dreamgym_agents.training.policy_sft import successful, train_policy_sft
+
+        episodes = self.offline_episodes()
+        wins = successful(episodes)
+        target = self.out / "checkpoints" / "sft"
+        if target.exists():
+            shutil.rmtree(target)
+        base = self.cfg.policy[3:] if self.cfg.policy.startswith("hf/") else None
+        sft_cfg = replace(self.cfg.sft, output_dir=str(target), base_model=base or
+                          self.cfg.sft.base_model, seed=self.cfg.seed)
+        self.reporter.say(f"sft: {len(wins)} successful offline episodes of {len(episodes)}")
+        tick = self.reporter.bar("sft steps", sft_cfg.max_steps or 0)
+        result = train_policy_sft(episodes, sft_cfg, self.cfg.policy_view, on_step=tick)
+        return {**result, "offline_episodes": len(episodes),
+                "offline_transitions": sum(len(t.transitions) for t in episodes)}
+
+    def test_tasks(self) -> list[Any]:
+        from dreamgym_agents.env import spread_tasks
+
+        return spread_tasks(self.family().load_tasks("test"), self.cfg.eval_limit)
+
+    def evaluate(self, stage: str, checkpoint: str) -> dict[str, Any]:
+        """The policy in ``checkpoint`` on the real test split (resumable, episode by episode)."""
+        from dreamgym_agents.graph import RunConfig, run_episodes
+        from dreamgym_agents.policy import PolicyAgent, PolicyModel
+
+        tasks = self.test_tasks()
+        family = self.family()
+        policy = PolicyModel.load(checkpoint, self.cfg.policy_view)
+        agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{stage}")
+        folder = self.out / "eval" / stage
+        meta = {"command": "run", "stage": stage, "checkpoint": checkpoint,
+                "tasks": len(tasks), "max_steps": self.cfg.eval_max_steps}
+        tick = self.reporter.bar(f"{stage} episodes", len(tasks))
+        run_cfg = RunConfig(out_dir=folder, concurrency=self.cfg.eval_concurrency,
+                            max_steps=self.cfg.eval_max_steps, meta=meta)
+        env_cfg = self.env_cfg()
+        result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent,
+                                          run_cfg, on_episode=lambda t: tick(1, t)))
+        if result.failed:
+            raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {stage} failed "
+                              f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
+        s = result.summary
+        return {"success": s["success_rate"], "episodes": s["episodes"],
+                "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
+                "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
+                "folder": str(folder)}
+
+    def stage_eval_sft(self) -> dict[str, Any]:
+        return self.evaluate("eval_sft", self.checkpoint("sft"))
+
+    def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
+        from dreamgym_agents.curriculum import Curriculum, TemplateTaskGenerator, grounded_in
+        from dreamgym_agents.dream import DreamConfig, DreamEnv
+        from dreamgym_agents.graph import EnvPool
+        from dreamgym_agents.training.grpo import train_grpo
+
+        folder = self._stage_dir(stage)
+        family = self.family()
+        tasks = family.load_tasks("train")
+        curriculum = None
+        if real:
+            env_cfg = self.env_cfg()
+            pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
+        else:
+            model, _, buffer = self.dream()
+            dream_cfg = DreamConfig()
+            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer), cfg.concurrency)
+            if self.cfg.curriculum.enabled:
+                curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
+                                                                                  self.cfg.seed),
+                                        tasks, feasible=grounded_in("", tasks),
+                                        seed=self.cfg.seed)
+        tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
+        try:
+            result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,
+                                curriculum=curriculum, stage=stage,
+                                metrics_file=self.out / METRICS_FILE,
+                                on_batch=lambda figures: tick(1, figures))
+        finally:
+            pool.close()
+        target = self.out / "checkpoints" / stage
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(result["path"], target)
+        return {**result, "path": str(target)}
+
+    def stage_dream_rl(self) -> dict[str, Any]:
+        return self._grpo("dream_rl", self.checkpoint("sft"), self.cfg.dream,
+                          real=self.cfg.real_rl)
+
+    def stage_eval_dream(self) -> dict[str, Any]:
+        return self.evaluate("eval_dream", self.checkpoint("dream_rl"))
+
+    def stage_s2r(self) -> dict[str, Any]:
+        return self._grpo("s2r", self.checkpoint("dream_rl"), self.cfg.s2r, real=True)
+
+    def stage_eval_s2r(self) -> dict[str, Any]:
+        return self.evaluate("eval_s2r", self.checkpoint("s2r"))
+
+    def stage_report(self) -> dict[str, Any]:
+        from dreamgym_agents.report import write_report
+
+        summary = write_report(self.out, self.cfg, self.state)
+        return {"summary": str(self.out / "summary.json"), "report": summary["report"]}
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    a, b = _flat(old), _flat(new)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k}: {a.get(k)!r} → {b.get(k)!r}" for k in keys[:4]) + \
+        (", …" if len(keys) > 4 else "")
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)

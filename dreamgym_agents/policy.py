@@ -1,0 +1,293 @@
+"""The trainable policy: a local causal LM that writes one action per turn.
+
+An episode is one token sequence of alternating segments, the environment's and the policy's::
+
+    <|user|>Task: What is the price of …?\\nSteps: (none)\\n<page>\\n<|assistant|>   ← environment
+    fill('37', 'Acumen Vector …')<|endoftext|>                                   ← policy
+    <|user|>Task: …\\nSteps: fill('37', …)\\n<next page>\\n<|assistant|>           ← environment
+    keyboard_press('Enter')<|endoftext|>                                         ← policy
+
+The policy is *turn-level* (Markov in what it sees): each environment segment is self-contained —
+the task, the last actions, any error of the last one and the current page — and the policy
+conditions on its own turn only, from the segment's ``<|user|>`` token to its action. A small
+model on a CPU cannot afford attention over every earlier page (an episode of the bundled site is
+~2,800 tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens),
+GRPO rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
+``<|user|>`` token, see :mod:`dreamgym_agents.training.grpo`) and evaluation.
+
+Pages are shown compactly (:func:`compact_page`): text lines without their ``StaticText`` role,
+headings as ``# …``, long texts cut, at most ``max_state_lines`` lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.agent import Decision
+from dreamgym_agents.env import Observation
+from dreamgym_agents.errors import ConfigError, ModelError
+from dreamgym_agents.types import ModelUsage, Task, Transition
+
+USER, ASSISTANT = "<|user|>", "<|assistant|>"
+_TEXT = re.compile(r"^StaticText '(.*)'$")
+_HEADING = re.compile(r"^heading '(.*)'$")
+
+
+@dataclass
+class PolicyConfig:
+    """How the policy sees a turn and decodes its action.
+
+    Attributes:
+        max_action_tokens: Longest action, in tokens (a fill with a long product name is ~30).
+        max_state_lines: Lines of each page shown (the rest is cut, and says so).
+        max_text_chars: Longest text line shown (descriptions and reviews are cut).
+        history_actions: How many previous actions each turn lists.
+        temperature: 0 decodes greedily (evaluation); above 0 samples (RL rollouts).
+        max_batch: Most generations batched into one ``generate`` call.
+    """
+
+    max_action_tokens: int = 48
+    max_state_lines: int = 80
+    max_text_chars: int = 100
+    history_actions: int = 4
+    temperature: float = 0.0
+    max_batch: int = 32
+
+    def __post_init__(self) -> None:
+        if self.max_action_tokens < 4:
+            raise ConfigError(f"policy.max_action_tokens must be at least 4, got "
+                              f"{self.max_action_tokens}")
+        if self.max_state_lines < 2:
+            raise ConfigError(f"policy.max_state_lines must be at least 2, got "
+                              f"{self.max_state_lines}")
+        if self.max_text_chars < 10:
+            raise ConfigError(f"policy.max_text_chars must be at least 10, got "
+                              f"{self.max_text_chars}")
+        if self.history_actions < 0:
+            raise ConfigError(f"policy.history_actions must be >= 0, got "
+                              f"{self.history_actions}")
+        if self.temperature < 0:
+            raise ConfigError(f"policy.temperature must be >= 0, got {self.temperature}")
+
+
+def compact_page(state: str, max_lines: int = 80, max_chars: int = 100) -> str:
+    """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut."""
+    out = []
+    for line in state.splitlines():
+        if m := _TEXT.match(line):
+            line = m.group(1)
+        elif m := _HEADING.match(line):
+            line = f"# {m.group(1)}"
+        if len(line) > max_chars:
+            line = line[:max_chars] + "…"
+        out.append(line)
+    if len(out) > max_lines:
+        out = [*out[:max_lines], f"(… {len(out) - max_lines} more lines)"]
+    return "\n".join(out)
+
+
+def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
+                   error: str = "", cfg: PolicyConfig | None = None) -> str:
+    """The environment's segment of one turn: task, last actions, error, page."""
+    cfg = cfg or PolicyConfig()
+    intent = task.intent if isinstance(task, Task) else task
+    recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
+    steps = "; ".join(recent) if recent else "(none)"
+    note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
+    page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars)
+    return f"{USER}Task: {intent}\nSteps: {steps}\n{note}{page}\n{ASSISTANT}"
+
+
+@dataclass
+class EpisodeTokens:
+    """One episode's tokens: each turn's environment segment, then the action written.
+
+    ``mask`` is 1 on action tokens (generated, or the recorded action for SFT) and 0 on
+    environment tokens; ``turns`` holds where each turn's segment starts. The first segment is
+    the prompt of a GRPO rollout, the rest its completion.
+    """
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+
+    def add_env(self, ids: list[int]) -> None:
+        self.turns.append(len(self.ids))
+        self.ids.extend(ids)
+        self.mask.extend([0] * len(ids))
+
+    def add_action(self, ids: list[int]) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([1] * len(ids))
+
+    def turn_ids(self, index: int = -1) -> list[int]:
+        """The tokens of one turn so far (its segment, and its action once written)."""
+        start = self.turns[index]
+        following = [t for t in self.turns if t > start]
+        return self.ids[start:following[0] if following else len(self.ids)]
+
+    @property
+    def prompt_len(self) -> int:
+        """Length of the first segment (up to the first action token)."""
+        return next((i for i, m in enumerate(self.mask) if m), len(self.ids))
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.ids[:self.prompt_len]
+
+    @property
+    def completion_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    @property
+    def env_mask(self) -> list[int]:
+        return self.mask[self.prompt_len:]
+
+
+class PolicyModel:
+    """A causal LM (a checkpoint directory, or a live model and tokenizer) as a policy.
+
+    Generations of concurrent episodes are batched (one worker thread, see
+    :class:`~dreamgym_agents.local_provider.Batcher`). The model object is used as is, so a
+    trainer's model keeps generating with its latest weights.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: PolicyConfig | None = None,
+                 name: str = "policy") -> None:
+        from dreamgym_agents.local_provider import Batcher, eos_ids
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = cfg or PolicyConfig()
+        self.name = name
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else tokenizer.eos_token_id
+        self.pad_id = int(pad or 0)
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.eos = eos_ids(model, tokenizer) | {self.eos_id}
+        user = tokenizer.convert_tokens_to_ids(USER)
+        if not isinstance(user, int) or user == tokenizer.unk_token_id:
+            raise ConfigError(f"the policy's tokenizer has no {USER} token: train the policy "
+                              "with dg-agents (its SFT adds it) or add it as a special token")
+        self.user_id = int(user)
+        self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch)
+        self._lock = threading.Lock()  # fast tokenizers are not safe to share between threads
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None) -> PolicyModel:
+        """Load a checkpoint directory written by ``save_pretrained``."""
+        from dreamgym_agents.local_provider import load_local_model
+
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ConfigError(f"policy checkpoint not found: {path} (a directory written by "
+                              "save_pretrained, e.g. a run's checkpoints/sft)")
+        tokenizer, model = load_local_model(directory)
+        return cls(model, tokenizer, cfg, name=f"policy-{directory.name}")
+
+    def encode(self, text: str) -> list[int]:
+        with self._lock:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        with self._lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def segment_ids(self, task: Task | str, state: str, actions: list[str] | None = None,
+                    error: str = "") -> list[int]:
+        return self.encode(render_segment(task, state, actions, error, self.cfg))
+
+    def action_ids(self, action: str) -> list[int]:
+        """A recorded action as the policy would have written it (with the end token)."""
+        return [*self.encode(action), self.eos_id]
+
+    def generate(self, ids: list[int], temperature: float | None = None) -> list[int]:
+        """New token ids after ``ids`` (blocking; batched with concurrent callers)."""
+        from dreamgym_agents.local_provider import GenerationRequest
+
+        temp = self.cfg.temperature if temperature is None else temperature
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        budget = self.cfg.max_action_tokens
+        if context is not None:
+            if len(ids) >= context:
+                raise ModelError(f"a policy turn of {len(ids)} tokens does not fit the model's "
+                                 f"context of {context}: lower policy.max_state_lines",
+                                 retryable=False)
+            budget = min(budget, context - len(ids))
+        return self.batcher.submit(GenerationRequest(ids, budget, temp, None, None))
+
+
+class PolicyAgent:
+    """The policy behind the :class:`~dreamgym_agents.agent.Agent` contract.
+
+    It keeps each episode's tokens (:class:`EpisodeTokens`) so a trainer can take them back with
+    :meth:`pop_episode`; evaluation calls :meth:`forget` instead.
+    """
+
+    def __init__(self, policy: PolicyModel, *, temperature: float | None = None,
+                 name: str | None = None, keep_tokens: bool = True) -> None:
+        self.policy = policy
+        self.temperature = policy.cfg.temperature if temperature is None else temperature
+        self.name = name or policy.name
+        self.keep_tokens = keep_tokens
+        self._episodes: dict[str, EpisodeTokens] = {}
+        self._lock = threading.Lock()
+
+    def pop_episode(self, episode_id: str) -> EpisodeTokens | None:
+        with self._lock:
+            return self._episodes.pop(episode_id, None)
+
+    def _segment(self, task: Task, observation: Observation, history: list[Transition],
+                 episode_id: str) -> tuple[EpisodeTokens, list[int]]:
+        ids = self.policy.segment_ids(task, observation.state, [t.action for t in history],
+                                      observation.error)
+        with self._lock:
+            tokens = self._episodes.get(episode_id)
+            if tokens is None or len(tokens.turns) != len(history) or not self.keep_tokens:
+                tokens = EpisodeTokens()  # a resumed episode: only its new turns are recorded
+            tokens.add_env(ids)
+            self._episodes[episode_id] = tokens
+        return tokens, ids
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        start = time.perf_counter()
+        tokens, ids = await asyncio.to_thread(self._segment, task, observation, history,
+                                              episode_id)
+        new = await asyncio.to_thread(self.policy.generate, ids, self.temperature)
+        if not new or new[-1] not in self.policy.eos:
+            new = [*new, self.policy.eos_id]  # cut at max_action_tokens: the action ends here
+        with self._lock:
+            tokens.add_action(new)
+            if not self.keep_tokens:
+                self._episodes.pop(episode_id, None)
+        action = self.policy.decode(new).strip()
+        return Decision(action=action, raw=action,
+                        usage=ModelUsage(calls=1, prompt_tokens=len(ids),
+                                         completion_tokens=len(new)),
+                        seconds=time.perf_counter() - start)
+
+
+def _error_seen(transitions: list[Transition], index: int) -> str:
+    """The error shown with step ``index``'s page: that of the step before, if invalid."""
+    if index == 0:
+        return ""
+    prev = transitions[index - 1]
+    return prev.error if not prev.valid else ""
+
+
+def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition]) -> EpisodeTokens:
+    """A recorded episode in the policy's layout (for SFT): every action after its turn."""
+    tokens = EpisodeTokens()
+    for i, t in enumerate(transitions):
+        actions = [p.action for p in transitions[:i]]
+        tokens.add_env(policy.segment_ids(task, t.state, actions, _error_seen(transitions, i)))
+        tokens.add_action(policy.action_ids(t.action))
+    return tokens

@@ -1,0 +1,133 @@
+"""The run's results: ``summary.json``, ``report.md`` and a plot of real success against the real
+transitions RL used (``success_vs_real.png``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+PLOT_FILE = "success_vs_real.png"
+
+
+def summarize_run(state: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a run's finished stages (``summary.json``)."""
+    done = state.get("done", {})
+
+    def stage(name: str, key: str, default: Any = None) -> Any:
+        return done.get(name, {}).get(key, default)
+
+    dream_real = stage("dream_rl", "real_transitions", 0) or 0
+    s2r_real = stage("s2r", "real_transitions", 0) or 0
+    return {
+        "sft_success": stage("eval_sft", "success"),
+        "dream_success": stage("eval_dream", "success"),
+        "s2r_success": stage("eval_s2r", "success"),
+        "real_transitions_used": dream_real + s2r_real,
+        "dream_real_transitions": dream_real,
+        "s2r_real_transitions": s2r_real,
+        "synthetic_transitions": (stage("dream_rl", "synthetic_transitions", 0) or 0)
+        + (stage("s2r", "synthetic_transitions", 0) or 0),
+        "offline_transitions": stage("sft", "offline_transitions"),
+        "eval_episodes": stage("eval_sft", "episodes"),
+        "eval_real_transitions": sum(stage(s, "eval_real_transitions", 0) or 0
+                                     for s in ("eval_sft", "eval_dream", "eval_s2r")),
+        "dream_rollout_success": stage("dream_rl", "rollout_success"),
+        "s2r_rollout_success": stage("s2r", "rollout_success"),
+        "curriculum": stage("dream_rl", "curriculum"),
+        "em_failures": stage("dream_rl", "em_failures"),
+        "wall_seconds": state.get("wall_seconds"),
+        "stage_seconds": {k: v.get("seconds") for k, v in done.items()},
+    }
+
+
+def points(summary: dict[str, Any]) -> list[tuple[str, int, float]]:
+    """(label, real RL transitions, real success) of each evaluated policy."""
+    out = []
+    if summary.get("sft_success") is not None:
+        out.append(("SFT", 0, summary["sft_success"]))
+    if summary.get("dream_success") is not None:
+        out.append(("DreamGym", summary["dream_real_transitions"], summary["dream_success"]))
+    if summary.get("s2r_success") is not None:
+        out.append(("DreamGym-S2R", summary["real_transitions_used"], summary["s2r_success"]))
+    return out
+
+
+def plot(summary: dict[str, Any], path: Path) -> bool:
+    """Draw real success against real RL transitions; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no plot (pip install matplotlib)")
+        return False
+    pts = points(summary)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    xs = [p[1] for p in pts]
+    ys = [p[2] for p in pts]
+    ax.plot(xs, ys, "o-", color="#3465a4")
+    for label, x, y in pts:
+        ax.annotate(f"{label} ({y:.2f})", (x, y), textcoords="offset points", xytext=(6, 6),
+                    fontsize=8)
+    ax.set_xlabel("real transitions used by RL")
+    ax.set_ylabel("real test success")
+    ax.set_ylim(0, max(0.1, max(ys, default=0) * 1.3))
+    ax.set_xlim(-max(10, max(xs, default=0) * 0.05), max(10, max(xs, default=0)) * 1.25)
+    ax.grid(alpha=0.3)
+    ax.set_title("Real success vs. real transitions")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """Write ``summary.json``, ``report.md`` and the plot into ``out``; return the summary."""
+    summary = summarize_run(state)
+    summary["report"] = str(out / "report.md")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    drew = plot(summary, out / PLOT_FILE)
+    done = state.get("done", {})
+    lines = [
+        f"# DreamGym run: {cfg.task}, preset {cfg.preset}, seed {cfg.seed}", "",
+        "| policy | real RL transitions | synthetic transitions | real test success |",
+        "|---|---|---|---|",
+    ]
+    lines.append(f"| SFT warm start | 0 | 0 | {fmt(summary['sft_success'])} |")
+    if "dream_rl" in done:
+        d = done["dream_rl"]
+        lines.append(f"| DreamGym ({'real' if getattr(cfg, 'real_rl', False) else 'dream'} "
+                     f"GRPO) | {d.get('real_transitions', 0)} | "
+                     f"{d.get('synthetic_transitions', 0)} | {fmt(summary['dream_success'])} |")
+    if "s2r" in done:
+        lines.append(f"| DreamGym-S2R | {summary['real_transitions_used']} | "
+                     f"{summary['synthetic_transitions']} | {fmt(summary['s2r_success'])} |")
+    lines += ["", f"Evaluated on {summary['eval_episodes']} test task(s) of the real site; "
+              f"wall time {summary['wall_seconds']} s.", ""]
+    if drew:
+        lines += [f"![real success vs real transitions]({PLOT_FILE})", ""]
+    if summary.get("curriculum"):
+        c = summary["curriculum"]
+        lines += ["Curriculum: " + ", ".join(f"{k} {c[k]}" for k in
+                                             ("proposed", "accepted", "malformed", "infeasible",
+                                              "synthetic_groups") if k in c), ""]
+    lines += ["## Stages", "", "| stage | seconds | result |", "|---|---|---|"]
+    for name, result in done.items():
+        brief = {k: v for k, v in result.items()
+                 if isinstance(v, (int, float, str)) and k not in ("seconds", "path", "folder")}
+        text = ", ".join(f"{k}={v}" for k, v in list(brief.items())[:6])
+        lines.append(f"| {name} | {result.get('seconds', '')} | {text} |")
+    lines += ["", "## Configuration", "", "```json",
+              json.dumps(asdict(cfg), indent=2, sort_keys=True), "```", ""]
+    (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    return summary

@@ -1,0 +1,204 @@
+"""Policy warm start: SFT on successful offline episodes (TRL SFTTrainer).
+
+Each turn of a successful episode becomes one example in the policy's own layout
+(:mod:`dreamgym_agents.policy`): the environment's segment carries no loss, the action tokens (and
+the end token) carry it, so the warm-started policy sees turns exactly as the GRPO rollouts and
+the evaluation present them. An invalid step inside a successful episode (a detour the
+environment refused) is not imitated.
+
+Starts from any local transformers causal-LM checkpoint (optionally with LoRA adapters, merged
+into the saved checkpoint), or from scratch: a byte-level BPE tokenizer trained on the episodes'
+text and a small Qwen2 (the embedded default policy).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.policy import (
+    ASSISTANT,
+    USER,
+    PolicyConfig,
+    PolicyModel,
+    episode_tokens,
+    render_segment,
+)
+from dreamgym_agents.types import Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PolicySFTConfig:
+    """Settings of the policy's warm start.
+
+    Attributes:
+        output_dir: Where the checkpoint is saved (loadable as a policy or ``hf/<dir>``).
+        base_model: A local causal-LM checkpoint to start from; None trains from scratch.
+        lora_r: LoRA rank for a ``base_model`` (0: every weight is trained); the adapters are
+            merged into the saved checkpoint.
+        vocab_size: Tokenizer size when training from scratch.
+        hidden_size: Model width when training from scratch.
+        num_layers: Transformer layers when training from scratch.
+        max_length: Longest turn in tokens (longer ones are dropped, and counted); also the
+            from-scratch model's context.
+        epochs: Passes over the turns (unless ``max_steps`` is set).
+        max_steps: Optimisation steps, whatever the data's size.
+        batch_size: Turns per step.
+        learning_rate: Peak learning rate (from scratch ~2e-3, fine-tuning ~5e-5, LoRA ~2e-4).
+        time_budget_s: Wall-time cap (the schedule ends at the budget on a slow machine).
+        seed: Seed of initialisation and data order.
+        bf16: bfloat16 autocast (None: where the CPU computes it natively).
+    """
+
+    output_dir: str = ""
+    base_model: str | None = None
+    lora_r: int = 0
+    vocab_size: int = 4000
+    hidden_size: int = 192
+    num_layers: int = 4
+    max_length: int = 1024
+    epochs: float = 20.0
+    max_steps: int | None = 300
+    batch_size: int = 16
+    learning_rate: float = 2e-3
+    time_budget_s: float | None = None
+    seed: int = 0
+    bf16: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
+            raise ConfigError("sft.epochs, sft.batch_size and sft.learning_rate must be positive")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"sft.max_steps must be at least 1, got {self.max_steps}")
+        if self.lora_r < 0:
+            raise ConfigError(f"sft.lora_r must be >= 0 (0: no LoRA), got {self.lora_r}")
+        if self.lora_r and self.base_model is None:
+            raise ConfigError("sft.lora_r needs sft.base_model: LoRA adapts an existing "
+                              "checkpoint; a model trained from scratch trains every weight")
+        if self.base_model is not None and not Path(self.base_model).is_dir():
+            raise ConfigError(f"sft.base_model not found: {self.base_model} (a local "
+                              "checkpoint directory)")
+
+
+def successful(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The episodes the warm start imitates: successful ones with at least one step."""
+    return [t for t in trajectories if t.success and t.transitions]
+
+
+def sft_rows(policy: PolicyModel, trajectories: list[Trajectory],
+             max_length: int) -> tuple[list[dict[str, list]], int]:
+    """Tokenized examples (``input_ids``, ``labels``, ``token_weights``) of the successful
+    episodes, one per valid turn (the policy conditions on its turn only), and how many turns
+    were longer than ``max_length`` and dropped."""
+    rows, dropped = [], 0
+    for traj in successful(trajectories):
+        tokens = episode_tokens(policy, traj.task, traj.transitions)
+        for i, t in enumerate(traj.transitions):
+            if not t.valid:
+                continue  # a refused detour stays in the episode, but is not imitated
+            start = tokens.turns[i]
+            end = tokens.turns[i + 1] if i + 1 < len(tokens.turns) else len(tokens.ids)
+            ids, mask = tokens.ids[start:end], tokens.mask[start:end]
+            if len(ids) > max_length:
+                dropped += 1
+                continue
+            rows.append({"input_ids": ids,
+                         "labels": [x if m else -100 for x, m in zip(ids, mask, strict=True)],
+                         "token_weights": [float(m) for m in mask]})
+    return rows, dropped
+
+
+def corpus(trajectories: list[Trajectory], policy_cfg: PolicyConfig) -> list[str]:
+    """Texts a from-scratch tokenizer learns its merges from: every turn and action seen."""
+    texts = []
+    for traj in trajectories:
+        for t in traj.transitions:
+            texts.append(render_segment(traj.task, t.state, cfg=policy_cfg))
+            texts.append(t.action)
+    return texts
+
+
+def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
+                     policy_cfg: PolicyConfig | None = None, *,
+                     on_step: Callable[..., None] | None = None) -> dict[str, Any]:
+    """Warm-start a policy on the successful episodes among ``trajectories``; save it to
+    ``cfg.output_dir``; return what was done (examples, steps, losses, seconds).
+
+    Raises:
+        ConfigError: No successful episode to learn from.
+    """
+    try:
+        import transformers
+    except ImportError:
+        raise MissingExtraError("transformers", "train") from None
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.training.experience_sft import fit_weighted
+
+    policy_cfg = policy_cfg or PolicyConfig()
+    wins = successful(trajectories)
+    if not cfg.output_dir:
+        raise ConfigError("sft.output_dir: say where the policy is saved")
+    if not wins:
+        raise ConfigError("no successful episode to warm-start the policy from: collect "
+                          "offline data with successes (e.g. dg-agents collect --agents oracle)")
+    start = time.perf_counter()
+    out = Path(cfg.output_dir)
+    if cfg.base_model is None:
+        make_tiny_checkpoint(out, corpus(trajectories, policy_cfg), vocab_size=cfg.vocab_size,
+                             hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                             max_positions=cfg.max_length, seed=cfg.seed)
+        source = str(out)
+    else:
+        source = cfg.base_model
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    model = transformers.AutoModelForCausalLM.from_pretrained(source)
+    _add_turn_tokens(tokenizer, model)
+    if cfg.lora_r:
+        model = _with_lora(model, cfg.lora_r)
+    policy = PolicyModel(model, tokenizer, policy_cfg)
+    rows, cut = sft_rows(policy, trajectories, cfg.max_length)
+    if not rows:
+        raise ConfigError(f"no turn of a successful episode fits sft.max_length="
+                          f"{cfg.max_length} tokens")
+    logger.info("policy SFT on %d turns of %d successful episodes (%d longer than %d tokens "
+                "dropped)", len(rows), len(wins), cut, cfg.max_length)
+    result = fit_weighted(model, tokenizer, rows, cfg, out=out, start=start, on_step=on_step)
+    trained = result.model
+    if cfg.lora_r:
+        trained = trained.merge_and_unload()
+    trained.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return {"path": str(out), "episodes": len(wins), "turns": len(rows), "dropped_too_long": cut,
+            "steps": result.steps,
+            "first_loss": result.first_loss, "last_loss": result.last_loss,
+            "seconds": round(time.perf_counter() - start, 1), "bf16": result.bf16,
+            "from_scratch": cfg.base_model is None, "lora_r": cfg.lora_r}
+
+
+def _add_turn_tokens(tokenizer: Any, model: Any) -> None:
+    """Give a foreign checkpoint the policy's turn markers (and a pad token) if it lacks them."""
+    missing = [t for t in (USER, ASSISTANT) if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_special_tokens({"additional_special_tokens": missing})
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+
+
+def _with_lora(model: Any, rank: int) -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise MissingExtraError("peft", "train") from None
+    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                             target_modules="all-linear", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, config)
