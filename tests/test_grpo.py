@@ -1,0 +1,145 @@
+"""Multi-turn GRPO: what a rollout hands TRL (environment tokens masked exactly), how turns are
+scored, and GRPO on a tiny model in a tiny dream moving the reward upward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import CounterEnv, counter_tasks
+from test_dream_contract import SAY_HI, make_env
+from test_policy import counter_demos, tiny_sft
+
+from dreamgym_agents.graph import EnvPool
+from dreamgym_agents.policy import PolicyConfig, PolicyModel
+from dreamgym_agents.training.grpo import (
+    EpisodeRollout,
+    GRPOStageConfig,
+    train_grpo,
+    turn_logps,
+)
+from dreamgym_agents.types import Task, Trajectory, Transition, read_trajectories
+
+pytestmark = pytest.mark.slow
+
+
+class FakeTrainer:
+    """What the rollout reads of TRL's trainer."""
+
+    def __init__(self, path: str, generations: int) -> None:
+        policy = PolicyModel.load(path)
+        self.model, self.processing_class = policy.model, policy.tokenizer
+        self.num_generations = generations
+
+
+def test_rollout_masks_exactly_the_environment_tokens(tmp_path, counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 6)
+    path = tiny_sft(tmp_path, demos, steps=20)
+    tasks = counter_tasks(2)
+    pool = EnvPool(CounterEnv, 4)
+    cfg = GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
+                          max_episode_steps=4)
+    rollout = EpisodeRollout(tasks, pool, cfg, PolicyConfig(), tmp_path)
+    trainer = FakeTrainer(path, 2)
+    torch.manual_seed(0)
+    out = rollout(["0", "0", "1", "1"], trainer)
+    pool.close()
+    episodes = read_trajectories(tmp_path / "rollouts.jsonl")
+    assert len(out["completion_ids"]) == len(out["prompt_ids"]) == 4 == len(episodes)
+    policy = PolicyModel.load(path)
+    by_id = {t.episode_id: t for t in episodes}
+    for i, (prompt, completion, mask) in enumerate(zip(out["prompt_ids"], out["completion_ids"],
+                                                       out["env_mask"], strict=True)):
+        traj = by_id[f"grpo-0-{i // 2}-{i % 2}"]
+        steps = traj.transitions
+        assert len(completion) == len(mask)
+        # the prompt is the first turn's environment segment, exactly
+        assert prompt == policy.segment_ids(traj.task, steps[0].state)
+        # mask 1: the actions the policy wrote, each with its end token; mask 0: every later
+        # turn's environment segment, exactly as the policy saw it
+        written, env, runs = [], [], []
+        for tok, m in zip(completion, mask, strict=True):
+            (written if m else env).append(tok)
+            if not runs or runs[-1][0] != m:
+                runs.append((m, []))
+            runs[-1][1].append(tok)
+        assert [policy.decode(ids).strip() for m, ids in runs if m] == [s.action for s in steps]
+        assert written.count(policy.eos_id) == len(steps)
+        expected_env = []
+        for k, s in enumerate(steps[1:], 1):
+            error = steps[k - 1].error if not steps[k - 1].valid else ""
+            expected_env += policy.segment_ids(traj.task, s.state,
+                                               [p.action for p in steps[:k]], error)
+        assert env == expected_env
+    assert out["episode_reward"] == [1.0 if by_id[f"grpo-0-{i // 2}-{i % 2}"].success else 0.0
+                                     for i in range(4)]
+
+
+def test_turns_are_scored_from_their_own_segment(tmp_path, counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 3)
+    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))
+    from dreamgym_agents.policy import episode_tokens
+
+    tokens = episode_tokens(policy, demos[2].task, demos[2].transitions)
+    prompt, completion = tokens.prompt_ids, tokens.completion_ids
+    pad = 3  # left padding of the prompt, right padding of the completion
+    ids = torch.tensor([[policy.pad_id] * pad + prompt + completion + [policy.pad_id] * pad])
+    mask = torch.tensor([[0] * pad + [1] * (len(prompt) + len(completion)) + [0] * pad])
+    keep = len(completion) + pad
+    with torch.no_grad():
+        logps, _ = turn_logps(policy.model, ids, mask, keep, user_id=policy.user_id,
+                              assistant_id=policy.tokenizer.convert_tokens_to_ids("<|assistant|>"),
+                              pad_id=policy.pad_id)
+        expected = torch.zeros(keep)
+        for i in range(len(tokens.turns)):  # each turn alone, from its <|user|> token
+            turn = tokens.turn_ids(i)
+            start = tokens.turns[i]
+            logits = policy.model(input_ids=torch.tensor([turn])).logits[0].float()
+            lp = torch.log_softmax(logits, -1)
+            for j in range(1, len(turn)):
+                pos = start + j - len(prompt)
+                if pos >= 0 and tokens.mask[start + j]:
+                    expected[pos] = lp[j - 1, turn[j]]
+    assert torch.allclose(logps[0], expected, atol=1e-4)
+    assert (logps[0][torch.tensor(tokens.env_mask + [0] * pad) == 0] == 0).all()
+
+
+def hi_demo(action: str, i: int) -> Trajectory:
+    state = "URL: http://s/\nTitle: "  # the dream's start state without a buffer
+    step = Transition(episode_id=f"d{i}", step=0, task_id=SAY_HI.task_id, state=state,
+                      action=action, next_state=state, done=True, success=True)
+    return Trajectory(episode_id=f"d{i}", task=SAY_HI, transitions=[step], success=True)
+
+
+def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
+    # Warm start: half the demonstrations answer right, half wrong (the policy is undecided).
+    demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(16)]
+    path = tiny_sft(tmp_path, demos, steps=80)
+    pool = EnvPool(lambda: make_env()[0], 8)  # the dream, its experience model scripted
+    torch.manual_seed(0)
+    other = Task(task_id="hi2", family="webarena", intent="Say hi", config=SAY_HI.config)
+    result = train_grpo(path, tmp_path / "grpo", [SAY_HI, other], pool,
+                        GRPOStageConfig(num_generations=8, tasks_per_step=2, micro_batch=8,
+                                        max_steps=20, learning_rate=1e-3, beta=0.04,
+                                        concurrency=8, max_episode_steps=2))
+    pool.close()
+    batches = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
+               if "rollout/success" in line]
+    first = sum(b["rollout/success"] for b in batches[:4]) / 4
+    last = sum(b["rollout/success"] for b in batches[-4:]) / 4
+    assert last > first + 0.2, (first, last)
+    assert result["synthetic_transitions"] > 0 and result["real_transitions"] == 0
+
+    def margin(checkpoint: str) -> float:
+        policy = PolicyModel.load(checkpoint)
+        seg = policy.segment_ids(SAY_HI, "URL: http://s/\nTitle: ")
+        scores = []
+        for action in ("stop [hi]", "stop [bye]"):
+            ids = seg + policy.action_ids(action)
+            with torch.no_grad():
+                lp = torch.log_softmax(policy.model(input_ids=torch.tensor([ids])).logits[0], -1)
+            scores.append(sum(lp[j - 1, ids[j]].item() for j in range(len(seg), len(ids))))
+        return scores[0] - scores[1]
+
+    assert margin(result["path"]) > margin(path) + 1.0
