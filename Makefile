@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # torch's CPU build: pip takes it from the local wheel folder when present, else from this index.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-RUN_DIR ?= runs/webarena-oracle-test
+RUN_DIR ?= runs/quick
 
 .PHONY: install browser run test lint clean
 
@@ -26,7 +26,7 @@ browser:
 	    else echo "Chromium is missing: install it (Debian/Ubuntu: sudo apt-get install chromium) or set DG_CHROMIUM"; exit 1; fi; }
 
 run: install browser
-	$(VENV)/bin/dg-agents eval --task webarena --agent oracle --split test --concurrency 2 --out $(RUN_DIR)
+	$(VENV)/bin/dg-agents run --task webarena --preset quick --out $(RUN_DIR)
 
 test: install browser
 	$(PY) -m pytest -q

@@ -166,7 +166,7 @@ def is_ready(recipe: EmbeddedRecipe | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def _build_lock(folder: Path) -> Iterator[None]:
+def build_lock(folder: Path) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # a second process waits for the first build
@@ -195,7 +195,7 @@ def ensure_embedded_experience_model(
     if is_ready(recipe):
         return paths
     say = progress or (lambda msg: logger.info("%s", msg))
-    with _build_lock(folder):
+    with build_lock(folder):
         if is_ready(recipe):
             return paths
         timings = _build(recipe, folder, say, on_episode)
@@ -245,7 +245,7 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
              [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
     shared = collect_dir(recipe)
     try:
-        with _build_lock(shared):
+        with build_lock(shared):
             if (shared / "COMPLETE").exists():
                 say(f"embedded experience model: reusing the episodes collected in {shared}")
             else:

@@ -44,6 +44,8 @@ STATE_FILE = "state.json"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 PRESETS = ("quick", "full")
+WARM_START_VERSION = 1
+"""Bumped whenever the policy's layout or SFT changes what a cached warm start is."""
 
 
 @dataclass
@@ -57,6 +59,9 @@ class PipelineConfig:
         policy: ``embedded`` (a small policy trained from scratch here) or ``hf/<checkpoint>``
             (a local transformers checkpoint to fine-tune).
         experience_model: ``embedded`` or a LiteLLM model string.
+        experience_recipe: Fields of the embedded experience model's recipe to change
+            (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`; a changed recipe builds and
+            caches another model), e.g. ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
         eval_limit: Test tasks evaluated, spread over the templates (None: the whole split).
@@ -77,6 +82,7 @@ class PipelineConfig:
     seed: int = 0
     policy: str = "embedded"
     experience_model: str = "embedded"
+    experience_recipe: dict[str, Any] = field(default_factory=dict)
     use_retrieval: bool = True
     use_reasoning: bool = True
     eval_limit: int | None = None
@@ -98,6 +104,15 @@ class PipelineConfig:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
         if self.eval_concurrency < 1 or self.eval_max_steps < 1:
             raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
+        from dataclasses import fields
+
+        from dreamgym_agents.embedded import EmbeddedRecipe
+
+        known = {f.name for f in fields(EmbeddedRecipe)} - {"use_retrieval", "use_reasoning"}
+        unknown = sorted(set(self.experience_recipe) - known)
+        if unknown:
+            raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join(sorted(known))}")
         if self.sim_to_real and self.s2r.real_transition_budget is None:
             raise ConfigError("s2r.real_transition_budget must be set: sim-to-real uses a "
                               "bounded number of real transitions")
@@ -312,7 +327,7 @@ class Pipeline:
                               "train-experience commands (experience_model: embedded)")
         ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
-        recipe = EmbeddedRecipe(**ablations)
+        recipe = EmbeddedRecipe(**{**self.cfg.experience_recipe, **ablations})
         paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
         return {"model": paths["model"], "buffer": paths["buffer"],
                 "offline": str(collect_dir(recipe)), "recipe": recipe.key}
@@ -327,21 +342,67 @@ class Pipeline:
     def stage_sft(self) -> dict[str, Any]:
         from dataclasses import replace
 
-        from dreamgym_agents.training.policy_sft import successful, train_policy_sft
-
         episodes = self.offline_episodes()
-        wins = successful(episodes)
         target = self.out / "checkpoints" / "sft"
         if target.exists():
             shutil.rmtree(target)
         base = self.cfg.policy[3:] if self.cfg.policy.startswith("hf/") else None
-        sft_cfg = replace(self.cfg.sft, output_dir=str(target), base_model=base or
-                          self.cfg.sft.base_model, seed=self.cfg.seed)
-        self.reporter.say(f"sft: {len(wins)} successful offline episodes of {len(episodes)}")
+        sft_cfg = replace(self.cfg.sft, base_model=base or self.cfg.sft.base_model,
+                          seed=self.cfg.seed)
+        counts = {"offline_episodes": len(episodes),
+                  "offline_transitions": sum(len(t.transitions) for t in episodes)}
+        cached = self._cached_warm_start(sft_cfg)
+        if cached is None:
+            return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
+        from dreamgym_agents.embedded import build_lock
+
+        with build_lock(cached):  # a second run building the same warm start waits
+            return {**self._train_sft(episodes, sft_cfg, target, cached), **counts}
+
+    def _train_sft(self, episodes: list[Any], sft_cfg: PolicySFTConfig, target: Path,
+                   cached: Path | None) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from dreamgym_agents.training.policy_sft import successful, train_policy_sft
+
+        wins = successful(episodes)
+        if cached is not None and (cached / "READY").exists():
+            self.reporter.say(f"sft: reusing the warm start cached in {cached}")
+            shutil.copytree(cached / "model", target)
+            result = json.loads((cached / "READY").read_text())
+            return {**result, "path": str(target), "cached": str(cached)}
+        self.reporter.say(f"sft: {len(wins)} successful offline episodes of {len(episodes)}"
+                          + (f" (cached in {cached} for later runs)" if cached else ""))
         tick = self.reporter.bar("sft steps", sft_cfg.max_steps or 0)
-        result = train_policy_sft(episodes, sft_cfg, self.cfg.policy_view, on_step=tick)
-        return {**result, "offline_episodes": len(episodes),
-                "offline_transitions": sum(len(t.transitions) for t in episodes)}
+        build = (cached / "model") if cached is not None else target
+        if build.exists():
+            shutil.rmtree(build)  # an interrupted build
+        result = train_policy_sft(episodes, replace(sft_cfg, output_dir=str(build)),
+                                  self.cfg.policy_view, on_step=tick)
+        if cached is not None:
+            _write_json(cached / "READY", result)
+            shutil.copytree(build, target)
+        return {**result, "path": str(target)}
+
+    def _cached_warm_start(self, sft_cfg: PolicySFTConfig) -> Path | None:
+        """Where the embedded policy's warm start is cached: it depends only on the offline
+        data, the SFT settings, the policy's view and the seed, so runs and bench rows that
+        share them share one build (like the embedded experience model). None for a
+        checkpoint to fine-tune (not cached)."""
+        import hashlib
+
+        from dreamgym_agents.embedded import cache_root
+
+        if self.cfg.policy != "embedded" or sft_cfg.base_model:
+            return None
+        key = {"version": WARM_START_VERSION, "sft": asdict(sft_cfg),
+               "view": asdict(self.cfg.policy_view),
+               "offline": Path(self.state["done"]["experience"]["offline"]).name}
+        key["sft"].pop("output_dir", None)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+        folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{digest}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def test_tasks(self) -> list[Any]:
         from dreamgym_agents.env import spread_tasks

@@ -1,0 +1,76 @@
+"""``dg-agents run`` and ``bench``: bad input gets one clear line; a tiny ``run --preset quick``
+goes end to end on the bundled site (a tiny experience model, a few steps of each stage)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dreamgym_agents.cli import main
+
+TINY_RECIPE = ("{oracle_tasks: 6, noisy_tasks: 1, quitter_tasks: 2, random_tasks: 1, "
+               "max_steps: 6, explorer_tasks: 1, explorer_pages: 1, explorer_steps: 5, "
+               "order_explorer_tasks: 1, hidden_size: 32, num_layers: 1, vocab_size: 500, "
+               "sft_steps: 10, batch_size: 4, sft_budget_s: 60.0, counterfactual_answers: 1}")
+TINY = ["--set", f"experience_recipe={TINY_RECIPE}",
+        "--set", "eval_limit=2", "--set", "eval_concurrency=2", "--set", "eval_max_steps=3",
+        "--set", "sft.max_steps=4", "--set", "sft.hidden_size=32", "--set", "sft.num_layers=1",
+        "--set", "sft.vocab_size=400", "--set", "sft.max_length=4096",
+        "--set", "dream.max_steps=1", "--set", "dream.tasks_per_step=2",
+        "--set", "dream.num_generations=2", "--set", "dream.micro_batch=2",
+        "--set", "dream.max_episode_steps=2", "--set", "dream.concurrency=4",
+        "--set", "s2r.max_steps=1", "--set", "s2r.tasks_per_step=1",
+        "--set", "s2r.num_generations=2", "--set", "s2r.micro_batch=2",
+        "--set", "s2r.max_episode_steps=2", "--set", "s2r.concurrency=2",
+        "--set", "s2r.real_transition_budget=2"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--preset", "fast"], "unknown preset 'fast': use quick or full"),
+    (["--policy", "openai/gpt-4o-mini"], "hosted model: run cannot update its weights"),
+    (["--set", "nope=1"], "unknown config key 'nope'"),
+    (["--set", "dream.max_steps=many"], "config key 'dream.max_steps' expects int"),
+    (["--set", "dream.num_generations=1"], "num_generations must be at least 2"),
+    (["--set", "curriculum.synthetic_share=2"], "synthetic_share (λ) must be in [0, 1]"),
+    (["--set", "experience_recipe={oracle: 3}"], "unknown experience_recipe key(s) oracle"),
+])
+def test_bad_run_input_gets_one_clear_line(tmp_path, capsys, args, message):
+    code = main(["run", "--out", str(tmp_path / "r"), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_bad_bench_input_gets_one_clear_line(tmp_path, capsys):
+    assert main(["bench", "--out", str(tmp_path), "--seeds", "0"]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert main(["bench", "--out", str(tmp_path), "--real-budget", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "real-budget must be at least 10" in err
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert main(["run", "--task", "webarena", "--preset", "quick", "--out", str(out),
+                 *TINY]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
+                "synthetic_transitions", "wall_seconds"):
+        assert key in summary and printed[key] == summary[key]
+    assert summary["synthetic_transitions"] > 0 and summary["dream_real_transitions"] == 0
+    assert 2 <= summary["real_transitions_used"] <= 2 * 2  # one batch past the budget at most
+    assert (out / "report.md").exists() and (out / "success_vs_real.png").exists()
+    for stage in ("sft", "dream_rl", "s2r"):
+        assert (out / "checkpoints" / stage / "config.json").exists()
+    assert (out / "stages" / "dream_rl" / "rollouts.jsonl").exists()
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("rollout/success" in m for m in metrics) and any("grpo/loss" in m for m in metrics)
+    # a rerun of the same command finds every stage done
+    assert main(["run", "--task", "webarena", "--preset", "quick", "--out", str(out),
+                 *TINY]) == 0
+    assert "stage " not in capsys.readouterr().err

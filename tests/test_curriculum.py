@@ -1,0 +1,135 @@
+"""The curriculum (paper §4.2): reward variance, seed selection, the λ mix, and the task
+generators' candidates: accepted, malformed and infeasible ones counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dreamgym_agents.curriculum import (
+    Curriculum,
+    CurriculumConfig,
+    LLMTaskGenerator,
+    TemplateTaskGenerator,
+    grounded_in,
+    parse_candidates,
+    reward_variance,
+    select_seeds,
+    synthetic_slots,
+)
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.llm import Gateway, LLMConfig
+from dreamgym_agents.types import Task
+
+TEMPLATE = "What is the price of {{product}}?"
+
+
+def price_task(i: int, product: str) -> Task:
+    return Task(task_id=str(i), family="webarena", intent=TEMPLATE.replace("{{product}}", product),
+                split="train",
+                config={"intent_template": TEMPLATE, "instantiation_dict": {"product": product},
+                        "start_url": "__SHOPPING__", "eval": {"eval_types": ["string_match"]}},
+                oracle=[{"op": "stop", "answer": "$1"}])
+
+
+PRODUCTS = ["Red Kettle", "Blue Lamp", "Green Chair", "Black Desk"]
+TASKS = [price_task(i, p) for i, p in enumerate(PRODUCTS)]
+
+
+def test_reward_variance_of_groups():
+    assert reward_variance([1, 0, 1, 0]) == pytest.approx(0.25)
+    assert reward_variance([1, 1, 1, 1]) == 0.0
+    assert reward_variance([0, 0, 0, 1]) == pytest.approx(0.1875)
+    assert reward_variance([1.0]) == 0.0
+
+
+def test_seeds_are_the_highest_variance_tasks():
+    variances = {"a": 0.25, "b": 0.0, "c": 0.1875, "d": 0.25, "e": 0.01}
+    assert select_seeds(variances, 2) == ["a", "d"]  # ties broken by id
+    assert select_seeds(variances, 10) == ["a", "d", "c", "e"]  # zero variance never a seed
+    assert select_seeds(variances, 10, min_variance=0.1) == ["a", "d", "c"]
+
+
+def test_lambda_bounds_the_synthetic_share():
+    assert synthetic_slots(8, 0.25, available=10) == 2
+    assert synthetic_slots(8, 0.25, available=1) == 1
+    assert synthetic_slots(3, 0.25, available=5) == 0
+    assert synthetic_slots(4, 1.0, available=9) == 4
+    with pytest.raises(ConfigError, match="λ"):
+        CurriculumConfig(synthetic_share=1.5)
+
+
+class Scripted:
+    """A generator that proposes fixed candidates and picks one."""
+
+    def __init__(self, candidates, choice=None):
+        self.candidates, self.choice, self.seeds = candidates, choice, []
+
+    def generate(self, seed, n):
+        self.seeds.append(seed.task_id)
+        return list(self.candidates), self.choice
+
+
+def test_variants_of_high_variance_seeds_join_the_mix():
+    gen = Scripted([
+        "not a dict",
+        {"intent": "What is the price of {{product}}?", "params": {}},  # placeholder left
+        {"intent": "What is the price of Red Kettle?", "params": {"product": "Red Kettle"}},
+        {"intent": "What is the price of Purple Sofa?", "params": {"product": "Purple Sofa"}},
+        {"intent": "What is the price of Blue Lamp and Black Desk together?",
+         "params": {"product": "Blue Lamp"}},
+    ], choice=3)
+    cur = Curriculum(CurriculumConfig(seeds_per_round=1, synthetic_share=0.5), gen, TASKS,
+                     feasible=grounded_in("[3] link 'Blue Lamp'", TASKS), seed=0)
+    cur.observe(TASKS[:3], [[1, 1, 1, 1], [1, 0, 0, 0], [1, 0, 1, 0]])
+    accepted = cur.refresh()
+    assert gen.seeds == ["2"]  # the highest variance: [1, 0, 1, 0]
+    s = cur.stats
+    assert (s.proposed, s.malformed, s.infeasible, s.accepted) == (5, 2, 2, 1)
+    assert s.reasons["infeasible: duplicates a known task"] == 1
+    assert any("Purple Sofa" not in k and "product" in k for k in s.reasons)  # not grounded
+    (variant,) = accepted
+    assert variant.intent.endswith("Blue Lamp and Black Desk together?")  # the choice was
+    assert variant.split == "synthetic" and variant.oracle is None  # infeasible: the first
+    assert "eval" not in variant.config and variant.config["synthetic_of"] == "2"
+    batch = cur.mix(TASKS)
+    assert sum(t.split == "synthetic" for t in batch) == 1  # the pool holds one
+    cur.pool = cur.pool * 5
+    assert sum(t.split == "synthetic" for t in cur.mix(TASKS)) == 2  # λ = 0.5 of 4 groups
+
+
+def test_disabled_curriculum_never_mixes():
+    gen = Scripted([{"intent": "What is the price of Blue Lamp now?", "params": {}}])
+    cur = Curriculum(CurriculumConfig(enabled=False), gen, TASKS)
+    cur.observe(TASKS[:1], [[1, 0]])
+    assert cur.refresh() == [] and cur.mix(TASKS) == TASKS and not gen.seeds
+
+
+def test_template_generator_fills_the_seed_template_with_other_values():
+    gen = TemplateTaskGenerator(TASKS, seed=1)
+    candidates, choice = gen.generate(TASKS[0], 3)
+    assert len(candidates) == 3 and choice is not None
+    for c in candidates:
+        assert c["intent"].startswith("What is the price of ") and "{{" not in c["intent"]
+        assert c["params"]["product"] in PRODUCTS and c["params"]["product"] != "Red Kettle"
+    untemplated = Task(task_id="x", family="webarena", intent="Do something")
+    assert gen.generate(untemplated, 3) == ([None], None)
+
+
+def test_llm_generator_reads_json_and_counts_unreadable_answers():
+    answer = json.dumps({"candidates": [
+        {"intent": "What is the price of Green Chair?", "params": {"product": "Green Chair"}},
+        {"intent": "What is the price of Black Desk?", "params": {"product": "Black Desk"}}],
+        "choice": 1})
+    gateway = Gateway(LLMConfig(model="openai/gpt-4o-mini", mock_response=f"Sure:\n{answer}"))
+    gen = LLMTaskGenerator(gateway)
+    assert "Red Kettle" in gen.messages(TASKS[0], 2)[0]["content"]
+    known = [t for t in TASKS if t.task_id in ("0", "1")]
+    cur = Curriculum(CurriculumConfig(seeds_per_round=1), gen, known)
+    cur.observe(known, [[1, 0], [0, 0]])
+    (variant,) = cur.refresh()
+    assert variant.intent == "What is the price of Black Desk?"
+    gateway.close()
+    assert parse_candidates("no json here") == ([None], None)
+    assert parse_candidates('{"candidates": "x"}') == ([None], None)

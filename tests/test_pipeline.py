@@ -1,0 +1,104 @@
+"""``dg-agents run``'s pipeline: stages recorded as they finish, a killed run resuming at the
+stage it was in, a rerun with other settings refused, the report and its plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.pipeline import STAGES, Pipeline, PipelineConfig, preset_config
+from dreamgym_agents.report import summarize_run, write_report
+
+
+class Killed(BaseException):
+    """Stands for the process being killed (not an error any stage handles)."""
+
+
+class Stubbed(Pipeline):
+    """The pipeline with every stage replaced by a recorder; ``kill_at`` dies there."""
+
+    def __init__(self, *args, calls, kill_at=None, **kw):
+        super().__init__(*args, **kw)
+        self.calls, self.kill_at = calls, kill_at
+        for stage in STAGES:
+            if stage != "report":
+                setattr(self, f"stage_{stage}", self._stub(stage))
+
+    def _stub(self, stage):
+        def run():
+            self.calls.append(stage)
+            if stage == self.kill_at:
+                if stage in ("dream_rl", "s2r"):
+                    self._stage_dir(stage)  # a training stage had started writing
+                raise Killed
+            if stage in ("dream_rl", "s2r"):
+                self._stage_dir(stage)
+                return {"path": f"/x/{stage}", "real_transitions": 40 if stage == "s2r" else 0,
+                        "synthetic_transitions": 0 if stage == "s2r" else 300,
+                        "rollout_success": 0.5}
+            if stage.startswith("eval_"):
+                return {"success": {"eval_sft": 0.2, "eval_dream": 0.3, "eval_s2r": 0.4}[stage],
+                        "episodes": 10, "eval_real_transitions": 50}
+            return {"path": f"/x/{stage}"}
+        return run
+
+
+def test_a_killed_run_resumes_at_the_stage_it_was_in(tmp_path):
+    cfg = preset_config("quick")
+    calls: list[str] = []
+    with pytest.raises(Killed):
+        Stubbed(cfg, tmp_path, calls=calls, kill_at="dream_rl").run()
+    assert calls == ["experience", "sft", "eval_sft", "dream_rl"]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert sorted(state["done"]) == ["eval_sft", "experience", "sft"]
+
+    calls.clear()
+    summary = Stubbed(cfg, tmp_path, calls=calls).run()
+    assert calls == ["dream_rl", "eval_dream", "s2r", "eval_s2r"]  # finished stages skipped
+    assert (tmp_path / "stages" / "dream_rl.interrupted-1").is_dir()  # nothing recorded lost
+    assert summary["sft_success"] == 0.2 and summary["dream_success"] == 0.3
+    assert summary["s2r_success"] == 0.4 and summary["real_transitions_used"] == 40
+    assert summary["synthetic_transitions"] == 300
+    assert (tmp_path / "report.md").exists() and (tmp_path / "success_vs_real.png").exists()
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["stage"] for x in lines if x.get("event") == "done"][-1] == "report"
+
+    calls.clear()
+    Stubbed(cfg, tmp_path, calls=calls).run()  # everything done: nothing runs again
+    assert calls == []
+
+
+def test_a_rerun_with_other_settings_is_refused(tmp_path):
+    with pytest.raises(Killed):
+        Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
+    other = preset_config("quick")
+    other.dream.max_steps = 99
+    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 8 → 99\)"):
+        Stubbed(other, tmp_path, calls=[]).run()
+
+
+def test_without_sim_to_real_the_stages_skip_it(tmp_path):
+    cfg = preset_config("quick")
+    cfg.sim_to_real = False
+    calls: list[str] = []
+    summary = Stubbed(cfg, tmp_path, calls=calls).run()
+    assert "s2r" not in calls and summary["s2r_success"] is None
+
+
+def test_config_validation_says_what_to_fix():
+    with pytest.raises(ConfigError, match="unknown preset 'fast': use quick or full"):
+        preset_config("fast")
+    with pytest.raises(ConfigError, match="eval_limit"):
+        PipelineConfig(eval_limit=0)
+    with pytest.raises(ConfigError, match="hosted model"):
+        Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")
+
+
+def test_report_of_a_partial_run(tmp_path):
+    state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5}}, "wall_seconds": 3.0}
+    summary = write_report(tmp_path, preset_config("quick"), state)
+    assert summary["sft_success"] == 0.1 and summary["dream_success"] is None
+    assert summarize_run(state)["real_transitions_used"] == 0
+    assert "| SFT warm start | 0 | 0 | 0.100 |" in (tmp_path / "report.md").read_text()
