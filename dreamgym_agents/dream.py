@@ -1,8 +1,9 @@
 """The dream environment: the experience model behind the :class:`~dreamgym_agents.env.Environment`
 contract, so the same episode graph, agents and runner play synthetic episodes (DreamGym, Sec. 4).
 
-- ``reset(task)`` starts from the task's recorded initial state in the replay buffer, or, when the
-  buffer has none, from a minimal state built from the task (``URL: <start_url>``, ``Title: ``);
+- ``reset(task)`` starts from the task's recorded initial state in the replay buffer (a
+  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or, when the buffer has
+  none, from a minimal state built from the task (``URL: <start_url>``, ``Title: ``);
   ``Observation.info["start_state"]`` says which (``recorded`` or ``synthesised``).
 - ``step(action)`` parses the action with the action set, then asks the experience model for the
   next state, reward, done and success, with the episode's own history.
@@ -117,9 +118,10 @@ class DreamEnv:
         start_url = str(task.config.get("start_url") or "")
         state = None
         if self.buffer is not None:
-            state = self.buffer.start_state(
-                task.task_id, start_url=start_url or None, family=task.family
-            )
+            # a curriculum's synthetic task starts where its seed task starts
+            seed = str(task.config.get("synthetic_of") or task.task_id)
+            state = self.buffer.start_state(seed, start_url=start_url or None,
+                                            family=task.family)
         source = "recorded"
         if not state:
             if not self.cfg.synthesise_start:

@@ -170,3 +170,13 @@ def test_dream_episodes_through_the_episode_graph_and_runner(tmp_path):
     # The synthesised start page has no laptops link: clicking leads nowhere until max_steps.
     assert trajs["price2"].termination == "max_steps" and not trajs["price2"].success
     assert model.metrics["experience/failures"] == 0
+
+
+def test_a_synthetic_task_starts_where_its_seed_starts():
+    buffer = FakeBuffer(starts={"price": HOME})
+    env, _ = make_env(buffer=buffer)
+    variant = Task(task_id="price~v1", family="webarena", intent="What is the price of X?",
+                   split="synthetic", config={"start_url": "http://shop/",
+                                              "synthetic_of": "price"})
+    obs = env.reset(variant)
+    assert obs.state == HOME and obs.info["start_state"] == "recorded"

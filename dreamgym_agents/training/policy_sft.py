@@ -14,6 +14,7 @@ text and a small Qwen2 (the embedded default policy).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,13 @@ class PolicySFTConfig:
         max_steps: Optimisation steps, whatever the data's size.
         batch_size: Turns per step.
         learning_rate: Peak learning rate (from scratch ~2e-3, fine-tuning ~5e-5, LoRA ~2e-4).
+        entity_swaps: Variants of each successful episode with its task's entities swapped for
+            others (:func:`swap_entities`); 0: the episodes as recorded.
+        env_loss_weight: Weight of the environment's tokens (the pages) in the loss, as a
+            share of the actions' (the loss is the actions' mean plus this times the pages'
+            mean): predicting pages teaches a small model the site's text and, above all,
+            to copy (a search query recurs in the URL, the title and the heading), which the
+            actions need (a product's name copied from the task into a search). 0: actions only.
         time_budget_s: Wall-time cap (the schedule ends at the budget on a slow machine).
         seed: Seed of initialisation and data order.
         bf16: bfloat16 autocast (None: where the CPU computes it natively).
@@ -68,6 +76,8 @@ class PolicySFTConfig:
     max_steps: int | None = 300
     batch_size: int = 16
     learning_rate: float = 2e-3
+    entity_swaps: int = 2
+    env_loss_weight: float = 0.3
     time_budget_s: float | None = None
     seed: int = 0
     bf16: bool | None = None
@@ -78,6 +88,10 @@ class PolicySFTConfig:
             raise ConfigError("sft.epochs, sft.batch_size and sft.learning_rate must be positive")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"sft.max_steps must be at least 1, got {self.max_steps}")
+        if self.entity_swaps < 0:
+            raise ConfigError(f"sft.entity_swaps must be >= 0, got {self.entity_swaps}")
+        if self.env_loss_weight < 0:
+            raise ConfigError(f"sft.env_loss_weight must be >= 0, got {self.env_loss_weight}")
         if self.lora_r < 0:
             raise ConfigError(f"sft.lora_r must be >= 0 (0: no LoRA), got {self.lora_r}")
         if self.lora_r and self.base_model is None:
@@ -93,11 +107,12 @@ def successful(trajectories: list[Trajectory]) -> list[Trajectory]:
     return [t for t in trajectories if t.success and t.transitions]
 
 
-def sft_rows(policy: PolicyModel, trajectories: list[Trajectory],
-             max_length: int) -> tuple[list[dict[str, list]], int]:
+def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: int,
+             env_weight: float = 0.0) -> tuple[list[dict[str, list]], int]:
     """Tokenized examples (``input_ids``, ``labels``, ``token_weights``) of the successful
     episodes, one per valid turn (the policy conditions on its turn only), and how many turns
-    were longer than ``max_length`` and dropped."""
+    were longer than ``max_length`` and dropped. The loss is the actions' mean plus
+    ``env_weight`` times the pages' mean (0: pages not trained)."""
     rows, dropped = [], 0
     for traj in successful(trajectories):
         tokens = episode_tokens(policy, traj.task, traj.transitions)
@@ -110,10 +125,73 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory],
             if len(ids) > max_length:
                 dropped += 1
                 continue
+            # The pages' tokens share ``env_weight`` of an action token's weight per action
+            # token: a turn is ~550 page tokens for ~15 action tokens, and at equal weights
+            # the pages would drown the actions.
+            acted, shown = sum(mask), len(mask) - sum(mask) - 1
+            per_page_token = env_weight * acted / max(shown, 1)
+            weights = [1.0 if m else per_page_token for m in mask]
+            weights[0] = 0.0  # the turn's first token has no context in the turn
             rows.append({"input_ids": ids,
-                         "labels": [x if m else -100 for x, m in zip(ids, mask, strict=True)],
-                         "token_weights": [float(m) for m in mask]})
+                         "labels": [x if w else -100 for x, w in zip(ids, weights, strict=True)],
+                         "token_weights": weights})
     return rows, dropped
+
+
+def swap_entities(trajectories: list[Trajectory], copies: int,
+                  seed: int = 0) -> list[Trajectory]:
+    """``copies`` variants of each episode whose task names an entity that the episode copies
+    (a product, an email, a category …: a task parameter of at least 5 characters with a letter
+    that a page or an action shows), with that entity replaced by another value of the same
+    parameter, everywhere it appears: the task, every page and every action. The pages stay consistent (a product's page shows its new name
+    where it showed the old one); what changes is *which* string the policy must copy, so a
+    small model trained on few episodes learns to copy from the task instead of memorising the
+    training tasks' strings (measured: docs/RESULTS.md)."""
+    import random
+    from dataclasses import replace
+
+    rng = random.Random(seed)
+    values: dict[str, list[str]] = {}
+    for traj in trajectories:
+        for key, value in traj.task.params.items():
+            if _entity(value) and value not in values.setdefault(key, []):
+                values[key].append(value)
+    out: list[Trajectory] = []
+    for traj in trajectories:
+        seen = "\n".join(f"{t.state}\n{t.action}" for t in traj.transitions)
+        # only strings the episode copies (on a page or in an action): a word of the task
+        # alone ("cheapest") decides what to do, and swapping it would teach the wrong thing
+        names = {k: v for k, v in traj.task.params.items()
+                 if _entity(v) and len(values[k]) > 1 and v in seen}
+        typed = [m.group(1) for t in traj.transitions if (m := _TYPED.search(t.action))]
+        if not names or any(text != v and text in v for text in typed for v in names.values()):
+            continue  # an entity typed in parts (an address over four fields) cannot be swapped
+        for n in range(copies):
+            swap = {v: rng.choice([o for o in values[k] if o != v]) for k, v in names.items()}
+
+            def sub(text: str, swap: dict[str, str] = swap) -> str:
+                for old, new in swap.items():
+                    text = text.replace(old, new)
+                return text
+
+            params = {k: sub(v) for k, v in traj.task.params.items()}
+            task = replace(traj.task, task_id=f"{traj.task.task_id}~swap{n}",
+                           intent=sub(traj.task.intent),
+                           config={**traj.task.config, "intent": sub(traj.task.intent),
+                                   "instantiation_dict": params})
+            steps = [replace(t, state=sub(t.state), next_state=sub(t.next_state),
+                             action=sub(t.action), episode_id=f"{t.episode_id}~swap{n}")
+                     for t in traj.transitions]
+            out.append(replace(traj, episode_id=f"{traj.episode_id}~swap{n}", task=task,
+                               transitions=steps))
+    return out
+
+
+_TYPED = re.compile(r"^\s*fill\(\s*'[^']*'\s*,\s*'(.*)'\s*\)\s*$")
+
+
+def _entity(value: str) -> bool:
+    return len(value) >= 5 and any(c.isalpha() for c in value)
 
 
 def corpus(trajectories: list[Trajectory], policy_cfg: PolicyConfig) -> list[str]:
@@ -164,7 +242,8 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     if cfg.lora_r:
         model = _with_lora(model, cfg.lora_r)
     policy = PolicyModel(model, tokenizer, policy_cfg)
-    rows, cut = sft_rows(policy, trajectories, cfg.max_length)
+    examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed)
+    rows, cut = sft_rows(policy, examples, cfg.max_length, cfg.env_loss_weight)
     if not rows:
         raise ConfigError(f"no turn of a successful episode fits sft.max_length="
                           f"{cfg.max_length} tokens")
@@ -176,7 +255,8 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
         trained = trained.merge_and_unload()
     trained.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    return {"path": str(out), "episodes": len(wins), "turns": len(rows), "dropped_too_long": cut,
+    return {"path": str(out), "episodes": len(wins), "swapped_episodes": len(examples) - len(wins),
+            "turns": len(rows), "dropped_too_long": cut,
             "steps": result.steps,
             "first_loss": result.first_loss, "last_loss": result.last_loss,
             "seconds": round(time.perf_counter() - start, 1), "bf16": result.bf16,
