@@ -119,12 +119,17 @@ def load_config(
     """
     if path is not None:
         apply_mapping(obj, read_yaml_mapping(path), prefix)
+    merged: dict[str, Any] = {}
     for text in overrides or []:
         keys, value = parse_override(text)
-        nested: Any = value
-        for key in reversed(keys):
-            nested = {key: nested}
-        apply_mapping(obj, nested, prefix)
+        level = merged
+        for key in keys[:-1]:
+            if not isinstance(level.get(key), dict):
+                level[key] = {}
+            level = level[key]
+        level[keys[-1]] = value
+    if merged:  # all at once: checks that join fields see every override, not the first
+        apply_mapping(obj, merged, prefix)
     return obj
 
 

@@ -125,3 +125,18 @@ def test_config_file_then_flags_then_set(tmp_path):
     overridden = Sections(cfg_file, ["env.max_steps=11"], ("env",)).configure(
         EnvConfig(), "env", {"max_steps": 9})
     assert overridden.max_steps == 11
+
+
+def test_set_overrides_are_checked_together():
+    """Fields checked jointly (micro_batch divides tasks × generations) see every --set, so
+    their order on the command line does not matter."""
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.training.grpo import GRPOStageConfig
+
+    cfg = load_config(GRPOStageConfig(), None, ["tasks_per_step=1", "num_generations=2",
+                                                 "micro_batch=2"])
+    assert (cfg.tasks_per_step, cfg.num_generations, cfg.micro_batch) == (1, 2, 2)
+    with pytest.raises(ConfigError, match="micro_batch"):
+        load_config(GRPOStageConfig(), None, ["tasks_per_step=1", "num_generations=2",
+                                              "micro_batch=3"])
