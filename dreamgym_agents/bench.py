@@ -34,11 +34,15 @@ class BenchConfig:
         real_budget: N, the real transitions of GRPO-real (None: the preset's
             ``dream.max_steps`` batches' worth, measured as 5 steps per episode).
         ablations: Run the three ablation rows.
+        shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
+            task order, sampling, curriculum; the SFT row then has no spread). False: each
+            seed trains its own warm start (one more SFT per seed).
     """
 
     seeds: int = 3
     real_budget: int | None = None
     ablations: bool = True
+    shared_warm_start: bool = True
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
@@ -103,7 +107,11 @@ def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
     states: dict[tuple[int, str], dict[str, Any]] = {}
     for seed in range(cfg.seeds):
         runs = variants(base, cfg, seed)
-        main = Pipeline(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter)
+        first = states.get((0, "dreamgym"))
+        warm = {k: first["done"][k] for k in ("experience", "sft", "eval_sft")} \
+            if cfg.shared_warm_start and first else None
+        main = Pipeline(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter,
+                        adopt=warm)
         if reporter:
             reporter.say(f"[bold]seed {seed}: dreamgym[/]")
         main.run()

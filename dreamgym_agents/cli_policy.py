@@ -129,6 +129,11 @@ def bench_command(
     ablations: Annotated[
         bool, typer.Option("--ablations/--no-ablations", help="Run the three ablation rows.")
     ] = True,
+    shared_warm_start: Annotated[
+        bool, typer.Option("--shared-warm-start/--own-warm-start",
+                           help="Every seed starts from seed 0's warm start (the seeds vary "
+                                "the RL), or each seed trains its own.")
+    ] = True,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -143,7 +148,8 @@ def bench_command(
     cli._setup_logging(verbose)
     base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
     base.task = task
-    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=ablations)
+    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=ablations,
+                            shared_warm_start=shared_warm_start)
     with _reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)
         reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")

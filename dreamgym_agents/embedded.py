@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 EMBEDDED = "embedded"
@@ -299,6 +301,56 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
         say(f"  this machine was too slow for {recipe.sft_steps} steps in the time budget "
             f"({where}): the model differs from the reference build's (docs/RESULTS.md)")
     return {k: round(v, 1) for k, v in timings.items()}
+
+
+DEMOS_VERSION = 1
+"""Bumped whenever what a cached set of oracle demonstrations holds changes."""
+
+
+def demos_dir(tasks: int | None, seed: int = 0) -> Path:
+    """Where the oracle demonstrations on ``tasks`` train tasks (None: all) are cached."""
+    return cache_root() / f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
+
+
+def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 4,
+                 max_steps: int = 15, progress: Progress | None = None,
+                 on_episode: Callable[[Any], None] | None = None) -> Path:
+    """Play the oracle on ``tasks`` train tasks of the bundled site, spread over the templates
+    (None: every train task with an oracle program), unless cached; return the folder.
+
+    These are the policy's demonstrations (what the warm start imitates): the experience
+    model's collection plays the oracle on a hundred tasks only, and a policy trained from
+    scratch on so few memorises their strings instead of learning to copy them. Resumable:
+    recorded episodes stay when a collection is interrupted.
+    """
+    from dreamgym_agents.agent import OracleAgent
+    from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
+    from dreamgym_agents.graph import RunConfig, run_episodes
+
+    folder = demos_dir(tasks, seed)
+    say = progress or (lambda msg: logger.info("%s", msg))
+    with build_lock(folder):
+        if (folder / "COMPLETE").exists():
+            return folder
+        family = make_family("webarena")
+        env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
+        try:
+            pool = [t for t in family.load_tasks("train") if t.oracle]
+            chosen = spread_tasks(pool, tasks) if tasks is not None else pool
+            say(f"policy demonstrations: the oracle on {len(chosen)} train tasks "
+                f"({family.prepare(env_cfg, chosen)}) → {folder}")
+            run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
+                                max_steps=max_steps,
+                                meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
+            result = asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg),
+                                              OracleAgent(), run_cfg, on_episode=on_episode))
+        finally:
+            family.close()
+        if result.failed:
+            raise ConfigError(f"{len(result.failed)} demonstration episode(s) failed (see "
+                              f"{folder / 'oracle' / 'errors.jsonl'}); rerun to retry them")
+        (folder / "COMPLETE").write_text(json.dumps(result.summary, sort_keys=True))
+    return folder
 
 
 def read_collected(folder: Path, names: list[str]) -> list[Any]:

@@ -62,6 +62,9 @@ class PipelineConfig:
         experience_recipe: Fields of the embedded experience model's recipe to change
             (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`; a changed recipe builds and
             caches another model), e.g. ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one.
+        demo_tasks: Train tasks whose oracle demonstrations join the offline data the warm
+            start imitates, spread over the templates (None: every train task; 0: none, the
+            warm start learns from the experience model's collection alone). Cached.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
         eval_limit: Test tasks evaluated, spread over the templates (None: the whole split).
@@ -83,6 +86,7 @@ class PipelineConfig:
     policy: str = "embedded"
     experience_model: str = "embedded"
     experience_recipe: dict[str, Any] = field(default_factory=dict)
+    demo_tasks: int | None = None
     use_retrieval: bool = True
     use_reasoning: bool = True
     eval_limit: int | None = None
@@ -102,6 +106,9 @@ class PipelineConfig:
             raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
+        if self.demo_tasks is not None and self.demo_tasks < 0:
+            raise ConfigError(f"demo_tasks must be >= 0 (None: every train task), got "
+                              f"{self.demo_tasks}")
         if self.eval_concurrency < 1 or self.eval_max_steps < 1:
             raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
         from dataclasses import fields
@@ -318,6 +325,7 @@ class Pipeline:
             EMBEDDED,
             EmbeddedRecipe,
             collect_dir,
+            ensure_demos,
             ensure_embedded_experience_model,
         )
 
@@ -329,15 +337,28 @@ class Pipeline:
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
         recipe = EmbeddedRecipe(**{**self.cfg.experience_recipe, **ablations})
         paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
-        return {"model": paths["model"], "buffer": paths["buffer"],
+        done = {"model": paths["model"], "buffer": paths["buffer"],
                 "offline": str(collect_dir(recipe)), "recipe": recipe.key}
+        if self.cfg.demo_tasks != 0:
+            tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
+            done["demos"] = str(ensure_demos(self.cfg.demo_tasks, seed=recipe.seed,
+                                             concurrency=self.cfg.eval_concurrency,
+                                             max_steps=self.cfg.eval_max_steps,
+                                             progress=self.reporter.say,
+                                             on_episode=lambda t: tick(1, t)))
+        return done
 
     def offline_episodes(self) -> list[Any]:
         from dreamgym_agents.embedded import read_collected
 
-        folder = Path(self.state["done"]["experience"]["offline"])
+        done = self.state["done"]["experience"]
+        folder = Path(done["offline"])
         names = sorted(p.name for p in folder.iterdir() if (p / "trajectories.jsonl").exists())
-        return read_collected(folder, names)
+        if "demos" not in done:
+            return read_collected(folder, names)
+        # the demonstrations replay the collection's oracle on more tasks: not twice
+        return read_collected(folder, [n for n in names if n != "oracle"]) + \
+            read_collected(Path(done["demos"]), ["oracle"])
 
     def stage_sft(self) -> dict[str, Any]:
         from dataclasses import replace
@@ -397,7 +418,8 @@ class Pipeline:
             return None
         key = {"version": WARM_START_VERSION, "sft": asdict(sft_cfg),
                "view": asdict(self.cfg.policy_view),
-               "offline": Path(self.state["done"]["experience"]["offline"]).name}
+               "offline": Path(self.state["done"]["experience"]["offline"]).name,
+               "demos": Path(self.state["done"]["experience"].get("demos", "")).name}
         key["sft"].pop("output_dir", None)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
         folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{digest}"

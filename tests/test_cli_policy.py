@@ -13,7 +13,7 @@ TINY_RECIPE = ("{oracle_tasks: 6, noisy_tasks: 1, quitter_tasks: 2, random_tasks
                "max_steps: 6, explorer_tasks: 1, explorer_pages: 1, explorer_steps: 5, "
                "order_explorer_tasks: 1, hidden_size: 32, num_layers: 1, vocab_size: 500, "
                "sft_steps: 10, batch_size: 4, sft_budget_s: 60.0, counterfactual_answers: 1}")
-TINY = ["--set", f"experience_recipe={TINY_RECIPE}",
+TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
         "--set", "eval_limit=2", "--set", "eval_concurrency=2", "--set", "eval_max_steps=3",
         "--set", "sft.max_steps=4", "--set", "sft.hidden_size=32", "--set", "sft.num_layers=1",
         "--set", "sft.vocab_size=400", "--set", "sft.max_length=4096",
@@ -68,6 +68,9 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     for stage in ("sft", "dream_rl", "s2r"):
         assert (out / "checkpoints" / stage / "config.json").exists()
     assert (out / "stages" / "dream_rl" / "rollouts.jsonl").exists()
+    state = json.loads((out / "state.json").read_text())
+    assert state["done"]["sft"]["offline_episodes"] >= 2  # the demonstrations joined the data
+    assert "demos-v" in state["done"]["experience"]["demos"]
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rollout/success" in m for m in metrics) and any("grpo/loss" in m for m in metrics)
     # a rerun of the same command finds every stage done

@@ -102,3 +102,25 @@ def test_report_of_a_partial_run(tmp_path):
     assert summary["sft_success"] == 0.1 and summary["dream_success"] is None
     assert summarize_run(state)["real_transitions_used"] == 0
     assert "| SFT warm start | 0 | 0 | 0.100 |" in (tmp_path / "report.md").read_text()
+
+
+def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
+    import dreamgym_agents.bench as bench
+
+    calls: dict[str, list[str]] = {}
+
+    def stubbed(cfg, out, reporter=None, adopt=None):
+        return Stubbed(cfg, out, reporter, adopt=adopt,
+                       calls=calls.setdefault(f"{out.parent.name}/{out.name}", []))
+
+    monkeypatch.setattr(bench, "Pipeline", stubbed)
+    table = bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=False),
+                            tmp_path)
+    assert calls["seed0/dreamgym"][:3] == ["experience", "sft", "eval_sft"]
+    assert calls["seed1/dreamgym"] == ["dream_rl", "eval_dream", "s2r", "eval_s2r"]
+    assert "sft" not in calls["seed0/grpo_real"] and "dream_rl" in calls["seed0/grpo_real"]
+    rows = {row["row"]: row for row in table["rows"]}
+    assert rows["SFT"]["success"] == [0.2, 0.2] and rows["SFT"]["success_std"] == 0.0
+    assert rows["DreamGym-S2R"]["real_transitions"] == [40, 40]
+    assert rows["DreamGym"]["real_transitions"] == [0, 0]
+    assert (tmp_path / "table.md").read_text().count("| DreamGym") == 2

@@ -143,10 +143,10 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
     """``copies`` variants of each episode whose task names an entity that the episode copies
     (a product, an email, a category …: a task parameter of at least 5 characters with a letter
     that a page or an action shows), with that entity replaced by another value of the same
-    parameter, everywhere it appears: the task, every page and every action. The pages stay consistent (a product's page shows its new name
-    where it showed the old one); what changes is *which* string the policy must copy, so a
-    small model trained on few episodes learns to copy from the task instead of memorising the
-    training tasks' strings (measured: docs/RESULTS.md)."""
+    parameter, everywhere it appears: the task, every page and every action. The pages stay
+    consistent (a product's page shows its new name where it showed the old one); what changes
+    is *which* string the policy must copy, so a small model trained on few episodes learns to
+    copy from the task instead of memorising the training tasks' strings."""
     import random
     from dataclasses import replace
 
