@@ -101,7 +101,8 @@ ROWS = (
 
 def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
               reporter: Reporter | None = None) -> dict[str, Any]:
-    """Run every seed's runs (resumable) and write ``table.json`` and ``table.md``."""
+    """Run every seed's runs (resumable) and write ``table.json`` and ``table.md`` (after each
+    seed, over the seeds finished so far)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     states: dict[tuple[int, str], dict[str, Any]] = {}
@@ -125,9 +126,10 @@ def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
             pipe = Pipeline(run_cfg, out / f"seed{seed}" / name, reporter, adopt=adopt)
             pipe.run()
             states[(seed, name)] = pipe.state
-    table = make_table(states, cfg, base)
-    (out / TABLE_JSON).write_text(json.dumps(table, indent=2, sort_keys=True))
-    (out / TABLE_MD).write_text(render_table(table), encoding="utf-8")
+        # after every seed: a long bench stopped later still has the seeds it finished
+        table = make_table(states, cfg, base)
+        (out / TABLE_JSON).write_text(json.dumps(table, indent=2, sort_keys=True))
+        (out / TABLE_MD).write_text(render_table(table), encoding="utf-8")
     return table
 
 
@@ -153,7 +155,7 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             "real_transitions": reals,
             "real_transitions_mean": round(statistics.fmean(reals), 1),
         })
-    return {"rows": rows, "seeds": cfg.seeds,
+    return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds,
             "real_budget": cfg.real_budget or default_real_budget(base),
             "preset": base.preset, "task": base.task,
             "eval_tasks": base.eval_limit or "all"}

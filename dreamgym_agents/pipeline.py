@@ -44,7 +44,7 @@ STATE_FILE = "state.json"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 PRESETS = ("quick", "full")
-WARM_START_VERSION = 1
+WARM_START_VERSION = 2
 """Bumped whenever the policy's layout or SFT changes what a cached warm start is."""
 
 
@@ -125,6 +125,13 @@ class PipelineConfig:
                               "bounded number of real transitions")
 
 
+WARM_START_STEPS = 800
+"""SFT steps of both presets' warm start (one cached build serves both): ~15 minutes on 2
+cores for the embedded policy on the demonstrations and the collection's successes."""
+RL_LR = 2e-4
+"""GRPO's learning rate for the embedded policy (a small model trained from scratch at 2e-3)."""
+
+
 def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
     """The settings of a preset (``quick``: ~15 minutes on 2 cores with a cached experience
     model; ``full``: the measured configuration of docs/RESULTS.md)."""
@@ -133,19 +140,23 @@ def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
     if preset == "quick":
         return PipelineConfig(
             preset="quick", seed=seed, eval_limit=31,
-            sft=PolicySFTConfig(max_steps=200, seed=seed),
+            sft=PolicySFTConfig(max_steps=WARM_START_STEPS, seed=seed),
             dream=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
+                                  max_episode_steps=10, learning_rate=RL_LR,
                                   concurrency=16, seed=seed),
             s2r=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
+                                max_episode_steps=10, learning_rate=RL_LR,
                                 concurrency=4, real_transition_budget=120, seed=seed),
             curriculum=CurriculumConfig(),
         )
     return PipelineConfig(
         preset="full", seed=seed, eval_limit=None,
-        sft=PolicySFTConfig(max_steps=400, seed=seed),
+        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, seed=seed),
         dream=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
+                              max_episode_steps=10, learning_rate=RL_LR,
                               concurrency=16, seed=seed),
         s2r=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
+                            max_episode_steps=10, learning_rate=RL_LR,
                             concurrency=4, real_transition_budget=400, seed=seed),
         curriculum=CurriculumConfig(),
     )

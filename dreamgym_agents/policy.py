@@ -2,9 +2,9 @@
 
 An episode is one token sequence of alternating segments, the environment's and the policy's::
 
-    <|user|>Task: What is the price of …?\\nSteps: (none)\\n<page>\\n<|assistant|>   ← environment
+    <|user|><page>\\nTask: What is the price of …?\\nSteps: (none)\\n<|assistant|>   ← environment
     fill('37', 'Acumen Vector …')<|endoftext|>                                   ← policy
-    <|user|>Task: …\\nSteps: fill('37', …)\\n<next page>\\n<|assistant|>           ← environment
+    <|user|><next page>\\nTask: …\\nSteps: fill('37', …)\\n<|assistant|>           ← environment
     keyboard_press('Enter')<|endoftext|>                                         ← policy
 
 The policy is *turn-level* (Markov in what it sees): each environment segment is self-contained —
@@ -14,6 +14,10 @@ model on a CPU cannot afford attention over every earlier page (an episode of th
 ~2,800 tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens),
 GRPO rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
 ``<|user|>`` token, see :mod:`dreamgym_agents.training.grpo`) and evaluation.
+
+The task and the last actions come after the page, next to the action: a small model trained
+from scratch attends to what is near, and with the task first (~500 page tokens away) the
+measured warm start ignored it, playing one template's actions for every task.
 
 Pages are shown compactly (:func:`compact_page`): text lines without their ``StaticText`` role,
 headings as ``# …``, long texts cut, at most ``max_state_lines`` lines.
@@ -95,14 +99,14 @@ def compact_page(state: str, max_lines: int = 80, max_chars: int = 100) -> str:
 
 def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
                    error: str = "", cfg: PolicyConfig | None = None) -> str:
-    """The environment's segment of one turn: task, last actions, error, page."""
+    """The environment's segment of one turn: page, task, last actions, error."""
     cfg = cfg or PolicyConfig()
     intent = task.intent if isinstance(task, Task) else task
     recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
     page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars)
-    return f"{USER}Task: {intent}\nSteps: {steps}\n{note}{page}\n{ASSISTANT}"
+    return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
 
 
 @dataclass

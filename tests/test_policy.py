@@ -51,8 +51,8 @@ def test_compact_page_and_segment():
     task = Task(task_id="1", family="f", intent="Buy it")
     seg = render_segment(task, page, ["click('3')", "go_back()"], "no such element",
                          PolicyConfig(history_actions=1))
-    assert seg.startswith(f"{USER}Task: Buy it\nSteps: go_back()\nError: no such element\n")
-    assert seg.endswith(f"\n{ASSISTANT}")
+    assert seg.startswith(f"{USER}URL: http://s/\n")
+    assert seg.endswith(f"\nTask: Buy it\nSteps: go_back()\nError: no such element\n{ASSISTANT}")
 
 
 def test_policy_config_validates():
