@@ -44,7 +44,7 @@ STATE_FILE = "state.json"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 PRESETS = ("quick", "full")
-WARM_START_VERSION = 2
+WARM_START_VERSION = 3
 """Bumped whenever the policy's layout or SFT changes what a cached warm start is."""
 
 
@@ -58,6 +58,10 @@ class PipelineConfig:
         seed: Seed of the policy's initialisation, task order and sampling.
         policy: ``embedded`` (a small policy trained from scratch here) or ``hf/<checkpoint>``
             (a local transformers checkpoint to fine-tune).
+        policy_init: Where the embedded policy starts: ``experience`` (the embedded experience
+            model's weights: the one language model here that has read the site's pages and
+            actions; measured to fit the demonstrations faster than a fresh model) or
+            ``scratch`` (a fresh model).
         experience_model: ``embedded`` or a LiteLLM model string.
         experience_recipe: Fields of the embedded experience model's recipe to change
             (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`; a changed recipe builds and
@@ -84,6 +88,7 @@ class PipelineConfig:
     preset: str = "quick"
     seed: int = 0
     policy: str = "embedded"
+    policy_init: str = "experience"
     experience_model: str = "embedded"
     experience_recipe: dict[str, Any] = field(default_factory=dict)
     demo_tasks: int | None = None
@@ -106,6 +111,9 @@ class PipelineConfig:
             raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
+        if self.policy_init not in ("experience", "scratch"):
+            raise ConfigError(f"policy_init must be experience or scratch, got "
+                              f"{self.policy_init!r}")
         if self.demo_tasks is not None and self.demo_tasks < 0:
             raise ConfigError(f"demo_tasks must be >= 0 (None: every train task), got "
                               f"{self.demo_tasks}")
@@ -128,6 +136,8 @@ class PipelineConfig:
 WARM_START_STEPS = 800
 """SFT steps of both presets' warm start (one cached build serves both): ~15 minutes on 2
 cores for the embedded policy on the demonstrations and the collection's successes."""
+WARM_START_LR = 1e-3
+"""SFT's peak learning rate for the embedded policy started from the experience model."""
 RL_LR = 2e-4
 """GRPO's learning rate for the embedded policy (a small model trained from scratch at 2e-3)."""
 
@@ -140,7 +150,8 @@ def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
     if preset == "quick":
         return PipelineConfig(
             preset="quick", seed=seed, eval_limit=31,
-            sft=PolicySFTConfig(max_steps=WARM_START_STEPS, seed=seed),
+            sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR,
+                                seed=seed),
             dream=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
                                   max_episode_steps=10, learning_rate=RL_LR,
                                   concurrency=16, seed=seed),
@@ -151,7 +162,8 @@ def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
         )
     return PipelineConfig(
         preset="full", seed=seed, eval_limit=None,
-        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, seed=seed),
+        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR,
+                            seed=seed),
         dream=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
                               max_episode_steps=10, learning_rate=RL_LR,
                               concurrency=16, seed=seed),
@@ -379,6 +391,8 @@ class Pipeline:
         if target.exists():
             shutil.rmtree(target)
         base = self.cfg.policy[3:] if self.cfg.policy.startswith("hf/") else None
+        if self.embedded_from_experience:
+            base = self.state["done"]["experience"]["model"].removeprefix("hf/")
         sft_cfg = replace(self.cfg.sft, base_model=base or self.cfg.sft.base_model,
                           seed=self.cfg.seed)
         counts = {"offline_episodes": len(episodes),
@@ -425,7 +439,8 @@ class Pipeline:
 
         from dreamgym_agents.embedded import cache_root
 
-        if self.cfg.policy != "embedded" or sft_cfg.base_model:
+        if self.cfg.policy != "embedded" or (sft_cfg.base_model and
+                                             not self.embedded_from_experience):
             return None
         key = {"version": WARM_START_VERSION, "sft": asdict(sft_cfg),
                "view": asdict(self.cfg.policy_view),
@@ -436,6 +451,12 @@ class Pipeline:
         folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{digest}"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
+
+    @property
+    def embedded_from_experience(self) -> bool:
+        """The embedded policy starts from the embedded experience model's weights."""
+        return (self.cfg.policy == "embedded" and self.cfg.policy_init == "experience"
+                and self.cfg.sft.base_model is None)
 
     def test_tasks(self) -> list[Any]:
         from dreamgym_agents.env import spread_tasks

@@ -71,6 +71,7 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     state = json.loads((out / "state.json").read_text())
     assert state["done"]["sft"]["offline_episodes"] >= 2  # the demonstrations joined the data
     assert "demos-v" in state["done"]["experience"]["demos"]
+    assert state["done"]["sft"]["from_scratch"] is False  # started from the experience model
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rollout/success" in m for m in metrics) and any("grpo/loss" in m for m in metrics)
     # a rerun of the same command finds every stage done
