@@ -133,9 +133,10 @@ class PipelineConfig:
                               "bounded number of real transitions")
 
 
-WARM_START_STEPS = 800
-"""SFT steps of both presets' warm start (one cached build serves both): ~15 minutes on 2
-cores for the embedded policy on the demonstrations and the collection's successes."""
+WARM_START_STEPS = 2400
+"""SFT steps of both presets' warm start (one cached build serves both; ~55 minutes on 2 cores,
+once): 800 steps (2.5 passes over the 5,158 turns) left the actions underfit
+(docs/RESULTS.md)."""
 WARM_START_LR = 1e-3
 """SFT's peak learning rate for the embedded policy started from the experience model."""
 RL_LR = 2e-4
