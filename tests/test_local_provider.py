@@ -185,7 +185,9 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(
     assert [g.completion_tokens for g in together] == [g.completion_tokens for g in alone]
     assert [g.finish_reason for g in together] == [g.finish_reason for g in alone]
     batches, rows = batcher.batches - before[0], batcher.rows - before[1]
-    assert rows == 6 and batches == 2  # one alone, then the five that queued behind it
+    # one alone, then the five that queued behind it; on a loaded machine all six may queue
+    # before the first batch starts (one batch): either way they shared, never six batches
+    assert rows == 6 and batches in (1, 2)
 
 
 def test_max_batch_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
