@@ -89,3 +89,47 @@ def test_warm_started_policy_solves_the_counter(tmp_path, counter_env_factory):
     result = asyncio.run(run_episodes(counter_tasks(6), counter_env_factory, agent, cfg))
     assert result.summary["success_rate"] >= 0.5
     assert not agent._episodes  # evaluation keeps no tokens
+
+
+def _shop_episode(n: int, product: str, typed: str | None = None) -> Trajectory:
+    from dreamgym_agents.types import Transition
+
+    task = Task(task_id=f"t{n}", family="webarena", intent=f"What is the price of {product}?",
+                config={"instantiation_dict": {"product": product, "word": "cheapest"}})
+    pages = [f"[37] searchbox ''\n{product} $5", f"# {product}\nPrice $5"]
+    actions = [f"fill('37', '{typed or product}')", "send_msg_to_user('$5')"]
+    steps = [Transition(episode_id=f"e{n}", step=i, task_id=task.task_id, state=pages[i],
+                        action=actions[i], next_state=pages[min(i + 1, 1)])
+             for i in range(2)]
+    return Trajectory(episode_id=f"e{n}", task=task, transitions=steps, success=True)
+
+
+def test_entity_swaps_replace_the_copied_entity_everywhere():
+    from dreamgym_agents.training.policy_sft import swap_entities
+
+    episodes = [_shop_episode(0, "Acme Red Chair"), _shop_episode(1, "Bolt Blue Lamp"),
+                _shop_episode(2, "Cora Desk Fan", typed="Cora")]  # typed in part: not swapped
+    swapped = swap_entities(episodes, copies=2, seed=0)
+    assert len(swapped) == 4 and {s.task.task_id for s in swapped} == {
+        "t0~swap0", "t0~swap1", "t1~swap0", "t1~swap1"}
+    for s in swapped:
+        source = episodes[int(s.task.task_id[1])]
+        new = s.task.params["product"]
+        assert new != source.task.params["product"] and new in ("Acme Red Chair",
+                                                                  "Bolt Blue Lamp",
+                                                                  "Cora Desk Fan")
+        assert s.task.intent == f"What is the price of {new}?"
+        assert s.transitions[0].action == f"fill('37', '{new}')"
+        assert all(new in t.state for t in s.transitions)
+        assert s.task.params["word"] == "cheapest"  # not on a page: a word the task decides by
+
+
+def test_sft_rows_weigh_pages_at_a_share_of_the_actions(tmp_path, counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 2)
+    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=1))
+    rows, _ = sft_rows(policy, demos, max_length=256, env_weight=0.5)
+    for row in rows:
+        acted = [w for w in row["token_weights"] if w == 1.0]
+        pages = [w for w in row["token_weights"][1:] if w != 1.0]
+        assert row["token_weights"][0] == 0.0 and acted
+        assert sum(pages) == pytest.approx(0.5 * len(acted))  # pages: half the actions' weight
