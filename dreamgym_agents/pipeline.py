@@ -149,30 +149,18 @@ def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
     ``full``: the whole test split, 40 steps per stage)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
-    if preset == "quick":
-        return PipelineConfig(
-            preset="quick", seed=seed, eval_limit=31,
-            sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR,
-                                seed=seed),
-            dream=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
-                                  max_episode_steps=10, learning_rate=RL_LR,
-                                  concurrency=16, seed=seed),
-            s2r=GRPOStageConfig(max_steps=8, tasks_per_step=4, num_generations=4,
-                                max_episode_steps=10, learning_rate=RL_LR,
-                                concurrency=4, real_transition_budget=120, seed=seed),
-            curriculum=CurriculumConfig(),
-        )
+    quick = preset == "quick"
+    steps = 8 if quick else 40
+
+    def rl(concurrency: int, budget: int | None = None) -> GRPOStageConfig:
+        return GRPOStageConfig(max_steps=steps, tasks_per_step=4, num_generations=4,
+                               max_episode_steps=10, learning_rate=RL_LR,
+                               concurrency=concurrency, real_transition_budget=budget, seed=seed)
+
     return PipelineConfig(
-        preset="full", seed=seed, eval_limit=None,
-        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR,
-                            seed=seed),
-        dream=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
-                              max_episode_steps=10, learning_rate=RL_LR,
-                              concurrency=16, seed=seed),
-        s2r=GRPOStageConfig(max_steps=40, tasks_per_step=4, num_generations=4,
-                            max_episode_steps=10, learning_rate=RL_LR,
-                            concurrency=4, real_transition_budget=400, seed=seed),
-        curriculum=CurriculumConfig(),
+        preset=preset, seed=seed, eval_limit=31 if quick else None,
+        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR, seed=seed),
+        dream=rl(16), s2r=rl(4, 120 if quick else 400), curriculum=CurriculumConfig(),
     )
 
 
