@@ -37,11 +37,13 @@ from typing import Any
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.env import Observation
 from dreamgym_agents.errors import ConfigError, ModelError
+from dreamgym_agents.grounding import refer, resolve
 from dreamgym_agents.types import ModelUsage, Task, Transition
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
 _TEXT = re.compile(r"^StaticText '(.*)'$")
 _HEADING = re.compile(r"^heading '(.*)'$")
+_BID = re.compile(r"^\[[^\]\s]+\] ")
 
 
 @dataclass
@@ -55,6 +57,10 @@ class PolicyConfig:
         history_actions: How many previous actions each turn lists.
         temperature: 0 decodes greedily (evaluation); above 0 samples (RL rollouts).
         max_batch: Most generations batched into one ``generate`` call.
+        element_refs: How the policy names an element: ``name`` (pages shown without bids,
+            actions written as ``click(link 'Name')`` and resolved to the bid on the page,
+            :mod:`dreamgym_agents.grounding`; the embedded policy) or ``bid`` (BrowserGym's
+            ``click('84')`` on pages with their bids).
     """
 
     max_action_tokens: int = 48
@@ -63,6 +69,7 @@ class PolicyConfig:
     history_actions: int = 4
     temperature: float = 0.0
     max_batch: int = 32
+    element_refs: str = "name"
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -79,12 +86,19 @@ class PolicyConfig:
                               f"{self.history_actions}")
         if self.temperature < 0:
             raise ConfigError(f"policy.temperature must be >= 0, got {self.temperature}")
+        if self.element_refs not in ("name", "bid"):
+            raise ConfigError(f"policy.element_refs must be name or bid, got "
+                              f"{self.element_refs!r}")
 
 
-def compact_page(state: str, max_lines: int = 80, max_chars: int = 100) -> str:
-    """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut."""
+def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
+                 bids: bool = True) -> str:
+    """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut,
+    elements without their ``[bid]`` unless ``bids``."""
     out = []
     for line in state.splitlines():
+        if not bids:
+            line = _BID.sub("", line, count=1)
         if m := _TEXT.match(line):
             line = m.group(1)
         elif m := _HEADING.match(line):
@@ -99,14 +113,25 @@ def compact_page(state: str, max_lines: int = 80, max_chars: int = 100) -> str:
 
 def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
                    error: str = "", cfg: PolicyConfig | None = None) -> str:
-    """The environment's segment of one turn: page, task, last actions, error."""
+    """The environment's segment of one turn: page, task, last actions (as the policy writes
+    them, :func:`written_actions`), error."""
     cfg = cfg or PolicyConfig()
     intent = task.intent if isinstance(task, Task) else task
     recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
-    page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars)
+    page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars,
+                        bids=cfg.element_refs == "bid")
     return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
+
+
+def written_actions(history: list[Transition], cfg: PolicyConfig) -> list[str]:
+    """The episode's actions as the policy writes them: with ``name`` references, each
+    recorded action's bid turned into its element's role and name on the page it was taken
+    on."""
+    if cfg.element_refs == "bid":
+        return [t.action for t in history]
+    return [refer(t.action, t.state) for t in history]
 
 
 @dataclass
@@ -250,7 +275,8 @@ class PolicyAgent:
 
     def _segment(self, task: Task, observation: Observation, history: list[Transition],
                  episode_id: str) -> tuple[EpisodeTokens, list[int]]:
-        ids = self.policy.segment_ids(task, observation.state, [t.action for t in history],
+        ids = self.policy.segment_ids(task, observation.state,
+                                      written_actions(history, self.policy.cfg),
                                       observation.error)
         with self._lock:
             tokens = self._episodes.get(episode_id)
@@ -272,8 +298,12 @@ class PolicyAgent:
             tokens.add_action(new)
             if not self.keep_tokens:
                 self._episodes.pop(episode_id, None)
-        action = self.policy.decode(new).strip()
-        return Decision(action=action, raw=action,
+        written = self.policy.decode(new).strip()
+        action = written
+        if self.policy.cfg.element_refs == "name":
+            # an element not on the page: the environment refuses the text as written
+            action = resolve(written, observation.state) or written
+        return Decision(action=action, raw=written,
                         usage=ModelUsage(calls=1, prompt_tokens=len(ids),
                                          completion_tokens=len(new)),
                         seconds=time.perf_counter() - start)
@@ -290,8 +320,9 @@ def _error_seen(transitions: list[Transition], index: int) -> str:
 def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition]) -> EpisodeTokens:
     """A recorded episode in the policy's layout (for SFT): every action after its turn."""
     tokens = EpisodeTokens()
+    written = written_actions(transitions, policy.cfg)
     for i, t in enumerate(transitions):
-        actions = [p.action for p in transitions[:i]]
-        tokens.add_env(policy.segment_ids(task, t.state, actions, _error_seen(transitions, i)))
-        tokens.add_action(policy.action_ids(t.action))
+        tokens.add_env(policy.segment_ids(task, t.state, written[:i],
+                                          _error_seen(transitions, i)))
+        tokens.add_action(policy.action_ids(written[i]))
     return tokens

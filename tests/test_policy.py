@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from conftest import counter_tasks
@@ -46,12 +47,15 @@ def test_compact_page_and_segment():
            "heading 'Featured'\nStaticText '" + "x" * 150 + "'"
     shown = compact_page(page, max_lines=80, max_chars=100)
     assert shown.splitlines()[2:5] == ["[3] link 'Laptops'", "Hello there", "# Featured"]
+    assert compact_page(page, bids=False).splitlines()[2] == "link 'Laptops'"
     assert shown.splitlines()[5].endswith("…") and len(shown.splitlines()[5]) == 101
     assert compact_page(page, max_lines=3).splitlines()[-1] == "(… 3 more lines)"
     task = Task(task_id="1", family="f", intent="Buy it")
     seg = render_segment(task, page, ["click('3')", "go_back()"], "no such element",
                          PolicyConfig(history_actions=1))
-    assert seg.startswith(f"{USER}URL: http://s/\n")
+    assert seg.startswith(f"{USER}URL: http://s/\nTitle: Shop\nlink 'Laptops'\n")
+    assert "[3] link 'Laptops'" in render_segment(task, page, cfg=PolicyConfig(
+        element_refs="bid"))
     assert seg.endswith(f"\nTask: Buy it\nSteps: go_back()\nError: no such element\n{ASSISTANT}")
 
 
@@ -122,6 +126,50 @@ def test_entity_swaps_replace_the_copied_entity_everywhere():
         assert s.transitions[0].action == f"fill('37', '{new}')"
         assert all(new in t.state for t in s.transitions)
         assert s.task.params["word"] == "cheapest"  # not on a page: a word the task decides by
+
+
+def test_novel_swaps_invent_a_value_of_the_same_shape_and_use_it_everywhere():
+    import random
+
+    from dreamgym_agents.training.policy_sft import novel_value, swap_entities
+
+    made = novel_value("Acme Red-Chair, 10 ft", random.Random(1))
+    assert made != "Acme Red-Chair, 10 ft" and made[0].isupper()
+    assert [len(w) for w in re.findall(r"[A-Za-z]+", made)] == [4, 3, 5, 2]
+    assert re.sub(r"[A-Za-z]", "x", made) == "xxxx xxx-xxxxx, 10 xx"  # digits, marks kept
+    episodes = [_shop_episode(0, "Acme Red Chair"), _shop_episode(1, "Bolt Blue Lamp")]
+    swapped = swap_entities(episodes, copies=3, seed=0, novel=1.0)
+    assert len(swapped) == 6
+    for s in swapped:
+        new = s.task.params["product"]
+        assert new not in ("Acme Red Chair", "Bolt Blue Lamp")
+        assert s.task.intent == f"What is the price of {new}?"
+        assert s.transitions[0].action == f"fill('37', '{new}')"
+        assert all(new in t.state for t in s.transitions)
+
+
+def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_path,
+                                                                            counter_env_factory):
+    from dreamgym_agents.env import Observation
+
+    policy = PolicyModel.load(tiny_sft(tmp_path, counter_demos(tmp_path, counter_env_factory, 2),
+                                       steps=1))
+    episode = _shop_episode(0, "Acme Red Chair")
+    tokens = episode_tokens(policy, episode.task, episode.transitions)
+    written = policy.decode([i for i, m in zip(tokens.ids, tokens.mask, strict=True) if m])
+    assert written == "fill(searchbox '', 'Acme Red Chair')send_msg_to_user('$5')"
+    assert "[37]" not in policy.decode(tokens.ids)  # pages without bids
+    second = policy.decode(tokens.turn_ids(1))
+    assert "Steps: fill(searchbox '', 'Acme Red Chair')" in second  # history as written
+
+    answer = policy.encode("click(link 'Acme Red Chair')") + [policy.eos_id]
+    policy.generate = lambda ids, temperature=None: answer  # the model's answer, fixed
+    agent = PolicyAgent(policy, keep_tokens=False)
+    page = "URL: http://s/\nTitle: T\n[5] link 'Acme Red Chair'"
+    decision = asyncio.run(agent.act(episode.task, Observation(page), [], "e"))
+    assert decision.action == "click('5')" and decision.raw == "click(link 'Acme Red Chair')"
+    gone = asyncio.run(agent.act(episode.task, Observation("URL: x\nTitle: T"), [], "e2"))
+    assert gone.action == "click(link 'Acme Red Chair')"  # not on the page: refused as written
 
 
 def test_sft_rows_weigh_pages_at_a_share_of_the_actions(tmp_path, counter_env_factory):

@@ -55,6 +55,8 @@ class PolicySFTConfig:
         learning_rate: Peak learning rate (from scratch ~2e-3, fine-tuning ~5e-5, LoRA ~2e-4).
         entity_swaps: Variants of each successful episode with its task's entities swapped for
             others (:func:`swap_entities`); 0: the episodes as recorded.
+        novel_swaps: Share of swapped entities given an invented value instead of another
+            task's (:func:`novel_value`), so that copying is the only way to write them.
         env_loss_weight: Weight of the environment's tokens (the pages) in the loss, as a
             share of the actions' (the loss is the actions' mean plus this times the pages'
             mean): predicting pages teaches a small model the site's text and, above all,
@@ -77,6 +79,7 @@ class PolicySFTConfig:
     batch_size: int = 16
     learning_rate: float = 2e-3
     entity_swaps: int = 2
+    novel_swaps: float = 0.0
     env_loss_weight: float = 0.3
     time_budget_s: float | None = None
     seed: int = 0
@@ -90,6 +93,8 @@ class PolicySFTConfig:
             raise ConfigError(f"sft.max_steps must be at least 1, got {self.max_steps}")
         if self.entity_swaps < 0:
             raise ConfigError(f"sft.entity_swaps must be >= 0, got {self.entity_swaps}")
+        if not 0 <= self.novel_swaps <= 1:
+            raise ConfigError(f"sft.novel_swaps must be in [0, 1], got {self.novel_swaps}")
         if self.env_loss_weight < 0:
             raise ConfigError(f"sft.env_loss_weight must be >= 0, got {self.env_loss_weight}")
         if self.lora_r < 0:
@@ -139,14 +144,20 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: in
 
 
 def swap_entities(trajectories: list[Trajectory], copies: int,
-                  seed: int = 0) -> list[Trajectory]:
+                  seed: int = 0, novel: float = 0.0) -> list[Trajectory]:
     """``copies`` variants of each episode whose task names an entity that the episode copies
     (a product, an email, a category …: a task parameter of at least 5 characters with a letter
     that a page or an action shows), with that entity replaced by another value of the same
     parameter, everywhere it appears: the task, every page and every action. The pages stay
     consistent (a product's page shows its new name where it showed the old one); what changes
     is *which* string the policy must copy, so a small model trained on few episodes learns to
-    copy from the task instead of memorising the training tasks' strings."""
+    copy from the task instead of memorising the training tasks' strings.
+
+    With probability ``novel`` the new value is made up (:func:`novel_value`: each word of the
+    old one replaced by an invented word of its length and case) rather than another task's:
+    other tasks' values are a closed set a model can learn to pick from by partial cues (the
+    measured warm start wrote a *training* product's name for a test product); a name never
+    seen elsewhere can only be copied."""
     import random
     from dataclasses import replace
 
@@ -167,7 +178,8 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
         if not names or any(text != v and text in v for text in typed for v in names.values()):
             continue  # an entity typed in parts (an address over four fields) cannot be swapped
         for n in range(copies):
-            swap = {v: rng.choice([o for o in values[k] if o != v]) for k, v in names.items()}
+            swap = {v: novel_value(v, rng) if rng.random() < novel
+                    else rng.choice([o for o in values[k] if o != v]) for k, v in names.items()}
 
             def sub(text: str, swap: dict[str, str] = swap) -> str:
                 for old, new in swap.items():
@@ -185,6 +197,23 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
             out.append(replace(traj, episode_id=f"{traj.episode_id}~swap{n}", task=task,
                                transitions=steps))
     return out
+
+
+_WORD = re.compile(r"[A-Za-z]+")
+_CONSONANTS, _VOWELS = "bcdfghklmnprstvwz", "aeiou"
+
+
+def novel_value(value: str, rng: Any) -> str:
+    """``value`` with every word replaced by an invented one of the same length and case
+    (``Ergonix Harbor Chair, 10 ft`` → ``Dovemil Kusapo Tibel, 10 vu``); digits and punctuation
+    stay, so an email stays an email and a size a size."""
+    def word(m: re.Match[str]) -> str:
+        old = m.group(0)
+        new = "".join(rng.choice(_VOWELS if i % 2 else _CONSONANTS) for i in range(len(old)))
+        if old.isupper() and len(old) > 1:
+            return new.upper()
+        return new.capitalize() if old[0].isupper() else new
+    return _WORD.sub(word, value)
 
 
 _TYPED = re.compile(r"^\s*fill\(\s*'[^']*'\s*,\s*'(.*)'\s*\)\s*$")
@@ -242,7 +271,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     if cfg.lora_r:
         model = _with_lora(model, cfg.lora_r)
     policy = PolicyModel(model, tokenizer, policy_cfg)
-    examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed)
+    examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed, cfg.novel_swaps)
     rows, cut = sft_rows(policy, examples, cfg.max_length, cfg.env_loss_weight)
     if not rows:
         raise ConfigError(f"no turn of a successful episode fits sft.max_length="
