@@ -150,6 +150,11 @@ class RandomAgent:
         return Decision(action=_call("click", element.bid), reasoning="random click")
 
 
+EXPLORATION = "exploration"
+"""How a noisy agent's random steps begin their reasoning: imitation learning skips them (a
+detour inside a successful episode is data for the experience model, not a decision to copy)."""
+
+
 class NoisyOracleAgent:
     """The oracle with ε-exploration, for offline data (the paper's "oracle + random" sets).
 
@@ -174,7 +179,7 @@ class NoisyOracleAgent:
         rng = random.Random(f"noise|{self.seed}|{episode_id}|{len(history)}")
         if rng.random() < self.noise:
             decision = await self.random.act(task, observation, history, episode_id)
-            decision.reasoning = f"exploration ({decision.reasoning})"
+            decision.reasoning = f"{EXPLORATION} ({decision.reasoning})"
             return decision
         followed = sum(t.reasoning.startswith("oracle step") for t in history)
         return self.oracle.step_at(task, observation, followed)

@@ -25,9 +25,13 @@ import re
 
 from dreamgym_agents.state import AbstractState, parse_state, quote
 
-_BID_CALL = re.compile(r"""^(?P<verb>\s*[a-z_]+\(\s*)(?P<q>['"])(?P<bid>[^'"]+)(?P=q)""")
-_REF_CALL = re.compile(r"^(?P<verb>\s*[a-z_]+\(\s*)(?P<role>[A-Za-z][\w-]*) "
-                       r"'(?P<name>(?:[^'\\]|\\.)*)'")
+ELEMENT_VERBS = ("click", "dblclick", "hover", "focus", "clear", "fill", "select_option", "press",
+                 "check", "uncheck", "upload_file", "drag_and_drop")
+"""BrowserGym actions whose first argument is an element (``send_msg_to_user('14')`` is not)."""
+
+_VERB = "(?P<verb>\\s*(?:" + "|".join(ELEMENT_VERBS) + ")\\(\\s*)"
+_BID_CALL = re.compile(_VERB + r"""(?P<q>['"])(?P<bid>[^'"]+)(?P=q)""")
+_REF_CALL = re.compile(_VERB + r"(?P<role>[A-Za-z][\w-]*) '(?P<name>(?:[^'\\]|\\.)*)'")
 _UNESCAPE = re.compile(r"\\(.)")
 
 

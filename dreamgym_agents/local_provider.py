@@ -85,6 +85,9 @@ class GenerationRequest:
     top_p: float | None
     seed: int | None
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    constraint: Any = None
+    """Optional: an object whose ``allowed(new_ids) -> list[int] | None`` restricts the next
+    token (:class:`~dreamgym_agents.action_grammar.Constraint`); None: no restriction."""
 
     @property
     def group(self) -> tuple[Any, ...] | None:
@@ -170,6 +173,8 @@ class Batcher:
                 kwargs["top_p"] = first.top_p
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if any(r.constraint is not None for r in batch):
+            kwargs["logits_processor"] = _constrained(batch, width)
         seeded = first.seed is not None and first.temperature > 0
         with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seeded):
             if seeded:
@@ -183,6 +188,27 @@ class Batcher:
             end = next((j for j, tok in enumerate(new) if tok in self._eos), None)
             rows.append(new if end is None else new[: end + 1])  # rows that ended are padded
         return rows
+
+
+def _constrained(batch: list[GenerationRequest], width: int) -> Any:
+    """A logits processor masking, row by row, the tokens a request's constraint forbids."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Constrained(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            for i, r in enumerate(batch):
+                if r.constraint is None:
+                    continue
+                allowed = r.constraint.allowed(input_ids[i, width:].tolist())
+                if not allowed:  # None: unrestricted ([] never happens: see the grammar)
+                    continue
+                mask = torch.full_like(scores[i], float("-inf"))
+                mask[torch.tensor(allowed, dtype=torch.long)] = 0.0
+                scores[i] = scores[i] + mask
+            return scores
+
+    return LogitsProcessorList([Constrained()])
 
 
 def _max_batch() -> int:

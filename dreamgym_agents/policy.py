@@ -2,17 +2,17 @@
 
 An episode is one token sequence of alternating segments, the environment's and the policy's::
 
-    <|user|><page>\\nTask: What is the price of …?\\nSteps: (none)\\n<|assistant|>   ← environment
-    fill('37', 'Acumen Vector …')<|endoftext|>                                   ← policy
-    <|user|><next page>\\nTask: …\\nSteps: fill('37', …)\\n<|assistant|>           ← environment
-    keyboard_press('Enter')<|endoftext|>                                         ← policy
+    <|user|><page>\\nTask: What is the price of …?\\nSteps: (none)\\n<|assistant|>  ← environment
+    fill(searchbox 'Search', 'Acumen Vector …')<|endoftext|>                    ← policy
+    <|user|><next page>\\nTask: …\\nSteps: fill(searchbox 'Search', …)\\n<|assistant|>
+    keyboard_press('Enter')<|endoftext|>                                        ← policy
 
 The policy is *turn-level* (Markov in what it sees): each environment segment is self-contained —
-the task, the last actions, any error of the last one and the current page — and the policy
-conditions on its own turn only, from the segment's ``<|user|>`` token to its action. A small
-model on a CPU cannot afford attention over every earlier page (an episode of the bundled site is
-~2,800 tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens),
-GRPO rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
+the page, the task, the last actions and any error of the last one — and the policy conditions
+on its own turn only, from the segment's ``<|user|>`` token to its action. A small model on a
+CPU cannot afford attention over every earlier page (an episode of the bundled site is ~2,800
+tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens), GRPO
+rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
 ``<|user|>`` token, see :mod:`dreamgym_agents.training.grpo`) and evaluation.
 
 The task and the last actions come after the page, next to the action: a small model trained
@@ -20,12 +20,16 @@ from scratch attends to what is near, and with the task first (~500 page tokens 
 measured warm start ignored it, playing one template's actions for every task.
 
 Pages are shown compactly (:func:`compact_page`): text lines without their ``StaticText`` role,
-headings as ``# …``, long texts cut, at most ``max_state_lines`` lines.
+headings as ``# …``, long texts cut, at most ``max_state_lines`` lines. By default elements are
+shown and named without their bids (``element_refs="name"``, :mod:`dreamgym_agents.grounding`):
+the agent resolves ``click(link 'Name')`` to the element's bid on the current page, so a
+product's link is a copy of its name from the task rather than a number looked up on the page.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import threading
@@ -39,6 +43,8 @@ from dreamgym_agents.env import Observation
 from dreamgym_agents.errors import ConfigError, ModelError
 from dreamgym_agents.grounding import refer, resolve
 from dreamgym_agents.types import ModelUsage, Task, Transition
+
+logger = logging.getLogger(__name__)
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
 _TEXT = re.compile(r"^StaticText '(.*)'$")
@@ -61,6 +67,10 @@ class PolicyConfig:
             actions written as ``click(link 'Name')`` and resolved to the bid on the page,
             :mod:`dreamgym_agents.grounding`; the embedded policy) or ``bid`` (BrowserGym's
             ``click('84')`` on pages with their bids).
+        constrained_decoding: Decode only actions of the page's grammar
+            (:mod:`dreamgym_agents.action_grammar`: elements on the page, typed text from the
+            task, a drop-down's own options); byte-level BPE tokenizers only (others decode
+            unconstrained, with a warning).
     """
 
     max_action_tokens: int = 48
@@ -70,6 +80,7 @@ class PolicyConfig:
     temperature: float = 0.0
     max_batch: int = 32
     element_refs: str = "name"
+    constrained_decoding: bool = True
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -208,6 +219,7 @@ class PolicyModel:
         self.user_id = int(user)
         self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch)
         self._lock = threading.Lock()  # fast tokenizers are not safe to share between threads
+        self._vocab: Any = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None) -> PolicyModel:
@@ -237,8 +249,28 @@ class PolicyModel:
         """A recorded action as the policy would have written it (with the end token)."""
         return [*self.encode(action), self.eos_id]
 
-    def generate(self, ids: list[int], temperature: float | None = None) -> list[int]:
-        """New token ids after ``ids`` (blocking; batched with concurrent callers)."""
+    def constraint(self, task: Task | str, state: str) -> Any:
+        """The decoding constraint of one turn (None when decoding is unconstrained)."""
+        from dreamgym_agents.action_grammar import ActionGrammar, Constraint, Vocabulary
+
+        if not self.cfg.constrained_decoding:
+            return None
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = Vocabulary(self.tokenizer)
+                if not self._vocab.ok:
+                    logger.warning("%s: the tokenizer is not byte-level BPE; actions are "
+                                   "decoded unconstrained", self.name)
+        if not self._vocab.ok:
+            return None
+        intent = task.intent if isinstance(task, Task) else task
+        return Constraint(ActionGrammar(state, intent, self.cfg.element_refs), self._vocab,
+                          self.eos)
+
+    def generate(self, ids: list[int], temperature: float | None = None,
+                 constraint: Any = None) -> list[int]:
+        """New token ids after ``ids`` (blocking; batched with concurrent callers), within
+        ``constraint`` if one is given (:meth:`constraint`)."""
         from dreamgym_agents.local_provider import GenerationRequest
 
         temp = self.cfg.temperature if temperature is None else temperature
@@ -250,7 +282,8 @@ class PolicyModel:
                                  f"context of {context}: lower policy.max_state_lines",
                                  retryable=False)
             budget = min(budget, context - len(ids))
-        return self.batcher.submit(GenerationRequest(ids, budget, temp, None, None))
+        return self.batcher.submit(GenerationRequest(ids, budget, temp, None, None,
+                                                     constraint=constraint))
 
 
 class PolicyAgent:
@@ -291,7 +324,8 @@ class PolicyAgent:
         start = time.perf_counter()
         tokens, ids = await asyncio.to_thread(self._segment, task, observation, history,
                                               episode_id)
-        new = await asyncio.to_thread(self.policy.generate, ids, self.temperature)
+        constraint = self.policy.constraint(task, observation.state)
+        new = await asyncio.to_thread(self.policy.generate, ids, self.temperature, constraint)
         if not new or new[-1] not in self.policy.eos:
             new = [*new, self.policy.eos_id]  # cut at max_action_tokens: the action ends here
         with self._lock:

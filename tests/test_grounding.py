@@ -43,3 +43,10 @@ def test_resolve_takes_the_first_of_equal_names_and_refuses_what_is_not_there():
     assert resolve("click(button 'Ergonix Harbor Chair, Walnut')", PAGE) is None  # wrong role
     # the searchbox and the button share a name; the role tells them apart
     assert resolve("click(button 'Search')", PAGE) == "click('38')"
+
+
+def test_only_element_arguments_are_references():
+    # an answer that happens to be a bid on the page stays an answer
+    assert refer("send_msg_to_user('84')", PAGE) == "send_msg_to_user('84')"
+    assert resolve("send_msg_to_user(link 'Next page')", PAGE) == \
+        "send_msg_to_user(link 'Next page')"

@@ -4,7 +4,8 @@ Each turn of a successful episode becomes one example in the policy's own layout
 (:mod:`dreamgym_agents.policy`): the environment's segment carries no loss, the action tokens (and
 the end token) carry it, so the warm-started policy sees turns exactly as the GRPO rollouts and
 the evaluation present them. An invalid step inside a successful episode (a detour the
-environment refused) is not imitated.
+environment refused) is not imitated, nor is a noisy oracle's random step (its recovery from the
+detour is).
 
 Starts from any local transformers causal-LM checkpoint (optionally with LoRA adapters, merged
 into the saved checkpoint), or from scratch: a byte-level BPE tokenizer trained on the episodes'
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.agent import EXPLORATION
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.policy import (
     ASSISTANT,
@@ -122,8 +124,8 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: in
     for traj in successful(trajectories):
         tokens = episode_tokens(policy, traj.task, traj.transitions)
         for i, t in enumerate(traj.transitions):
-            if not t.valid:
-                continue  # a refused detour stays in the episode, but is not imitated
+            if not t.valid or t.reasoning.startswith(EXPLORATION):
+                continue  # a refused or random detour stays in the episode, but is not imitated
             start = tokens.turns[i]
             end = tokens.turns[i + 1] if i + 1 < len(tokens.turns) else len(tokens.ids)
             ids, mask = tokens.ids[start:end], tokens.mask[start:end]

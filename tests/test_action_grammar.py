@@ -1,0 +1,102 @@
+"""The policy's action grammar on a page, and decoding constrained to it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dreamgym_agents.action_grammar import ActionGrammar, Constraint, Vocabulary
+
+PAGE = """URL: http://s/category/office
+Title: Office | Shop
+[12] link 'Home'
+[37] searchbox 'Search'
+[38] button 'Search'
+[44] combobox 'Sort by' value='Name' options='Name|Price: Low to High|Top Rated'
+[47] spinbutton 'Qty' value='1'
+[84] link 'Ergonix Harbor Chair, Walnut'
+StaticText '$546.99'
+[90] link 'Bob\\'s Desk'"""
+INTENT = "Add 2 units of Ergonix Harbor Chair, Walnut to my cart."
+
+
+@pytest.fixture(scope="module")
+def grammar() -> ActionGrammar:
+    return ActionGrammar(PAGE, INTENT)
+
+
+@pytest.mark.parametrize("action", [
+    "click(link 'Ergonix Harbor Chair, Walnut')", "click(button 'Search')",
+    "click(link 'Bob\\'s Desk')", "fill(spinbutton 'Qty', '2')",
+    "fill(searchbox 'Search', 'Ergonix Harbor Chair, Walnut')",
+    "select_option(combobox 'Sort by', 'Price: Low to High')", "keyboard_press('Enter')",
+    "send_msg_to_user('$546.99')", "send_msg_to_user(\"it's done\")", "go_back()",
+])
+def test_the_grammar_accepts_what_the_page_and_task_allow(grammar, action):
+    assert grammar.accepts(action)
+
+
+@pytest.mark.parametrize("action", [
+    "click(link 'Ergonix Harbor Chair, Oak')",  # not on the page
+    "click(link 'Search')",  # wrong role
+    "fill(searchbox 'Search', 'Deskwell Lamp')",  # not in the task
+    "fill(link 'Home', '2')",  # a link is not a field
+    "fill(spinbutton 'Qty', '')",  # types nothing
+    "select_option(combobox 'Sort by', 'Price: High to Low')",  # not one of its options
+    "keyboard_press('F13')", "click(link 'Home') ", "click(link 'Home')click",
+    "send_msg_to_user('unterminated", "dance()", "click('12')",  # bids with name refs
+])
+def test_the_grammar_refuses_the_rest(grammar, action):
+    assert not grammar.accepts(action)
+
+
+def test_bid_references():
+    grammar = ActionGrammar(PAGE, INTENT, refs="bid")
+    assert grammar.accepts("click('84')") and grammar.accepts("fill('47', '2')")
+    assert not grammar.accepts("click('85')") and not grammar.accepts("fill('84', '2')")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    import transformers
+
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
+
+    path = tmp_path_factory.mktemp("tok")
+    make_tiny_checkpoint(path, [PAGE, INTENT, "click(link 'Home') fill(searchbox 'Search', "
+                                "'x') select_option(combobox 'Sort by', 'Top Rated')"] * 20,
+                         vocab_size=400)
+    return transformers.AutoTokenizer.from_pretrained(str(path))
+
+
+def test_constrained_sampling_only_writes_grammatical_actions(grammar, tokenizer):
+    vocab = Vocabulary(tokenizer)
+    assert vocab.ok
+    eos = {tokenizer.eos_token_id}
+    rng = random.Random(0)
+    written = set()
+    for _ in range(200):  # a uniformly random "model" under the constraint
+        constraint, ids = Constraint(grammar, vocab, eos), []
+        while len(ids) < 200:
+            allowed = constraint.allowed(ids)
+            assert allowed, tokenizer.decode(ids)
+            ids.append(rng.choice(allowed))
+            if ids[-1] in eos:
+                break
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        if ids[-1] in eos:
+            assert grammar.accepts(text), text
+            written.add(text.split("(")[0])
+    assert {"click", "fill", "select_option"} <= written
+
+
+def test_every_token_of_a_grammatical_action_is_allowed(grammar, tokenizer):
+    vocab = Vocabulary(tokenizer)
+    eos = tokenizer.eos_token_id
+    for action in ("fill(searchbox 'Search', 'Ergonix Harbor Chair, Walnut')",
+                   "click(link 'Bob\\'s Desk')", "send_msg_to_user('$546.99')"):
+        ids = [*tokenizer(action, add_special_tokens=False)["input_ids"], eos]
+        constraint = Constraint(grammar, vocab, {eos})
+        for k in range(len(ids)):
+            assert ids[k] in constraint.allowed(ids[:k]), (action, k)
