@@ -163,7 +163,7 @@ def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_p
     assert "Steps: fill(searchbox '', 'Acme Red Chair')" in second  # history as written
 
     answer = policy.encode("click(link 'Acme Red Chair')") + [policy.eos_id]
-    policy.generate = lambda ids, temperature=None, constraint=None: answer  # the model's answer, fixed
+    policy.generate = lambda ids, temperature=None, constraint=None: answer  # fixed answer
     agent = PolicyAgent(policy, keep_tokens=False)
     page = "URL: http://s/\nTitle: T\n[5] link 'Acme Red Chair'"
     decision = asyncio.run(agent.act(episode.task, Observation(page), [], "e"))
