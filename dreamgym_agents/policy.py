@@ -42,6 +42,7 @@ from dreamgym_agents.agent import Decision
 from dreamgym_agents.env import Observation
 from dreamgym_agents.errors import ConfigError, ModelError
 from dreamgym_agents.grounding import refer, resolve
+from dreamgym_agents.state import parse_line, parse_state
 from dreamgym_agents.types import ModelUsage, Task, Transition
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ USER, ASSISTANT = "<|user|>", "<|assistant|>"
 _TEXT = re.compile(r"^StaticText '(.*)'$")
 _HEADING = re.compile(r"^heading '(.*)'$")
 _BID = re.compile(r"^\[[^\]\s]+\] ")
+_LABEL = re.compile(r"^([^:|·]+?)\s*(?::\s|\s\|\s)")
+_NUMBER = re.compile(r"\d{5,}")
 
 
 @dataclass
@@ -69,8 +72,11 @@ class PolicyConfig:
             ``click('84')`` on pages with their bids).
         constrained_decoding: Decode only actions of the page's grammar
             (:mod:`dreamgym_agents.action_grammar`: elements on the page, typed text from the
-            task, a drop-down's own options); byte-level BPE tokenizers only (others decode
+            task, a drop-down's own options) on web pages (a ``URL:`` line and elements; other
+            observations decode unconstrained); byte-level BPE tokenizers only (others decode
             unconstrained, with a warning).
+        mark_task_terms: Mark the page lines the task mentions with ``* ``
+            (:func:`compact_page`).
     """
 
     max_action_tokens: int = 48
@@ -81,6 +87,7 @@ class PolicyConfig:
     max_batch: int = 32
     element_refs: str = "name"
     constrained_decoding: bool = True
+    mark_task_terms: bool = True
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -102,12 +109,31 @@ class PolicyConfig:
                               f"{self.element_refs!r}")
 
 
+def mentions(name: str, intent: str) -> bool:
+    """Whether the task's ``intent`` mentions a page line's ``name``: the whole name (at least
+    4 characters, a cut name by what is left of it), its label (``Jacket`` of ``Jacket | PVC``,
+    ``Rating`` of ``Rating: 4.0 out of 5``), or a number of 5+ digits in it (an order's
+    ``#100062``), case-insensitively."""
+    text = intent.lower()
+    name = name.rstrip("…").strip().lower()
+    label = _LABEL.match(name)
+    parts = [name, label.group(1)] if label else [name]
+    if any(len(p) >= 4 and p in text for p in parts):
+        return True
+    return any(n in text for n in _NUMBER.findall(name))
+
+
 def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
-                 bids: bool = True) -> str:
+                 bids: bool = True, intent: str | None = None) -> str:
     """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut,
-    elements without their ``[bid]`` unless ``bids``."""
+    elements without their ``[bid]`` unless ``bids``; with an ``intent``, the lines the task
+    mentions (:func:`mentions`) marked ``* `` (a small model finds the product to click, the
+    attribute to read, without matching every line against the task itself)."""
     out = []
     for line in state.splitlines():
+        marked = False
+        if intent and line and not line.startswith(("URL: ", "Title: ")):
+            marked = mentions(parse_line(line).name, intent)
         if not bids:
             line = _BID.sub("", line, count=1)
         if m := _TEXT.match(line):
@@ -116,7 +142,7 @@ def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
             line = f"# {m.group(1)}"
         if len(line) > max_chars:
             line = line[:max_chars] + "…"
-        out.append(line)
+        out.append(f"* {line}" if marked else line)
     if len(out) > max_lines:
         out = [*out[:max_lines], f"(… {len(out) - max_lines} more lines)"]
     return "\n".join(out)
@@ -132,7 +158,8 @@ def render_segment(task: Task | str, state: str, actions: list[str] | None = Non
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
     page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars,
-                        bids=cfg.element_refs == "bid")
+                        bids=cfg.element_refs == "bid",
+                        intent=intent if cfg.mark_task_terms else None)
     return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
 
 
@@ -263,8 +290,11 @@ class PolicyModel:
                                    "decoded unconstrained", self.name)
         if not self._vocab.ok:
             return None
+        page = parse_state(state)
+        if not page.url or not page.elements:
+            return None  # not a web page with elements: the web grammar does not apply
         intent = task.intent if isinstance(task, Task) else task
-        return Constraint(ActionGrammar(state, intent, self.cfg.element_refs), self._vocab,
+        return Constraint(ActionGrammar(page, intent, self.cfg.element_refs), self._vocab,
                           self.eos)
 
     def generate(self, ids: list[int], temperature: float | None = None,

@@ -59,6 +59,23 @@ def test_compact_page_and_segment():
     assert seg.endswith(f"\nTask: Buy it\nSteps: go_back()\nError: no such element\n{ASSISTANT}")
 
 
+def test_the_lines_a_task_mentions_are_marked():
+    from dreamgym_agents.policy import mentions
+
+    page = ("URL: http://s/\nTitle: Shop\n[3] link 'Laptops'\n[5] link 'Acme Red Chair'\n"
+            "[6] link 'Acme Red Chair, Oak'\nStaticText 'Jacket | PVC'\n"
+            "StaticText 'Rating: 4.0 out of 5'\n[9] link 'View Order #100062'\n"
+            "StaticText '100031 | Sep 30, 2024 | $989.32'")
+    task = "What is the jacket of Acme Red Chair in order #100062 of Sep 2024?"
+    marked = [ln[2:] for ln in compact_page(page, bids=False, intent=task).splitlines()
+              if ln.startswith("* ")]
+    assert marked == ["link 'Acme Red Chair'", "Jacket | PVC", "link 'View Order #100062'"]
+    assert mentions("Rating: 4.0 out of 5", "What is the average rating of X?")
+    assert mentions("Acme Red Chair, Walnut Ba…", "Open Acme Red Chair, Walnut Base.")
+    assert not mentions("Qty", "Set the qty")  # too short to mean anything
+    assert not any(ln.startswith("* ") for ln in compact_page(page).splitlines())
+
+
 def test_policy_config_validates():
     with pytest.raises(ConfigError, match="max_action_tokens"):
         PolicyConfig(max_action_tokens=1)
