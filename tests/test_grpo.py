@@ -105,6 +105,24 @@ def test_turns_are_scored_from_their_own_segment(tmp_path, counter_env_factory):
     assert (logps[0][torch.tensor(tokens.env_mask + [0] * pad) == 0] == 0).all()
 
 
+def test_a_real_transition_budget_is_never_exceeded(tmp_path, counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 6)
+    path = tiny_sft(tmp_path, demos, steps=5)
+    pool = EnvPool(CounterEnv, 4)
+    cfg = GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
+                          max_episode_steps=4, real_transition_budget=3)
+    rollout = EpisodeRollout(counter_tasks(2), pool, cfg, PolicyConfig(), tmp_path)
+    out = rollout(["0", "0", "1", "1"], FakeTrainer(path, 2))
+    pool.close()
+    log = tmp_path / "rollouts.jsonl"
+    finished = read_trajectories(log) if log.exists() else []
+    assert rollout.budget.used == 3 and rollout.counters.real_transitions == 3
+    assert sum(len(t.transitions) for t in finished) <= 3
+    cut = 4 - len(finished)
+    assert cut >= 1 and rollout.counters.masked_episodes == cut  # cut episodes: no loss
+    assert sum(m == [0] for m in out["env_mask"]) == cut
+
+
 def hi_demo(action: str, i: int) -> Trajectory:
     state = "URL: http://s/\nTitle: "  # the dream's start state without a buffer
     step = Transition(episode_id=f"d{i}", step=0, task_id=SAY_HI.task_id, state=state,

@@ -25,6 +25,7 @@ import concurrent.futures
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.curriculum import Curriculum
-from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
 from dreamgym_agents.graph import EnvPool, play_episodes
 from dreamgym_agents.policy import ASSISTANT, USER, PolicyAgent, PolicyConfig, PolicyModel
 from dreamgym_agents.types import Task, Trajectory, append_trajectory
@@ -57,7 +58,9 @@ class GRPOStageConfig:
         beta: KL coefficient to the warm-start policy (0: no reference model).
         epsilon: PPO-style clipping range of the ratio.
         micro_batch: Episodes per forward/backward pass (gradient accumulation makes the step).
-        real_transition_budget: Stop once the real transitions used reach this (None: no cap).
+        real_transition_budget: Real transitions the stage may take (None: no cap): never
+            exceeded — the episodes running when it is spent are cut and kept out of the loss,
+            and training stops after that step.
         time_budget_s: Stop after this many seconds (None: no cap).
         concurrency: Episodes played at once (dream: experience-model calls batched together;
             real: browsers).
@@ -120,6 +123,73 @@ class RolloutCounters:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+class BudgetSpent(DreamGymError):
+    """A real step was refused: the stage's real-transition budget is spent (the episode is
+    cut and kept out of the loss)."""
+
+
+class TransitionBudget:
+    """Real transitions a stage may still take, shared by its environments (thread-safe): a
+    budget is never overrun, however many episodes run at once."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.total:
+                return False
+            self.used += 1
+            return True
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.total
+
+
+class _BudgetedEnv:
+    """An environment whose real steps draw on a :class:`TransitionBudget`."""
+
+    def __init__(self, env: Any, budget: TransitionBudget) -> None:
+        self.env = env
+        self.budget = budget
+        self.provenance = getattr(env, "provenance", "real")
+        self.action_set = getattr(env, "action_set", None)
+
+    def reset(self, task: Task) -> Any:
+        return self.env.reset(task)
+
+    def step(self, action: str) -> Any:
+        if self.provenance == "real" and not self.budget.take():
+            raise BudgetSpent(f"the real-transition budget of {self.budget.total} is spent")
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class _BudgetedPool:
+    """An :class:`EnvPool` whose environments draw on one budget."""
+
+    def __init__(self, pool: EnvPool, budget: TransitionBudget) -> None:
+        self.pool = pool
+        self.budget = budget
+        self.size = pool.size
+        self._wrapped: dict[int, _BudgetedEnv] = {}
+
+    async def acquire(self) -> Any:
+        env = await self.pool.acquire()
+        return self._wrapped.setdefault(id(env), _BudgetedEnv(env, self.budget))
+
+    def release(self, env: Any) -> None:
+        self.pool.release(env.env)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 def _em_failure(traj: Trajectory) -> bool:
     return any(t.info.get("em_failure") for t in traj.transitions)
 
@@ -135,7 +205,9 @@ class EpisodeRollout:
                  stage: str = "grpo",
                  on_batch: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.tasks = {str(t.task_id): t for t in tasks}
-        self.pool = pool
+        self.budget = TransitionBudget(cfg.real_transition_budget) \
+            if cfg.real_transition_budget is not None else None
+        self.pool: Any = _BudgetedPool(pool, self.budget) if self.budget else pool
         self.cfg = cfg
         self.policy_cfg = policy_cfg
         self.out_dir = out_dir
@@ -186,6 +258,8 @@ class EpisodeRollout:
                 out["completion_ids"].append([policy.eos_id])
                 out["env_mask"].append([0])
                 rewards.append(None)
+        if self.budget is not None:  # every real step, those of episodes the budget cut too
+            self.counters.real_transitions = self.budget.used
         groups = [rewards[i:i + group] for i in range(0, len(rewards), group)]
         for members in groups:
             seen = [r for r in members if r is not None]
@@ -414,8 +488,7 @@ def train_grpo(
                     fh.write(json.dumps(line) + "\n")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            budget = cfg.real_transition_budget
-            if budget is not None and rollout.counters.real_transitions >= budget:
+            if rollout.budget is not None and rollout.budget.spent:
                 control.should_training_stop = True
             if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
                 logger.warning("%s: time budget of %.0f s reached at step %d", stage,
