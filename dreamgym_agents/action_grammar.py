@@ -9,7 +9,9 @@ same through vLLM's guided decoding), to the actions that make sense on the curr
 - ``click`` / ``hover`` / ``dblclick`` / ``focus`` / ``clear``: an element on the page
   (``link 'Name'`` with name references, ``'84'`` with bids);
 - ``fill``: a field on the page and a text taken from the task's intent (every text the
-  bundled tasks type — a product, a query, an address part, a quantity — is part of the intent);
+  bundled tasks type — a product, a query, an address part, a quantity — is part of the
+  intent), starting at a word and ending at a phrase's end (not inside a word, nor before a
+  capitalised word that continues a name: a small model's copy tends to stop early);
 - ``select_option``: a drop-down on the page and one of *its* options;
 - ``keyboard_press``: a key of :data:`KEYS`;
 - ``send_msg_to_user``: any text (answers are copied from pages or computed);
@@ -70,6 +72,10 @@ class ActionGrammar:
     def __init__(self, state: str | AbstractState, intent: str, refs: str = "name") -> None:
         page = state if isinstance(state, AbstractState) else parse_state(state)
         self.intent = intent.encode()
+        text = self.intent
+        # typed text starts where a word of the intent starts and ends where a phrase ends
+        self._starts = [p for p in range(len(text)) if p == 0 or not _wordish(text[p - 1])]
+        self._ends = {q for q in range(1, len(text) + 1) if _phrase_end(text, q)}
         self.elements = [e for e in page.elements if e.bid]
 
         def ref(e: Any) -> bytes:
@@ -137,12 +143,16 @@ class ActionGrammar:
         if byte == s.quote:
             if not s.content:
                 return None  # an empty text types or says nothing
+            if self.verbs[s.verb][s.piece] == _TYPED and not any(
+                    self.intent.startswith(s.content, p) and p + len(s.content) in self._ends
+                    for p in self._starts):
+                return None  # typed text does not stop inside a word or a name
             return self._enter(s.verb, s.piece + 1, s.element)
         return self._content(s, s.content + bytes([byte]))
 
     def _content(self, s: _State, content: bytes) -> _State | None:
         kind = self.verbs[s.verb][s.piece]
-        if kind == _TYPED and content not in self.intent:
+        if kind == _TYPED and not any(self.intent.startswith(content, p) for p in self._starts):
             return None
         return _State("lit", s.verb, s.piece, pos=s.pos + 1, quote=s.quote, content=content,
                       element=s.element)
@@ -255,6 +265,26 @@ class Constraint:
                 out.extend(child.get(-1, ()))
                 stack.append((child, nxt))
         return out
+
+
+def _wordish(byte: int) -> bool:
+    """Letters, digits and any non-ASCII byte (part of a letter in UTF-8)."""
+    return byte >= 0x80 or chr(byte).isalnum()
+
+
+def _phrase_end(text: bytes, q: int) -> bool:
+    """Whether typed text may end before ``text[q]``: not inside a word (``USB-C``,
+    ``leo.fischer@…``, ``1,234.56``, ``Okafor.789``), nor before a capitalised word that goes
+    on with the name (``Botanica| Daily Conditioner``)."""
+    if q >= len(text):
+        return True
+    nxt = text[q]
+    after = text[q + 1] if q + 1 < len(text) else None
+    if _wordish(nxt) or nxt in b"-_@":
+        return False
+    if nxt in b".,:/" and after is not None and _wordish(after):
+        return False
+    return not (nxt == 0x20 and after is not None and chr(after).isupper())
 
 
 def _unescape(byte: int) -> bytes:

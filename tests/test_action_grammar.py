@@ -51,6 +51,24 @@ def test_the_grammar_refuses_the_rest(grammar, action):
     assert not grammar.accepts(action)
 
 
+@pytest.mark.parametrize(("intent", "typed", "ok"), [
+    ("Price of Botanica Daily Cream, 16 fl oz?", "Botanica Daily Cream, 16 fl oz", True),
+    ("Price of Botanica Daily Cream, 16 fl oz?", "Botanica Daily Cream", True),  # a part
+    ("Price of Botanica Daily Cream, 16 fl oz?", "Botanica", False),  # the name goes on
+    ("Price of Botanica Daily Cream, 16 fl oz?", "otanica Daily Cream", False),  # mid-word
+    ("Search for 'coffee' please.", "coffee", True),
+    ("Search for 'coffee' please.", "coff", False),
+    ("Sign in as leo.fischer@example.com and pay.", "leo.fischer@example.com", True),
+    ("Sign in as leo.fischer@example.com and pay.", "leo", False),
+    ("Ship it to 12 Oak St, Raleigh, NC 27601.", "NC", True),
+    ("Ship it to 12 Oak St, Raleigh, NC 27601.", "27601", True),
+    ("Buy the USB-C Hub now", "USB", False),
+])
+def test_typed_text_starts_at_a_word_and_ends_at_a_phrase(intent, typed, ok):
+    grammar = ActionGrammar(PAGE, intent)
+    assert grammar.accepts(f"fill(searchbox 'Search', {typed!r})") is ok
+
+
 def test_bid_references():
     grammar = ActionGrammar(PAGE, INTENT, refs="bid")
     assert grammar.accepts("click('84')") and grammar.accepts("fill('47', '2')")
