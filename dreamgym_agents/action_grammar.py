@@ -28,7 +28,7 @@ tokens under the unconstrained model (as TRL does with guided decoding).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dreamgym_agents.state import VALUE_ROLES, AbstractState, parse_state, quote
@@ -41,7 +41,26 @@ KEYS: tuple[str, ...] = ("Enter", "Tab", "Escape", "Backspace", "ArrowDown", "Ar
 
 _REF_VERBS = ("click", "dblclick", "hover", "focus", "clear")
 _SELECT_ROLES = frozenset({"combobox", "listbox"})
-_FREE, _TYPED = "free", "typed"
+_FREE = "free"
+
+
+@dataclass(frozen=True)
+class _Spans:
+    """A text that quoted text must be a span of: starting at a word, ending at a phrase's
+    end (:func:`_phrase_end`)."""
+
+    text: bytes
+    starts: tuple[int, ...]
+    ends: frozenset[int]
+    counts: bool = False
+    """Also any whole number (a count the page does not show as such)."""
+
+    @classmethod
+    def of(cls, text: bytes, counts: bool = False) -> _Spans:
+        return cls(text, tuple(p for p in range(len(text))
+                               if p == 0 or not _wordish(text[p - 1])),
+                   frozenset(q for q in range(1, len(text) + 1) if _phrase_end(text, q)),
+                   counts)
 
 
 @dataclass(frozen=True)
@@ -58,6 +77,8 @@ class _State:
     content: bytes = b""
     escape: bool = False
     element: int = -1
+    live: tuple[int, ...] = ()
+    """Inside a span-bound text: where in its source the text so far can start."""
 
 
 class ActionGrammar:
@@ -67,15 +88,19 @@ class ActionGrammar:
         state: The page (its rendered abstract state or the parsed one).
         intent: The task's intent (what ``fill`` may type comes from it).
         refs: ``name`` (``link 'Name'``) or ``bid`` (``'84'``): how elements are written.
+        extractive_answers: Answers (``send_msg_to_user``) are spans of the page's text or
+            the intent, whole numbers (counts), or ``done``; False: any text.
     """
 
-    def __init__(self, state: str | AbstractState, intent: str, refs: str = "name") -> None:
+    def __init__(self, state: str | AbstractState, intent: str, refs: str = "name",
+                 extractive_answers: bool = False) -> None:
         page = state if isinstance(state, AbstractState) else parse_state(state)
         self.intent = intent.encode()
-        text = self.intent
-        # typed text starts where a word of the intent starts and ends where a phrase ends
-        self._starts = [p for p in range(len(text)) if p == 0 or not _wordish(text[p - 1])]
-        self._ends = {q for q in range(1, len(text) + 1) if _phrase_end(text, q)}
+        typed = _Spans.of(self.intent)
+        answers: Any = _FREE
+        if extractive_answers:
+            shown = "\n".join(line.name for line in page.lines)
+            answers = _Spans.of(f"{shown}\n{intent}\ndone".encode(), counts=True)
         self.elements = [e for e in page.elements if e.bid]
 
         def ref(e: Any) -> bytes:
@@ -94,10 +119,10 @@ class ActionGrammar:
         # separator; an empty set (no such element on the page) makes the verb unwritable
         self.verbs: dict[bytes, tuple[Any, ...]] = {
             **{v.encode(): (any_ref, b")") for v in _REF_VERBS},
-            b"fill": (refs_of(frozenset(VALUE_ROLES)), b", ", _TYPED, b")"),
+            b"fill": (refs_of(frozenset(VALUE_ROLES)), b", ", typed, b")"),
             b"select_option": (refs_of(_SELECT_ROLES, options=True), b", ", "options", b")"),
             b"keyboard_press": (tuple(repr(k).encode() for k in KEYS), b")"),
-            b"send_msg_to_user": (_FREE, b")"),
+            b"send_msg_to_user": (answers, b")"),
             b"go_back": (b")",), b"go_forward": (b")",), b"noop": (b")",),
         }
         self.verbs = {v: p for v, p in self.verbs.items()
@@ -128,41 +153,45 @@ class ActionGrammar:
                 return self._enter(s.verb, s.piece + 1, element)
             return _State("set", s.verb, s.piece, cands, s.pos + 1, element=s.element)
         # inside a quoted text
+        kind = self.verbs[s.verb][s.piece]
+        spans = kind if isinstance(kind, _Spans) else None
         if s.pos == 0:  # the opening quote
             if byte not in (0x27, 0x22):
                 return None
-            return _State("lit", s.verb, s.piece, pos=1, quote=byte, element=s.element)
+            return _State("lit", s.verb, s.piece, pos=1, quote=byte, element=s.element,
+                          live=spans.starts if spans else ())
         if s.escape:
-            return self._content(s, s.content + _unescape(byte))
+            return self._content(s, _unescape(byte), spans)
         if byte == 0x5C:  # backslash
-            if self.verbs[s.verb][s.piece] == _TYPED and not any(
-                    s.content + c in self.intent for c in (b"'", b'"', b"\\")):
-                return None  # an escape that no text of the task continues: a dead end
-            return _State("lit", s.verb, s.piece, pos=s.pos + 1, quote=s.quote,
-                          content=s.content, escape=True, element=s.element)
+            n = len(s.content)
+            if spans and not any(p + n < len(spans.text) and spans.text[p + n] in b"'\"\\"
+                                 for p in s.live):
+                return None  # an escape that nothing in the source continues: a dead end
+            return replace(s, pos=s.pos + 1, escape=True)
         if byte == s.quote:
             if not s.content:
                 return None  # an empty text types or says nothing
-            if self.verbs[s.verb][s.piece] == _TYPED and not any(
-                    self.intent.startswith(s.content, p) and p + len(s.content) in self._ends
-                    for p in self._starts):
-                return None  # typed text does not stop inside a word or a name
+            if spans and not any(p + len(s.content) in spans.ends for p in s.live) and \
+                    not (spans.counts and s.content.isdigit()):
+                return None  # a span does not stop inside a word or a name
             return self._enter(s.verb, s.piece + 1, s.element)
-        return self._content(s, s.content + bytes([byte]))
+        return self._content(s, bytes([byte]), spans)
 
-    def _content(self, s: _State, content: bytes) -> _State | None:
-        kind = self.verbs[s.verb][s.piece]
-        if kind == _TYPED and not any(self.intent.startswith(content, p) for p in self._starts):
-            return None
-        return _State("lit", s.verb, s.piece, pos=s.pos + 1, quote=s.quote, content=content,
-                      element=s.element)
+    def _content(self, s: _State, more: bytes, spans: _Spans | None) -> _State | None:
+        live = s.live
+        if spans:
+            n, text = len(s.content), spans.text
+            live = tuple(p for p in live if text.startswith(more, p + n))
+            if not live and not (spans.counts and (s.content + more).isdigit()):
+                return None
+        return replace(s, pos=s.pos + 1, content=s.content + more, escape=False, live=live)
 
     def _enter(self, verb: bytes, piece: int, element: int) -> _State:
         pieces = self.verbs[verb]
         if piece >= len(pieces):
             return _State("done", verb)
         kind = pieces[piece]
-        if kind in (_TYPED, _FREE):
+        if kind == _FREE or isinstance(kind, _Spans):
             return _State("lit", verb, piece, element=element)
         if kind == "options":
             options = self.elements[element].options if element >= 0 else ()
@@ -284,7 +313,7 @@ def _phrase_end(text: bytes, q: int) -> bool:
         return False
     if nxt in b".,:/" and after is not None and _wordish(after):
         return False
-    return not (nxt == 0x20 and after is not None and chr(after).isupper())
+    return not (nxt == 0x20 and after is not None and after < 0x80 and chr(after).isupper())
 
 
 def _unescape(byte: int) -> bytes:

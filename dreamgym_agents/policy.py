@@ -77,6 +77,9 @@ class PolicyConfig:
             unconstrained, with a warning).
         mark_task_terms: Mark the page lines the task mentions with ``* ``
             (:func:`compact_page`).
+        extractive_answers: With constrained decoding, an answer is a span of the page's
+            text or the task, or ``done`` (the bundled site's answers are, but for sums over
+            several orders): a small model copies an answer instead of making up a number.
     """
 
     max_action_tokens: int = 48
@@ -88,6 +91,7 @@ class PolicyConfig:
     element_refs: str = "name"
     constrained_decoding: bool = True
     mark_task_terms: bool = True
+    extractive_answers: bool = True
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -294,8 +298,9 @@ class PolicyModel:
         if not page.url or not page.elements:
             return None  # not a web page with elements: the web grammar does not apply
         intent = task.intent if isinstance(task, Task) else task
-        return Constraint(ActionGrammar(page, intent, self.cfg.element_refs), self._vocab,
-                          self.eos)
+        grammar = ActionGrammar(page, intent, self.cfg.element_refs,
+                                extractive_answers=self.cfg.extractive_answers)
+        return Constraint(grammar, self._vocab, self.eos)
 
     def generate(self, ids: list[int], temperature: float | None = None,
                  constraint: Any = None) -> list[int]:

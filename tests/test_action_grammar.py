@@ -69,6 +69,14 @@ def test_typed_text_starts_at_a_word_and_ends_at_a_phrase(intent, typed, ok):
     assert grammar.accepts(f"fill(searchbox 'Search', {typed!r})") is ok
 
 
+def test_extractive_answers_are_spans_of_the_page_or_task_or_done():
+    grammar = ActionGrammar(PAGE, INTENT, extractive_answers=True)
+    for answer in ("$546.99", "Ergonix Harbor Chair, Walnut", "done", "Bob's Desk", "2", "17"):
+        assert grammar.accepts(f"send_msg_to_user({answer!r})"), answer
+    for answer in ("$546", "$999.00", "Ergonix", "it's done", "4.5"):
+        assert not grammar.accepts(f"send_msg_to_user({answer!r})"), answer
+
+
 def test_bid_references():
     grammar = ActionGrammar(PAGE, INTENT, refs="bid")
     assert grammar.accepts("click('84')") and grammar.accepts("fill('47', '2')")
@@ -88,7 +96,9 @@ def tokenizer(tmp_path_factory):
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
-def test_constrained_sampling_only_writes_grammatical_actions(grammar, tokenizer):
+@pytest.mark.parametrize("extractive", [False, True])
+def test_constrained_sampling_only_writes_grammatical_actions(tokenizer, extractive):
+    grammar = ActionGrammar(PAGE, INTENT, extractive_answers=extractive)
     vocab = Vocabulary(tokenizer)
     assert vocab.ok
     eos = {tokenizer.eos_token_id}
