@@ -80,9 +80,9 @@ class PolicySFTConfig:
     max_steps: int | None = 300
     batch_size: int = 16
     learning_rate: float = 2e-3
-    entity_swaps: int = 2
-    novel_swaps: float = 0.0
-    env_loss_weight: float = 0.3
+    entity_swaps: int = 4
+    novel_swaps: float = 1.0
+    env_loss_weight: float = 1.0
     time_budget_s: float | None = None
     seed: int = 0
     bf16: bool | None = None
