@@ -378,7 +378,7 @@ class PolicyAgent:
                         seconds=time.perf_counter() - start)
 
 
-def _error_seen(transitions: list[Transition], index: int) -> str:
+def error_seen(transitions: list[Transition], index: int) -> str:
     """The error shown with step ``index``'s page: that of the step before, if invalid."""
     if index == 0:
         return ""
@@ -392,6 +392,6 @@ def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition
     written = written_actions(transitions, policy.cfg)
     for i, t in enumerate(transitions):
         tokens.add_env(policy.segment_ids(task, t.state, written[:i],
-                                          _error_seen(transitions, i)))
+                                          error_seen(transitions, i)))
         tokens.add_action(policy.action_ids(written[i]))
     return tokens
