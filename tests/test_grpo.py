@@ -40,7 +40,7 @@ def test_rollout_masks_exactly_the_environment_tokens(tmp_path, counter_env_fact
     pool = EnvPool(CounterEnv, 4)
     cfg = GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
                           max_episode_steps=4)
-    rollout = EpisodeRollout(tasks, pool, cfg, PolicyConfig(), tmp_path)
+    rollout = EpisodeRollout(tasks, pool, cfg, PolicyConfig(max_action_tokens=16), tmp_path)
     trainer = FakeTrainer(path, 2)
     torch.manual_seed(0)
     out = rollout(["0", "0", "1", "1"], trainer)

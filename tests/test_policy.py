@@ -38,7 +38,8 @@ def tiny_sft(tmp_path, demos: list[Trajectory], steps: int = 150, name: str = "s
     out = tmp_path / name
     train_policy_sft(demos, PolicySFTConfig(output_dir=str(out), vocab_size=300, hidden_size=64,
                                             num_layers=2, max_steps=steps, batch_size=8,
-                                            learning_rate=3e-3, max_length=256, seed=0))
+                                            learning_rate=3e-3, max_length=256, env_loss_weight=0.3,
+                                            seed=0))
     return str(out)
 
 
