@@ -73,6 +73,11 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         return None
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-3 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
     if tp in (int, float, str, bool) and not isinstance(value, tp):
         raise ConfigError(f"config key {path!r} expects {tp.__name__}, got {value!r}")
     return value

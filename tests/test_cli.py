@@ -99,6 +99,17 @@ def test_string_settings_are_verbatim():
     assert cfg.mock_response == "URL: x" and cfg.temperature == 0.5 and cfg.stop == ["a", "b"]
 
 
+def test_float_settings_take_exponents():
+    """YAML 1.1 reads ``1e-3`` as a string; a float field still takes it."""
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.training.grpo import GRPOStageConfig
+
+    assert load_config(GRPOStageConfig(), None, ["learning_rate=1e-3"]).learning_rate == 1e-3
+    with pytest.raises(ConfigError, match="expects float"):
+        load_config(GRPOStageConfig(), None, ["learning_rate=fast"])
+
+
 def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
     import dreamgym_agents.adapters.chromium as chromium
     from dreamgym_agents.doctor import run_doctor
