@@ -12,6 +12,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 PLOT_FILE = "success_vs_real.png"
+CURVE_FILE = "rollout_success.png"
 
 
 def summarize_run(state: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +88,66 @@ def plot(summary: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def rollout_curves(metrics_file: Path) -> dict[str, list[float]]:
+    """Each training stage's rollout success, batch by batch (``rollout/success`` lines of
+    ``metrics.jsonl``; a restarted stage's curve is its last attempt's)."""
+    curves: dict[str, list[float]] = {}
+    if not metrics_file.exists():
+        return curves
+    for line in metrics_file.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+        if "rollout/success" not in row or "stage" not in row:
+            continue
+        curve = curves.setdefault(row["stage"], [])
+        if row.get("batch") == 1:
+            curve.clear()  # a restarted stage: its new attempt
+        curve.append(float(row["rollout/success"]))
+    return curves
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average (the first points average what there is)."""
+    out = []
+    for i in range(len(values)):
+        part = values[max(0, i - window + 1):i + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def plot_curves(curves: dict[str, list[float]], path: Path) -> bool:
+    """Draw each stage's rollout success per batch (raw and smoothed); False without
+    matplotlib or curves."""
+    if not any(curves.values()):
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(5.5, 3.8), dpi=120)
+    for (stage, values), color in zip(curves.items(), ("#3465a4", "#cc0000", "#4e9a06"),
+                                      strict=False):
+        xs = list(range(1, len(values) + 1))
+        ax.plot(xs, values, ".", color=color, alpha=0.35)
+        ax.plot(xs, smooth(values, max(1, len(values) // 5)), "-", color=color,
+                label=f"{stage} ({'dream' if stage == 'dream_rl' else 'real'} rollouts)")
+    ax.set_xlabel("batch of rollouts")
+    ax.set_ylabel("rollout success")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Rollout success while training")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
@@ -116,6 +177,17 @@ def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
               f"wall time {summary['wall_seconds']} s.", ""]
     if drew:
         lines += [f"![real success vs real transitions]({PLOT_FILE})", ""]
+    curves = rollout_curves(out / "metrics.jsonl")
+    if curves:
+        lines += ["| training stage | batches | rollout success, first quarter → last quarter |",
+                  "|---|---|---|"]
+        for stage, values in curves.items():
+            q = max(1, len(values) // 4)
+            first, last = sum(values[:q]) / q, sum(values[-q:]) / q
+            lines.append(f"| {stage} | {len(values)} | {first:.3f} → {last:.3f} |")
+        lines.append("")
+        if plot_curves(curves, out / CURVE_FILE):
+            lines += [f"![rollout success while training]({CURVE_FILE})", ""]
     if summary.get("curriculum"):
         c = summary["curriculum"]
         lines += ["Curriculum: " + ", ".join(f"{k} {c[k]}" for k in

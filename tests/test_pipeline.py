@@ -9,7 +9,7 @@ import pytest
 
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.pipeline import STAGES, Pipeline, PipelineConfig, preset_config
-from dreamgym_agents.report import summarize_run, write_report
+from dreamgym_agents.report import rollout_curves, summarize_run, write_report
 
 
 class Killed(BaseException):
@@ -102,6 +102,22 @@ def test_report_of_a_partial_run(tmp_path):
     assert summary["sft_success"] == 0.1 and summary["dream_success"] is None
     assert summarize_run(state)["real_transitions_used"] == 0
     assert "| SFT warm start | 0 | 0 | 0.100 |" in (tmp_path / "report.md").read_text()
+
+
+def test_report_shows_each_training_stage_rollout_curve(tmp_path):
+    rows = [{"stage": "dream_rl", "batch": 1, "rollout/success": 0.9},  # an interrupted attempt
+            *({"stage": "dream_rl", "batch": b, "rollout/success": r}
+              for b, r in enumerate([0.0, 0.25, 0.5, 0.75], 1)),
+            {"stage": "dream_rl", "step": 4, "grpo/loss": 0.1},
+            {"stage": "s2r", "batch": 1, "rollout/success": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{cut")
+    assert rollout_curves(tmp_path / "metrics.jsonl") == {"dream_rl": [0.0, 0.25, 0.5, 0.75],
+                                                          "s2r": [0.5]}
+    state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5}}, "wall_seconds": 3.0}
+    write_report(tmp_path, preset_config("quick"), state)
+    report = (tmp_path / "report.md").read_text()
+    assert "| dream_rl | 4 | 0.000 → 0.750 |" in report and "| s2r | 1 | 0.500 → 0.500 |" in report
+    assert (tmp_path / "rollout_success.png").exists()
 
 
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
