@@ -161,3 +161,20 @@ def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
         return scores[0] - scores[1]
 
     assert margin(result["path"]) > margin(path) + 1.0
+
+
+def test_num_iterations_reuses_each_batch_of_rollouts(tmp_path, counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 6)
+    path = tiny_sft(tmp_path, demos, steps=5)
+    pool = EnvPool(CounterEnv, 4)
+    result = train_grpo(path, tmp_path / "grpo", counter_tasks(2), pool,
+                        GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
+                                        max_steps=2, num_iterations=3, max_episode_steps=3,
+                                        concurrency=4),
+                        PolicyConfig(max_action_tokens=16))
+    pool.close()
+    # two batches of rollouts, three optimisation steps on each
+    assert result["batches"] == 2 and result["steps"] == 6 and result["episodes"] == 8
+    logged = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
+               if "grpo/loss" in line]
+    assert len(logged) == 6

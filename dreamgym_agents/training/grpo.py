@@ -51,7 +51,11 @@ class GRPOStageConfig:
     Attributes:
         num_generations: Rollouts per task (the group advantages are normalised over).
         tasks_per_step: Tasks (groups) per optimisation step.
-        max_steps: Optimisation steps (one batch of rollouts each).
+        max_steps: Batches of rollouts (each gives ``num_iterations`` optimisation steps).
+        num_iterations: Optimisation steps on each batch of rollouts (GRPO's μ; above 1 the
+            later steps are PPO-clipped against the rollout policy's log-probabilities): a
+            rollout costs far more than a gradient step (an experience-model or browser step
+            per turn), so reusing it is cheap.
         max_episode_steps: Episode length limit of a rollout.
         temperature: Sampling temperature of the rollouts (and of the trained log-probs).
         learning_rate: Peak learning rate (constant after a short warmup).
@@ -71,6 +75,7 @@ class GRPOStageConfig:
     num_generations: int = 4
     tasks_per_step: int = 4
     max_steps: int = 20
+    num_iterations: int = 1
     max_episode_steps: int = 8
     temperature: float = 1.0
     learning_rate: float = 1e-4
@@ -87,8 +92,8 @@ class GRPOStageConfig:
         if self.num_generations < 2:
             raise ConfigError(f"num_generations must be at least 2 (GRPO compares rollouts of "
                               f"one task), got {self.num_generations}")
-        for name in ("tasks_per_step", "max_steps", "max_episode_steps", "micro_batch",
-                     "concurrency"):
+        for name in ("tasks_per_step", "max_steps", "num_iterations", "max_episode_steps",
+                     "micro_batch", "concurrency"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if (self.tasks_per_step * self.num_generations) % self.micro_batch:
@@ -470,7 +475,8 @@ def train_grpo(
     args = trl.GRPOConfig(
         output_dir=str(out / "trainer"), per_device_train_batch_size=cfg.micro_batch,
         gradient_accumulation_steps=accumulation, num_generations=cfg.num_generations,
-        max_steps=cfg.max_steps, learning_rate=cfg.learning_rate,
+        max_steps=cfg.max_steps * cfg.num_iterations, num_iterations=cfg.num_iterations,
+        learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant_with_warmup", warmup_steps=min(2, cfg.max_steps),
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
         use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to=[],
@@ -513,8 +519,8 @@ def train_grpo(
     tokenizer.save_pretrained(str(save))
     c = rollout.counters
     return {"stage": stage, "path": str(save), "steps": int(result.global_step),
-            "episodes": c.episodes, "rollout_success": round(c.successes / c.episodes, 4)
-            if c.episodes else 0.0,
+            "batches": c.batches, "episodes": c.episodes,
+            "rollout_success": round(c.successes / c.episodes, 4) if c.episodes else 0.0,
             "real_transitions": c.real_transitions,
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
