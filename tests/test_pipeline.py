@@ -8,8 +8,15 @@ import json
 import pytest
 
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.pipeline import STAGES, Pipeline, PipelineConfig, preset_config
+from dreamgym_agents.pipeline import (
+    STAGES,
+    Pipeline,
+    PipelineConfig,
+    dream_tasks,
+    preset_config,
+)
 from dreamgym_agents.report import rollout_curves, summarize_run, write_report
+from dreamgym_agents.types import Task
 
 
 class Killed(BaseException):
@@ -94,6 +101,20 @@ def test_config_validation_says_what_to_fix():
         PipelineConfig(eval_limit=0)
     with pytest.raises(ConfigError, match="hosted model"):
         Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")
+    with pytest.raises(ConfigError, match="dream_eval_types must list some of"):
+        PipelineConfig(dream_eval_types=["string_match", "html"])
+
+
+def test_the_dream_trains_on_the_task_kinds_it_can_judge():
+    def task(tid, *types):
+        return Task(task_id=tid, family="webarena", intent="x",
+                    config={"eval": {"eval_types": list(types)}} if types else {})
+
+    tasks = [task("q", "string_match"), task("u", "url_match"), task("h", "program_html"),
+             task("qh", "string_match", "program_html"), task("none")]
+    kept = dream_tasks(tasks, PipelineConfig().dream_eval_types)
+    assert [t.task_id for t in kept] == ["q", "u", "none"]
+    assert dream_tasks(tasks, None) == tasks
 
 
 def test_report_of_a_partial_run(tmp_path):
