@@ -159,13 +159,13 @@ RL_LR = 2e-4
 
 
 def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
-    """The settings of a preset (``quick``: 31 test tasks per evaluation and 12 GRPO steps per
+    """The settings of a preset (``quick``: 31 test tasks per evaluation and 8 GRPO steps per
     stage, minutes once the experience model, demonstrations and warm start are cached;
     ``full``: the whole test split, 40 steps per stage)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
     quick = preset == "quick"
-    steps = 12 if quick else 40
+    steps = 8 if quick else 40
 
     def rl(concurrency: int, budget: int | None = None) -> GRPOStageConfig:
         return GRPOStageConfig(max_steps=steps, tasks_per_step=4, num_generations=4,

@@ -82,7 +82,7 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
         Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
     other = preset_config("quick")
     other.dream.max_steps = 99
-    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 12 → 99\)"):
+    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 8 → 99\)"):
         Stubbed(other, tmp_path, calls=[]).run()
 
 
