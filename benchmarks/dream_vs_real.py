@@ -26,6 +26,7 @@ from pathlib import Path
 
 from dreamgym_agents.config import apply_mapping
 from dreamgym_agents.env import spread_tasks
+from dreamgym_agents.evaluation import task_eval_types
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.pipeline import Pipeline, PipelineConfig
 from dreamgym_agents.policy import PolicyAgent, PolicyModel
@@ -33,7 +34,7 @@ from dreamgym_agents.types import read_trajectories
 
 
 def eval_kind(task) -> str:
-    return "+".join(sorted((task.config.get("eval") or {}).get("eval_types") or ["none"]))
+    return "+".join(sorted(task_eval_types(task))) or "none"
 
 
 def play(pipe: Pipeline, tasks, agent, out: Path, where: str, concurrency: int) -> dict:
@@ -88,23 +89,21 @@ def main() -> None:
             seconds[where] = round(time.perf_counter() - began, 1)
     finally:
         pipe.close()
-    by_kind: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
+    by_kind: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0, 0])
     for task in tasks:
         row = by_kind[eval_kind(task)]
-        row[0] += sum(wins["dream"][task.task_id])
-        row[1] += sum(wins["real"][task.task_id])
-        row[2] += len(wins["real"][task.task_id])
+        row[0] += 1
+        row[1] += sum(wins["dream"][task.task_id])
+        row[2] += sum(wins["real"][task.task_id])
+        row[3] += len(wins["real"][task.task_id])
     print(f"checkpoint {checkpoint}; {len(tasks)} train tasks x {args.repeats}, "
           f"T={args.temperature}; dream {seconds['dream']} s, real {seconds['real']} s")
     print("| eval type | tasks | dream success | real success |")
     print("|---|---|---|---|")
-    total = [0, 0, 0]
-    for kind, (d, r, n) in sorted(by_kind.items()):
-        count = sum(1 for t in tasks if eval_kind(t) == kind)
+    total = [sum(col) for col in zip(*by_kind.values(), strict=True)]
+    rows = [*sorted(by_kind.items()), ("all", total)]
+    for kind, (count, d, r, n) in rows:
         print(f"| {kind} | {count} | {d}/{n} ({d / n:.2f}) | {r}/{n} ({r / n:.2f}) |")
-        total = [total[0] + d, total[1] + r, total[2] + n]
-    d, r, n = total
-    print(f"| all | {len(tasks)} | {d}/{n} ({d / n:.2f}) | {r}/{n} ({r / n:.2f}) |")
     rates = [(statistics.mean(wins["dream"][t.task_id]), statistics.mean(wins["real"][t.task_id]))
              for t in tasks]
     xs, ys = zip(*rates, strict=True)

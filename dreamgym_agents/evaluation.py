@@ -60,6 +60,12 @@ Called for each ``fuzzy_match`` reference. For unachievable tasks (reference ``"
 EVAL_TYPES: tuple[str, ...] = ("string_match", "url_match", "program_html")
 """Evaluator types this module implements."""
 
+
+def task_eval_types(task: Any) -> list[str]:
+    """The WebArena eval types of a task's evaluator (empty for a task without one)."""
+    config = task.config if isinstance(task.config, dict) else {}
+    return list((config.get("eval") or {}).get("eval_types") or [])
+
 STRING_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "fuzzy_match")
 CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_exclude")
 OR_SEPARATOR = " |OR| "

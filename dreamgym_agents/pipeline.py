@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from dreamgym_agents.curriculum import CurriculumConfig
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.evaluation import EVAL_TYPES, task_eval_types
 from dreamgym_agents.policy import PolicyConfig
 from dreamgym_agents.training.grpo import GRPOStageConfig
 from dreamgym_agents.training.policy_sft import PolicySFTConfig
@@ -44,7 +45,6 @@ STATE_FILE = "state.json"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 PRESETS = ("quick", "full")
-EVAL_TYPES = ("string_match", "url_match", "program_html")
 WARM_START_VERSION = 4
 """Bumped whenever the policy's layout or SFT changes what a cached warm start is."""
 
@@ -507,13 +507,12 @@ class Pipeline:
         folder = self._stage_dir(stage)
         family = self.family()
         tasks = family.load_tasks("train")
-        if not real:
-            tasks = dream_tasks(tasks, self.cfg.dream_eval_types)
         curriculum = None
         if real:
             env_cfg = self.env_cfg()
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
         else:
+            tasks = dream_tasks(tasks, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig()
             pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer), cfg.concurrency)
@@ -562,8 +561,7 @@ def dream_tasks(tasks: list[Any], eval_types: list[str] | None) -> list[Any]:
     if eval_types is None:
         return list(tasks)
     allowed = set(eval_types)
-    return [t for t in tasks
-            if set((t.config.get("eval") or {}).get("eval_types") or []) <= allowed]
+    return [t for t in tasks if set(task_eval_types(t)) <= allowed]
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
