@@ -28,7 +28,7 @@ from dreamgym_agents.config import apply_mapping
 from dreamgym_agents.env import spread_tasks
 from dreamgym_agents.evaluation import task_eval_types
 from dreamgym_agents.graph import RunConfig, run_episodes
-from dreamgym_agents.pipeline import Pipeline, PipelineConfig
+from dreamgym_agents.pipeline import CONFIG_FILE, STATE_FILE, Pipeline, PipelineConfig
 from dreamgym_agents.policy import PolicyAgent, PolicyModel
 from dreamgym_agents.types import read_trajectories
 
@@ -66,9 +66,9 @@ def main() -> None:
     args = parser.parse_args()
     run = Path(args.run)
     cfg = PipelineConfig()
-    apply_mapping(cfg, json.loads((run / "config.json").read_text()), "")
+    apply_mapping(cfg, json.loads((run / CONFIG_FILE).read_text()), "")
     pipe = Pipeline(cfg, run)
-    pipe.state = json.loads((run / "state.json").read_text())
+    pipe.state = json.loads((run / STATE_FILE).read_text())
     checkpoint = args.checkpoint if Path(args.checkpoint).is_dir() else \
         pipe.checkpoint(args.checkpoint)
     policy = PolicyModel.load(checkpoint, cfg.policy_view)

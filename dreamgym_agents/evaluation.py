@@ -66,6 +66,7 @@ def task_eval_types(task: Any) -> list[str]:
     config = task.config if isinstance(task.config, dict) else {}
     return list((config.get("eval") or {}).get("eval_types") or [])
 
+
 STRING_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "fuzzy_match")
 CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_exclude")
 OR_SEPARATOR = " |OR| "
