@@ -4,6 +4,7 @@ scored, and GRPO on a tiny model in a tiny dream moving the reward upward."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -139,14 +140,19 @@ def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
     other = Task(task_id="hi2", family="webarena", intent="Say hi", config=SAY_HI.config)
     result = train_grpo(path, tmp_path / "grpo", [SAY_HI, other], pool,
                         GRPOStageConfig(num_generations=8, tasks_per_step=2, micro_batch=8,
-                                        max_steps=30, learning_rate=1e-3, beta=0.04,
+                                        max_steps=30, learning_rate=5e-4, beta=0.04,
                                         concurrency=8, max_episode_steps=2))
     pool.close()
-    batches = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
-               if "rollout/success" in line]
-    first = sum(b["rollout/success"] for b in batches[:5]) / 5
-    last = sum(b["rollout/success"] for b in batches[-5:]) / 5
-    assert last > first + 0.2, (first, last)
+    success = [json.loads(line)["rollout/success"]
+               for line in open(tmp_path / "grpo" / "metrics.jsonl") if "rollout/success" in line]
+    # Rollouts run concurrently (their order, hence the sampling, is not deterministic) and a
+    # batch holds 16 episodes, so compare the least-squares line through all 30 batches, not
+    # two windows (first 5 against last 5 batches failed CI once at lr 1e-3: 0.475 -> 0.675).
+    # At lr 5e-4 the line rose 0.24-0.37 over 8 runs; without learning its rise has a standard
+    # deviation of about 0.08 around 0.
+    n = len(success)
+    rise = statistics.linear_regression(range(n), success).slope * (n - 1)
+    assert n == 30 and rise > 0.15, success
     assert result["synthetic_transitions"] > 0 and result["real_transitions"] == 0
 
     def margin(checkpoint: str) -> float:
