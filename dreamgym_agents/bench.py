@@ -23,6 +23,13 @@ from dreamgym_agents.pipeline import Pipeline, PipelineConfig, Reporter
 
 TABLE_JSON = "table.json"
 TABLE_MD = "table.md"
+ABLATIONS = {
+    "no_retrieval": {"use_retrieval": False},
+    "no_reasoning": {"use_reasoning": False},
+    "no_task_generation": {"curriculum.enabled": False},
+}
+"""The ablation runs by name (``--ablation NAME`` picks some; each is one table row), with what
+each changes in the DreamGym run (sim-to-real off)."""
 
 
 @dataclass
@@ -33,7 +40,7 @@ class BenchConfig:
         seeds: Seeds per row (K).
         real_budget: N, the real transitions of GRPO-real (None: the preset's
             ``dream.max_steps`` batches' worth, measured as 5 steps per episode).
-        ablations: Run the three ablation rows.
+        ablations: The ablation runs (names from :data:`ABLATIONS`; empty: none).
         shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
@@ -41,7 +48,7 @@ class BenchConfig:
 
     seeds: int = 3
     real_budget: int | None = None
-    ablations: bool = True
+    ablations: tuple[str, ...] = tuple(ABLATIONS)
     shared_warm_start: bool = True
 
     def __post_init__(self) -> None:
@@ -50,6 +57,10 @@ class BenchConfig:
         if self.real_budget is not None and self.real_budget < 10:
             raise ConfigError(f"--real-budget must be at least 10 (S2R gets N/10), got "
                               f"{self.real_budget}")
+        unknown = [name for name in self.ablations if name not in ABLATIONS]
+        if unknown:
+            raise ConfigError(f"unknown ablation {unknown[0]!r}: choose from "
+                              f"{', '.join(ABLATIONS)}")
 
 
 def default_real_budget(base: PipelineConfig) -> int:
@@ -79,11 +90,9 @@ def variants(base: PipelineConfig, cfg: BenchConfig, seed: int) -> dict[str, Pip
                                 "dream.max_steps": 10_000,
                                 "dream.concurrency": base.s2r.concurrency,
                                 "curriculum.enabled": False})
-    if cfg.ablations:
-        runs["no_retrieval"] = make(sim_to_real=False, use_retrieval=False)
-        runs["no_reasoning"] = make(sim_to_real=False, use_reasoning=False)
-        runs["no_task_generation"] = make(**{"sim_to_real": False,
-                                             "curriculum.enabled": False})
+    for name, changes in ABLATIONS.items():
+        if name in cfg.ablations:
+            runs[name] = make(sim_to_real=False, **changes)
     return runs
 
 

@@ -129,6 +129,11 @@ def bench_command(
     ablations: Annotated[
         bool, typer.Option("--ablations/--no-ablations", help="Run the three ablation rows.")
     ] = True,
+    ablation: Annotated[
+        list[str] | None, typer.Option("--ablation",
+                                       help="Run only this ablation row (repeatable): "
+                                            "no_retrieval, no_reasoning, no_task_generation.")
+    ] = None,
     shared_warm_start: Annotated[
         bool, typer.Option("--shared-warm-start/--own-warm-start",
                            help="Every seed starts from seed 0's warm start (the seeds vary "
@@ -143,12 +148,15 @@ def bench_command(
     and table.md; rerun the same command to resume.
     """
     from dreamgym_agents import cli
-    from dreamgym_agents.bench import BenchConfig, run_bench
+    from dreamgym_agents.bench import ABLATIONS, BenchConfig, run_bench
 
     cli._setup_logging(verbose)
     base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
     base.task = task
-    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=ablations,
+    if ablation and not ablations:
+        raise ConfigError("--no-ablations and --ablation contradict each other: give one")
+    chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
+    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
                             shared_warm_start=shared_warm_start)
     with _reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)

@@ -48,6 +48,12 @@ def test_bad_bench_input_gets_one_clear_line(tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), "--real-budget", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "real-budget must be at least 10" in err
+    assert main(["bench", "--out", str(tmp_path), "--ablation", "no_memory"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown ablation 'no_memory'" in err
+    assert main(["bench", "--out", str(tmp_path), "--no-ablations", "--ablation",
+                 "no_reasoning"]) == 2
+    assert "contradict" in capsys.readouterr().err
 
 
 @pytest.mark.browser

@@ -141,6 +141,20 @@ def test_report_shows_each_training_stage_rollout_curve(tmp_path):
     assert (tmp_path / "rollout_success.png").exists()
 
 
+def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
+    import dreamgym_agents.bench as bench
+
+    base = preset_config("quick")
+    runs = bench.variants(base, bench.BenchConfig(ablations=("no_task_generation",)), seed=1)
+    assert sorted(runs) == ["dreamgym", "grpo_real", "no_task_generation"]
+    ablated = runs["no_task_generation"]
+    assert not ablated.curriculum.enabled and not ablated.sim_to_real and ablated.seed == 1
+    assert ablated.use_retrieval and ablated.use_reasoning and runs["dreamgym"].curriculum.enabled
+    every = bench.variants(base, bench.BenchConfig(), seed=0)
+    assert not every["no_retrieval"].use_retrieval and every["no_retrieval"].use_reasoning
+    assert not every["no_reasoning"].use_reasoning and every["no_reasoning"].curriculum.enabled
+
+
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
     import dreamgym_agents.bench as bench
 
@@ -151,7 +165,7 @@ def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypat
                        calls=calls.setdefault(f"{out.parent.name}/{out.name}", []))
 
     monkeypatch.setattr(bench, "Pipeline", stubbed)
-    table = bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=False),
+    table = bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=()),
                             tmp_path)
     assert calls["seed0/dreamgym"][:3] == ["experience", "sft", "eval_sft"]
     assert calls["seed1/dreamgym"] == ["dream_rl", "eval_dream", "s2r", "eval_s2r"]
