@@ -169,6 +169,25 @@ def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
     assert margin(result["path"]) > margin(path) + 1.0
 
 
+def test_a_one_batch_stage_updates_the_policy(tmp_path):
+    # Sim-to-real on a small budget is one batch: its only step must not run at a rate of 0.
+    demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(16)]
+    path = tiny_sft(tmp_path, demos, steps=80)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    torch.manual_seed(0)
+    result = train_grpo(path, tmp_path / "grpo", [SAY_HI], pool,
+                        GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16,
+                                        max_steps=1, learning_rate=1e-3, concurrency=8,
+                                        max_episode_steps=2))
+    pool.close()
+    logged = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
+              if "grpo/learning_rate" in line]
+    assert result["steps"] == 1 and logged[0]["grpo/learning_rate"] == 1e-3
+    before = PolicyModel.load(path).model.state_dict()
+    after = PolicyModel.load(result["path"]).model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_num_iterations_reuses_each_batch_of_rollouts(tmp_path, counter_env_factory):
     demos = counter_demos(tmp_path, counter_env_factory, 6)
     path = tiny_sft(tmp_path, demos, steps=5)

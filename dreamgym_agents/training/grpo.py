@@ -58,7 +58,9 @@ class GRPOStageConfig:
             per turn), so reusing it is cheap.
         max_episode_steps: Episode length limit of a rollout.
         temperature: Sampling temperature of the rollouts (and of the trained log-probs).
-        learning_rate: Peak learning rate (constant after a short warmup).
+        learning_rate: Learning rate, constant from the first step (a warmup would give the
+            first step a rate of 0, and a one-batch stage, such as sim-to-real on a small
+            budget, would not learn at all).
         beta: KL coefficient to the warm-start policy (0: no reference model).
         epsilon: PPO-style clipping range of the ratio.
         micro_batch: Episodes per forward/backward pass (gradient accumulation makes the step).
@@ -477,7 +479,7 @@ def train_grpo(
         gradient_accumulation_steps=accumulation, num_generations=cfg.num_generations,
         max_steps=cfg.max_steps * cfg.num_iterations, num_iterations=cfg.num_iterations,
         learning_rate=cfg.learning_rate,
-        lr_scheduler_type="constant_with_warmup", warmup_steps=min(2, cfg.max_steps),
+        lr_scheduler_type="constant",
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
         use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to=[],
         seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
