@@ -1,0 +1,48 @@
+"""Benchmark scripts whose figures docs/RESULTS.md quotes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def answered(task: Task, answer: str, success: bool, i: int) -> Trajectory:
+    step = Transition(episode_id=f"e{i}", step=0, task_id=task.task_id, state="URL: http://s/",
+                      action=f"send_msg_to_user('{answer}')", next_state="", done=True,
+                      success=success)
+    return Trajectory(episode_id=f"e{i}", task=task, transitions=[step], success=success)
+
+
+def count_task(task_id: str, **extra) -> Task:
+    config = {"intent": "How many orders? Answer with a number.", "start_url": "http://s/",
+              "intent_template": "How many orders?", "sites": ["shopping"],
+              "eval": {"eval_types": ["string_match"],
+                       "reference_answers": {"exact_match": "2"}}, **extra}
+    return Task(task_id=task_id, family="webarena", intent=config["intent"], config=config)
+
+
+def test_dream_answers_scores_the_dreams_verdicts_with_the_sites_check(tmp_path, capsys):
+    dream_answers = load("dream_answers")
+    seed, variant = count_task("1"), count_task("1~v1", synthetic_of="1")
+    run = tmp_path / "run"
+    (run / dream_answers.ROLLOUTS).parent.mkdir(parents=True)
+    write_trajectories(run / dream_answers.ROLLOUTS, [
+        answered(seed, "2", True, 0), answered(seed, "3", True, 1), answered(seed, "3", False, 2),
+        answered(seed, "7", True, 3), answered(variant, "2", True, 4),  # variants: left out
+    ])
+    assert sorted(dream_answers.judged(run)) == [("How many orders?", False, False)] + \
+        [("How many orders?", False, True)] * 2 + [("How many orders?", True, True)]
+    assert dream_answers.main([str(run)]) == 0
+    assert "| **all** | 1 | 0 | 2 | 1 | 0.33 |" in capsys.readouterr().out
+    assert dream_answers.main([str(tmp_path / "none")]) == 2
