@@ -16,30 +16,29 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import sys
 from pathlib import Path
 
-from dreamgym_agents.evaluation import evaluate_task
+from dreamgym_agents.evaluation import evaluate_task, task_eval_types
+from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.training.grpo import ROLLOUTS_FILE
 from dreamgym_agents.types import read_trajectories
 
-ROLLOUTS = Path("stages") / "dream_rl" / "rollouts.jsonl"
-ANSWER = re.compile(r"send_msg_to_user\((['\"])(.*)\1\)$", re.S)
+ROLLOUTS = Path("stages") / "dream_rl" / ROLLOUTS_FILE
 
 
 def judged(run: Path):
     """(template, site says right, dream says success) per answered seed-task episode."""
     for traj in read_trajectories(run / ROLLOUTS):
         config = traj.task.config
-        ev = config.get("eval", {})
-        refs = ev.get("reference_answers") or {}
-        if config.get("synthetic_of") is not None or ev.get("eval_types") != ["string_match"] \
-                or not refs or "fuzzy_match" in refs or not traj.transitions:
+        refs = config.get("eval", {}).get("reference_answers") or {}
+        if config.get("synthetic_of") is not None or not traj.transitions or not refs \
+                or task_eval_types(traj.task) != ["string_match"] or "fuzzy_match" in refs:
             continue
-        found = ANSWER.match(traj.transitions[-1].action.strip())
-        if not found:
+        answer = answer_text(traj.transitions[-1].action)
+        if answer is None:
             continue
-        site = evaluate_task(config, answer=found.group(2), page=None, site_urls={}).score
+        site = evaluate_task(config, answer=answer, page=None, site_urls={}).score
         yield config.get("intent_template", traj.task.intent), site == 1.0, bool(traj.success)
 
 

@@ -131,10 +131,14 @@ def hi_demo(action: str, i: int) -> Trajectory:
     return Trajectory(episode_id=f"d{i}", task=SAY_HI, transitions=[step], success=True)
 
 
-def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
-    # Warm start: half the demonstrations answer right, half wrong (the policy is undecided).
+def undecided_warm_start(tmp_path) -> str:
+    """Half the demonstrations answer right, half wrong: the policy is undecided."""
     demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(16)]
-    path = tiny_sft(tmp_path, demos, steps=80)
+    return tiny_sft(tmp_path, demos, steps=80)
+
+
+def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
+    path = undecided_warm_start(tmp_path)
     pool = EnvPool(lambda: make_env()[0], 8)  # the dream, its experience model scripted
     torch.manual_seed(0)
     other = Task(task_id="hi2", family="webarena", intent="Say hi", config=SAY_HI.config)
@@ -171,8 +175,7 @@ def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
 
 def test_a_one_batch_stage_updates_the_policy(tmp_path):
     # Sim-to-real on a small budget is one batch: its only step must not run at a rate of 0.
-    demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(16)]
-    path = tiny_sft(tmp_path, demos, steps=80)
+    path = undecided_warm_start(tmp_path)
     pool = EnvPool(lambda: make_env()[0], 8)
     torch.manual_seed(0)
     result = train_grpo(path, tmp_path / "grpo", [SAY_HI], pool,
