@@ -320,6 +320,10 @@ from dreamgym_agents.cli_policy import register as _register_policy_commands  # 
 
 _register_policy_commands(app)
 
+from dreamgym_agents.cli_build import register as _register_build_commands  # noqa: E402
+
+_register_build_commands(app)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and turn every error into one line and an exit code."""

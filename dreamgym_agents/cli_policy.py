@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +23,9 @@ PolicyOpt = Annotated[
 
 
 class RichReporter:
-    """Pipeline progress as rich bars: one per stage's work, under a stage header."""
+    """Progress as rich bars (one per stage's work, under a stage header) with the time left
+    and the clock time each bar will finish at. Where the console is no terminal (a log file),
+    a line every 10 % of a bar says the same."""
 
     def __init__(self, console: Any, progress: Any) -> None:
         self.console = console
@@ -32,6 +36,7 @@ class RichReporter:
 
     def bar(self, label: str, total: int) -> Callable[..., None]:
         bar = self.progress.add_task(label, total=total or None, info="")
+        pace = _Pace(label, total, self.console)
 
         def tick(advance: int = 1, item: Any = None) -> None:
             info = ""
@@ -41,12 +46,62 @@ class RichReporter:
                         f"{item['rollout/synthetic_transitions']}")
             elif item is not None and hasattr(item, "success"):
                 info = "ok" if item.success else "fail"
-            self.progress.update(bar, advance=advance, info=info)
+            self.progress.update(bar, advance=advance, info=info or pace.finish_at())
+            pace.advance(advance)
 
         return tick
 
     def say(self, message: str) -> None:
         self.console.print(message)
+
+
+class _Pace:
+    """A bar's pace: the time left and when it will finish; where the console is no terminal,
+    a line at every 10 % (a slow machine says when it will be done, even in a log file)."""
+
+    def __init__(self, label: str, total: int, console: Any) -> None:
+        self.label, self.total, self.console = label, total, console
+        self.done = 0
+        self.start = time.monotonic()
+        self.first: int | None = None  # units already done when the bar started (a resume)
+        self.reported = 0
+
+    def advance(self, n: int) -> None:
+        if self.first is None and n > 1:
+            self.first = n  # a resumed SFT's bar starts at its checkpoint's step
+        self.done += n
+        if self.console.is_terminal or not self.total:
+            return
+        tenth = self.done * 10 // self.total
+        if tenth > self.reported:
+            self.reported = tenth
+            self.console.print(f"  {self.label}: {self.done}/{self.total} "
+                               f"({100 * self.done // self.total}%){self.eta_text()}")
+
+    def seconds_left(self) -> float | None:
+        fresh = self.done - (self.first or 0)
+        if not self.total or fresh <= 0 or self.done >= self.total:
+            return None
+        return (time.monotonic() - self.start) / fresh * (self.total - self.done)
+
+    def finish_at(self) -> str:
+        left = self.seconds_left()
+        if left is None:
+            return ""
+        return "done ~" + (datetime.now() + timedelta(seconds=left)).strftime("%H:%M")
+
+    def eta_text(self) -> str:
+        left = self.seconds_left()
+        if left is None:
+            return ""
+        return f", {_duration(left)} left, {self.finish_at()}"
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return f"{seconds:.0f} s"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
 @contextmanager
@@ -57,13 +112,15 @@ def _reporter() -> Iterator[RichReporter]:
         Progress,
         TextColumn,
         TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     from dreamgym_agents import cli
 
     console = cli._console()
     with Progress(TextColumn("  {task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
+                  TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                  TextColumn("{task.fields[info]}"), console=console,
                   disable=not console.is_terminal) as progress:
         yield RichReporter(console, progress)
 

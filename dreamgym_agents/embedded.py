@@ -1,4 +1,8 @@
-"""The embedded default experience model: built on first use, offline, on two CPU cores.
+"""The embedded default experience model's recipe: collect on the bundled site, then train.
+
+The shipped bundle (:mod:`dreamgym_agents.bundle`, made by ``dg-agents build-embedded``) holds
+the model this recipe trains; a recipe the bundle was not built with (an ablation, a changed
+field) is built here on first use, offline, on two CPU cores, and cached.
 
 Recipe (:class:`EmbeddedRecipe`): collect offline data on the bundled shopping site's *train*
 split (oracle, noisy-oracle, quitter and random episodes — the paper's "oracle + random" sets, plus
@@ -10,7 +14,9 @@ Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``: the model
 that changes with the recipe (a new recipe never reuses an old model), the collected episodes
 under a name that changes only with what is collected (so the ablation models, which differ only
 in training, share one collection). Every phase is resumable: collection episodes already
-recorded are kept, and a finished build is marked ``READY``.
+recorded are kept, SFT resumes from its last checkpoint, and a finished build is marked
+``READY``. A recipe trains its fixed steps on any machine; only a user's time budget stops it
+early, and then the model is marked ``PARTIAL``, never ``READY``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ logger = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 """The name users give (``--experience-model embedded``, the default)."""
 
-RECIPE_VERSION = 30
+RECIPE_VERSION = 31
 """Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
 
 COLLECT_VERSION = 5
@@ -77,19 +83,14 @@ class EmbeddedRecipe:
         num_layers: Transformer layers.
         vocab_size: Tokenizer size.
         max_length: Longest SFT example, tokens.
-        sft_steps: SFT optimisation steps: a fixed count, so how far a build trains does not
-            depend on the machine's speed while it keeps pace (recipe v28 trained by the clock:
-            two builds on the same episodes ran 1,083 and 1,221 steps, state F1 0.917 and
-            0.844). Builds still differ: the from-scratch tokenizer's BPE training breaks count
-            ties in hash-map order (docs/RESULTS.md, "Recipes v29–v30").
+        sft_steps: SFT optimisation steps: a fixed count on any machine (a slow one takes
+            longer and says when it will finish), so how far a build trains never depends on
+            the machine (recipes up to v30 capped SFT by the clock, and a slow machine built a
+            weaker model under the recipe's name: docs/RESULTS.md). Builds still differ a
+            little: the from-scratch tokenizer's BPE training breaks count ties in hash-map
+            order (docs/RESULTS.md, "Recipes v29–v30").
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
-        sft_budget_s: Wall-time cap of SFT: a machine too slow for ``sft_steps`` in it ends
-            the learning-rate schedule there instead (and the build says so).
-        build_budget_s: Wall-time cap of the whole build from nothing: on a machine where
-            collecting takes longer, SFT gets what is left (at most ``sft_budget_s``) and the
-            build says so. Like the machine's speed, it decides how far training gets, not what
-            is trained, so it is not part of the cache key.
         use_history: Train with history in the prompt (False: the no-history ablation).
         use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
         use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
@@ -120,15 +121,13 @@ class EmbeddedRecipe:
     sft_steps: int = 1000
     batch_size: int = 8
     learning_rate: float = 2e-3
-    sft_budget_s: float = 900.0
-    build_budget_s: float = 1170.0
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
 
     @property
     def key(self) -> str:
-        fields = {k: v for k, v in asdict(self).items() if k not in RUNTIME_FIELDS}
+        fields = asdict(self)
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
         return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
 
@@ -140,9 +139,6 @@ class EmbeddedRecipe:
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{digest[:8]}"
 
-
-RUNTIME_FIELDS = ("build_budget_s",)
-"""Recipe fields that bound how long a build runs, not what it trains (not in the key)."""
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
@@ -179,35 +175,66 @@ def build_lock(folder: Path) -> Iterator[None]:
 
 
 Progress = Callable[[str], None]
+Tick = Callable[..., None]
+"""A progress bar's tick: ``tick(advance=1, item=None)``."""
 
 
 def ensure_embedded_experience_model(
     recipe: EmbeddedRecipe | None = None, *, progress: Progress | None = None,
     on_episode: Callable[[Any], None] | None = None,
 ) -> dict[str, str]:
-    """Build the embedded default if it is not cached; return its ``model`` and ``buffer`` paths.
+    """The embedded experience model of ``recipe`` (default: the recipe's defaults): the
+    shipped bundle's when it was built with this recipe (the buffer made from its seed
+    episodes on first use, in seconds), else built here on first use and cached.
 
     Returns:
-        ``{"model": "hf/<checkpoint>", "checkpoint": ..., "buffer": <buffer dir>}``.
+        ``{"model": "hf/<checkpoint>", "checkpoint": ..., "buffer": <buffer dir>,
+        "offline": <the episodes it was trained on: a folder of collectors' runs or a bundle's
+        episodes file>}`` plus ``"bundle"`` (the bundle's id) when it comes from a bundle.
+
+    Raises:
+        PartialBuildError: never here (no time budget); see :func:`train_embedded`.
     """
+    from dreamgym_agents.bundle import shipped_bundle
+
     recipe = recipe or EmbeddedRecipe()
+    say = progress or (lambda msg: logger.info("%s", msg))
+    bundle = shipped_bundle()
+    if bundle is not None and bundle.experience_key == recipe.key:
+        return bundle.experience_paths(progress=say)
     folder = embedded_dir(recipe)
     paths = {"checkpoint": str(folder / "model"), "model": f"hf/{folder / 'model'}",
-             "buffer": str(folder / "buffer")}
+             "buffer": str(folder / "buffer"), "offline": str(collect_dir(recipe))}
     if is_ready(recipe):
         return paths
-    say = progress or (lambda msg: logger.info("%s", msg))
+    if bundle is not None and recipe == EmbeddedRecipe(seed=recipe.seed):
+        say(f"the shipped bundle {bundle.id} was built with another recipe "
+            f"({bundle.experience_key}, this code's is {recipe.key}): building this one "
+            "(rebuild the bundle with dg-agents build-embedded)")
     with build_lock(folder):
         if is_ready(recipe):
             return paths
-        timings = _build(recipe, folder, say, on_episode)
+        start = time.perf_counter()
+        shared = collect_dir(recipe)
+        with build_lock(shared):
+            if (shared / "COMPLETE").exists():
+                say(f"embedded experience model: reusing the episodes collected in {shared}")
+            else:
+                collect(recipe, shared, say=say, on_episode=on_episode)
+        episodes = collected_episodes(recipe, shared)
+        collect_s = time.perf_counter() - start
+        manifest = train_embedded(recipe, episodes, folder, say=say)
         (folder / "READY").write_text(json.dumps(
-            {"recipe": asdict(recipe), "timings": timings}, indent=2, sort_keys=True))
+            {"recipe": asdict(recipe),
+             "timings": {"collect_s": round(collect_s, 1), **manifest["timings"],
+                         "total_s": round(time.perf_counter() - start, 1)}},
+            indent=2, sort_keys=True))
     return paths
 
 
-def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
-           on_episode: Callable[[Any], None] | None) -> dict[str, float]:
+def collection_plan(recipe: EmbeddedRecipe, tasks: list[Any]) -> list[tuple[str, Any, list, int]]:
+    """(collector, agent, its train tasks, step limit) for every collector of the recipe, each
+    spread over the whole split (every template), deterministically."""
     from dreamgym_agents.agent import (
         ORDER_ITEMS,
         ORDERS_ROUTE,
@@ -217,21 +244,10 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
         QuitterAgent,
         RandomAgent,
     )
-    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-    from dreamgym_agents.env import EnvConfig, make_family
-    from dreamgym_agents.training.experience_data import ExampleConfig
-    from dreamgym_agents.training.experience_pipeline import train_from_trajectories
-    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
 
-    timings: dict[str, float] = {}
-    start, wall_start = time.perf_counter(), time.time()
-    family = make_family("webarena")
-    env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
-    tasks = family.load_tasks("train")
     # The explorers start from the home page, where the section links are (the order explorer
     # signed in: tasks that require a login start so).
     at_root = [t for t in tasks if _starts_at_root(t)]
-    # (name, agent, episodes, tasks to spread them over, step limit)
     plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
             ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
              tasks, recipe.max_steps),
@@ -245,31 +261,91 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                                      item_pattern=ORDER_ITEMS),
              recipe.order_explorer_tasks,
              [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
-    shared = collect_dir(recipe)
+    out = []
+    for name, agent, count, pool, max_steps in plan:
+        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
+        if hasattr(agent, "assign"):  # the explorer: one slot per task
+            agent.assign(chosen)
+        out.append((name, agent, chosen, max_steps))
+    return out
+
+
+COLLECTORS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
+"""The collectors of :func:`collection_plan`, in the order their episodes are read."""
+
+
+def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
+            on_episode: Callable[[Any], None] | None = None,
+            bar: Callable[[str, int], Tick] | None = None) -> None:
+    """Play every collector of the recipe on the bundled site's train split into
+    ``folder/<collector>`` (resumable: recorded episodes stay), then mark ``COMPLETE``."""
+    from dreamgym_agents.env import EnvConfig, make_family
+    from dreamgym_agents.graph import RunConfig, run_episodes
+
+    family = make_family("webarena")
+    env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     try:
-        with build_lock(shared):
-            if (shared / "COMPLETE").exists():
-                say(f"embedded experience model: reusing the episodes collected in {shared}")
-            else:
-                _collect(recipe, shared, plan, family, env_cfg, say, on_episode)
+        plan = collection_plan(recipe, family.load_tasks("train"))
+        everything = list({t.task_id: t for _, _, pool, _ in plan for t in pool}.values())
+        say(f"embedded experience model: collecting {len(everything)} train tasks' episodes "
+            f"on the bundled site ({family.prepare(env_cfg, everything)})")
+        for name, agent, chosen, max_steps in plan:
+            say(f"  {name}: {len(chosen)} episodes")
+            tick = bar(f"collect {name}", len(chosen)) if bar else None
+            run_cfg = RunConfig(out_dir=folder / name, concurrency=recipe.concurrency,
+                                max_steps=max_steps,
+                                meta={"command": "embedded-collect", "agent": name,
+                                      "collect": recipe.collect_key})
+
+            def done(traj: Any, tick: Tick | None = tick) -> None:
+                if tick is not None:
+                    tick(1, traj)
+                if on_episode is not None:
+                    on_episode(traj)
+
+            asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                     on_episode=done))
     finally:
         family.close()
-    trajectories = read_collected(shared, [name for name, *_ in plan])
-    for traj in trajectories:
+    (folder / "COMPLETE").write_text(json.dumps({"collect": recipe.collect_key}, sort_keys=True))
+
+
+def collected_episodes(recipe: EmbeddedRecipe, folder: Path) -> list[Any]:
+    """The collection's episodes, every collector's in a fixed order, as offline data."""
+    del recipe  # every recipe has the same collectors; the argument names whose folder it is
+    episodes = read_collected(folder, list(COLLECTORS))
+    for traj in episodes:
         traj.provenance = "offline"
         for t in traj.transitions:
             t.provenance = "offline"
-    timings["collect_s"] = time.perf_counter() - start
-    steps = sum(len(t.transitions) for t in trajectories)
-    say(f"  collected {len(trajectories)} episodes, {steps} transitions "
-        f"in {timings['collect_s']:.0f} s; training {recipe.sft_steps} steps (at most "
-        f"{recipe.sft_budget_s:.0f} s, less what the build needs beyond "
-        f"{recipe.build_budget_s:.0f} s)")
+    return episodes
+
+
+def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, *,
+                   say: Progress, on_step: Tick | None = None,
+                   time_budget_s: float | None = None) -> dict[str, Any]:
+    """Annotate the episodes, seed ``folder/buffer`` with them and train the experience model
+    into ``folder/model`` for the recipe's fixed steps; return the training manifest.
+
+    Raises:
+        PartialBuildError: ``time_budget_s`` stopped training before the recipe's steps (the
+            model is saved but marked ``PARTIAL``: it is not the recipe's model).
+    """
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.errors import PartialBuildError
+    from dreamgym_agents.training.experience_data import ExampleConfig
+    from dreamgym_agents.training.experience_pipeline import train_from_trajectories
+    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
+
+    steps = sum(len(t.transitions) for t in episodes)
+    say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
+        f"{recipe.sft_steps} SFT steps")
+    (folder / "PARTIAL").unlink(missing_ok=True)
     buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer")))
     try:
         buffer.clear()
         manifest = train_from_trajectories(
-            trajectories, buffer,
+            episodes, buffer,
             ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed,
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
                           use_reasoning=recipe.use_reasoning,
@@ -280,28 +356,27 @@ def _build(recipe: EmbeddedRecipe, folder: Path, say: Progress,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
                 max_length=recipe.max_length, max_steps=recipe.sft_steps,
                 batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
-                decision_weight=recipe.decision_weight,
-                time_budget_s=recipe.sft_budget_s, seed=recipe.seed,
-                # what is left of the build's budget, less saving the model and the buffer
-                deadline=wall_start + recipe.build_budget_s - _SAVE_RESERVE_S),
+                decision_weight=recipe.decision_weight, time_budget_s=time_budget_s,
+                checkpoint_every=CHECKPOINT_EVERY, seed=recipe.seed),
             counterfactual_answers=recipe.counterfactual_answers,
             counterfactual_stops=recipe.counterfactual_stops,
+            on_step=on_step,
         )
     finally:
         buffer.close()
-    timings.update(manifest["timings"])
-    timings["total_s"] = time.perf_counter() - start
     say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
-        f"{manifest['steps']} steps, {timings.get('sft_s', 0):.0f} s; total "
-        f"{timings['total_s']:.0f} s")
-    behind = manifest.get("schedule_followed_clock_from_step")
-    if behind is not None or manifest["steps"] < recipe.sft_steps:
-        where = f"the schedule followed the clock from step {behind}" if behind is not None \
-            else f"stopped at step {manifest['steps']}"
-        say(f"  this machine was too slow for {recipe.sft_steps} steps in the time budget "
-            f"({where}): the model differs from the reference build's (docs/RESULTS.md)")
-    return {k: round(v, 1) for k, v in timings.items()}
+        f"{manifest['steps']} steps, {manifest['timings'].get('sft_s', 0):.0f} s")
+    if manifest["steps"] < recipe.sft_steps:
+        (folder / "PARTIAL").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        raise PartialBuildError(
+            f"the time budget stopped the experience model at step {manifest['steps']} of "
+            f"{recipe.sft_steps}: {folder} is marked partial and is not the recipe's model "
+            "(rerun without the budget to finish it)")
+    return manifest
 
+
+CHECKPOINT_EVERY = 100
+"""SFT steps between resumable checkpoints of an embedded build (a killed build resumes)."""
 
 DEMOS_VERSION = 1
 """Bumped whenever what a cached set of oracle demonstrations holds changes."""
@@ -309,14 +384,22 @@ DEMOS_VERSION = 1
 
 def demos_dir(tasks: int | None, seed: int = 0) -> Path:
     """Where the oracle demonstrations on ``tasks`` train tasks (None: all) are cached."""
-    return cache_root() / f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
+    return cache_root() / demos_name(tasks, seed)
+
+
+def demos_name(tasks: int | None, seed: int = 0) -> str:
+    """The name of the demonstrations on ``tasks`` train tasks (None: all): it changes with
+    what they hold."""
+    return f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
 
 
 def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 4,
                  max_steps: int = 15, progress: Progress | None = None,
-                 on_episode: Callable[[Any], None] | None = None) -> Path:
+                 on_episode: Callable[[Any], None] | None = None,
+                 folder: Path | None = None) -> Path:
     """Play the oracle on ``tasks`` train tasks of the bundled site, spread over the templates
-    (None: every train task with an oracle program), unless cached; return the folder.
+    (None: every train task with an oracle program), unless done; return the folder (default:
+    cached under :func:`demos_dir`).
 
     These are the policy's demonstrations (what the warm start imitates): the experience
     model's collection plays the oracle on a hundred tasks only, and a policy trained from
@@ -327,7 +410,7 @@ def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 
     from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.graph import RunConfig, run_episodes
 
-    folder = demos_dir(tasks, seed)
+    folder = folder or demos_dir(tasks, seed)
     say = progress or (lambda msg: logger.info("%s", msg))
     with build_lock(folder):
         if (folder / "COMPLETE").exists():
@@ -354,21 +437,18 @@ def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 
 
 
 def read_collected(folder: Path, names: list[str]) -> list[Any]:
-    """The collected episodes of each collector in ``names``, in a fixed order: concurrent
-    episodes are written as they finish, and the order of the training data (hence the trained
-    weights) must not depend on which finished first."""
+    """The collected episodes of each collector in ``names`` (those recorded), in a fixed
+    order: concurrent episodes are written as they finish, and the order of the training data
+    (hence the trained weights) must not depend on which finished first."""
     from dreamgym_agents.graph import TRAJECTORIES_FILE
     from dreamgym_agents.types import read_trajectories
 
     out: list[Any] = []
     for name in names:
-        out.extend(sorted(read_trajectories(folder / name / TRAJECTORIES_FILE),
-                          key=lambda t: t.episode_id))
+        path = folder / name / TRAJECTORIES_FILE
+        if path.exists():
+            out.extend(sorted(read_trajectories(path), key=lambda t: t.episode_id))
     return out
-
-
-_SAVE_RESERVE_S = 20.0
-"""Seconds a build keeps, after training, to save the model and close the buffer."""
 
 
 def _starts_at_root(task: Any) -> bool:
@@ -376,26 +456,3 @@ def _starts_at_root(task: Any) -> bool:
     url = str(task.config.get("start_url", ""))
     rest = url.split("://", 1)[-1]
     return bool(url) and rest.rstrip("/").count("/") == 0
-
-
-def _collect(recipe: EmbeddedRecipe, shared: Path, plan: list, family: Any,
-             env_cfg: Any, say: Progress, on_episode: Callable[[Any], None] | None) -> None:
-    """Play every agent of the plan on the bundled site (resumable: recorded episodes stay)."""
-    from dreamgym_agents.graph import RunConfig, run_episodes
-
-    everything = list({t.task_id: t for *_, pool, _ in plan for t in pool}.values())
-    say(f"embedded experience model: collecting on the bundled site "
-        f"({family.prepare(env_cfg, everything)})")
-    for name, agent, count, pool, max_steps in plan:
-        # Spread each agent over the whole split (every template), deterministically.
-        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
-        if hasattr(agent, "assign"):  # the explorer: one slot per task
-            agent.assign(chosen)
-        say(f"  {name}: {len(chosen)} episodes")
-        run_cfg = RunConfig(out_dir=shared / name, concurrency=recipe.concurrency,
-                            max_steps=max_steps,
-                            meta={"command": "embedded-collect", "agent": name,
-                                  "recipe": asdict(recipe)})
-        asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
-                                 on_episode=on_episode))
-    (shared / "COMPLETE").write_text(json.dumps({"recipe": asdict(recipe)}, sort_keys=True))

@@ -64,3 +64,10 @@ class MissingExtraError(DreamGymError):
             f"{module} is not installed: install the '{extra}' extra "
             f"(pip install 'dreamgym-agents[{extra}]')"
         )
+
+
+class PartialBuildError(DreamGymError):
+    """A time budget stopped a build before its recipe's fixed steps: what was trained is kept,
+    marked partial, and is never cached or loaded as the recipe's model."""
+
+    exit_code = 3

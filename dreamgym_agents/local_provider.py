@@ -255,6 +255,16 @@ def _checkpoint_signature(path: Path) -> tuple[float, ...]:
     return tuple(sorted(p.stat().st_mtime for p in path.iterdir() if p.is_file()))
 
 
+def load_causal_lm(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """A fresh ``(tokenizer, model)`` from a ``save_pretrained`` directory, the model's weights
+    in float32 whatever they are stored in: checkpoints may be saved in bfloat16 (the embedded
+    bundle is), and on a CPU bfloat16 matmuls are emulated (slow) and round every activation."""
+    torch, transformers = _import_torch_transformers()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return tokenizer, model
+
+
 def load_local_model(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     """Load (or fetch from the registry) the tokenizer and model saved in ``path``.
 
@@ -287,11 +297,9 @@ def _get_loaded(path: str | os.PathLike[str]) -> _LoadedModel:
         loaded = _MODELS.get(key)
         if loaded is not None and loaded.signature == signature:
             return loaded
-        _, transformers = _import_torch_transformers()
         started = time.perf_counter()
         try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(key)
-            model = transformers.AutoModelForCausalLM.from_pretrained(key)
+            tokenizer, model = load_causal_lm(key)
         except (OSError, ValueError, KeyError) as exc:
             lines = str(exc).strip().splitlines()
             first_line = lines[0] if lines else type(exc).__name__

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dreamgym_agents.curriculum import CurriculumConfig
-from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.evaluation import EVAL_TYPES, task_eval_types
 from dreamgym_agents.policy import PolicyConfig
 from dreamgym_agents.training.grpo import GRPOStageConfig
@@ -352,7 +352,7 @@ class Pipeline:
         from dreamgym_agents.embedded import (
             EMBEDDED,
             EmbeddedRecipe,
-            collect_dir,
+            demos_name,
             ensure_demos,
             ensure_embedded_experience_model,
         )
@@ -365,33 +365,45 @@ class Pipeline:
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
         recipe = EmbeddedRecipe(**{**self.cfg.experience_recipe, **ablations})
         paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
-        done = {"model": paths["model"], "buffer": paths["buffer"],
-                "offline": str(collect_dir(recipe)), "recipe": recipe.key}
+        done = {"model": paths["model"], "buffer": paths["buffer"], "offline": paths["offline"],
+                "recipe": recipe.key, "collect": recipe.collect_key}
+        bundle = self._bundle()
+        if "bundle" in paths:
+            done["bundle"] = paths["bundle"]
+            self.reporter.say(f"experience model: the embedded bundle {paths['bundle']} "
+                              f"({paths['checkpoint']})")
         if self.cfg.demo_tasks != 0:
-            tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
-            done["demos"] = str(ensure_demos(self.cfg.demo_tasks, seed=recipe.seed,
-                                             concurrency=self.cfg.eval_concurrency,
-                                             max_steps=self.cfg.eval_max_steps,
-                                             progress=self.reporter.say,
-                                             on_episode=lambda t: tick(1, t)))
+            name = demos_name(self.cfg.demo_tasks, recipe.seed)
+            if bundle is not None and bundle.manifest["demos"]["name"] == name:
+                done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
+            else:
+                tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
+                done["demos"] = str(ensure_demos(self.cfg.demo_tasks, seed=recipe.seed,
+                                                 concurrency=self.cfg.eval_concurrency,
+                                                 max_steps=self.cfg.eval_max_steps,
+                                                 progress=self.reporter.say,
+                                                 on_episode=lambda t: tick(1, t)))
+            done["demos_name"] = name
         return done
 
-    def offline_episodes(self) -> list[Any]:
-        from dreamgym_agents.embedded import read_collected
+    def _bundle(self) -> Any:
+        """The embedded bundle of the run's task family (None: none shipped or named)."""
+        from dreamgym_agents.bundle import SHIPPED_FAMILY, shipped_bundle
 
+        return shipped_bundle() if self.cfg.task == SHIPPED_FAMILY else None
+
+    def offline_episodes(self) -> list[Any]:
+        """The offline data the warm start learns from: the collection (its oracle episodes
+        replaced by the demonstrations, which replay the oracle on more tasks), the
+        collectors in alphabetical order, then the demonstrations."""
         done = self.state["done"]["experience"]
-        folder = Path(done["offline"])
-        names = sorted(p.name for p in folder.iterdir() if (p / "trajectories.jsonl").exists())
-        if "demos" not in done:
-            return read_collected(folder, names)
-        # the demonstrations replay the collection's oracle on more tasks: not twice
-        return read_collected(folder, [n for n in names if n != "oracle"]) + \
-            read_collected(Path(done["demos"]), ["oracle"])
+        demos = done.get("demos")
+        return [*read_offline(done["offline"], exclude=("oracle",) if demos else ()),
+                *(read_offline(demos, collectors=("oracle",)) if demos else [])]
 
     def stage_sft(self) -> dict[str, Any]:
         from dataclasses import replace
 
-        episodes = self.offline_episodes()
         target = self.out / "checkpoints" / "sft"
         if target.exists():
             shutil.rmtree(target)
@@ -400,9 +412,18 @@ class Pipeline:
             base = self.state["done"]["experience"]["model"].removeprefix("hf/")
         sft_cfg = replace(self.cfg.sft, base_model=base or self.cfg.sft.base_model,
                           seed=self.cfg.seed)
+        key = self._warm_start_key(sft_cfg)
+        bundle = self._bundle()
+        if key is not None and bundle is not None and bundle.warm_start_key == key:
+            shipped = bundle.manifest["warm_start"]
+            self.reporter.say(f"sft: the embedded bundle's warm start ({bundle.policy_dir}; "
+                              f"{shipped['result']['steps']} SFT steps)")
+            shutil.copytree(bundle.policy_dir, target)
+            return {**shipped["result"], "path": str(target), "bundle": bundle.id}
+        episodes = self.offline_episodes()
         counts = {"offline_episodes": len(episodes),
                   "offline_transitions": sum(len(t.transitions) for t in episodes)}
-        cached = self._cached_warm_start(sft_cfg)
+        cached = self._cached_warm_start(sft_cfg, key)
         if cached is None:
             return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
         from dreamgym_agents.embedded import build_lock
@@ -426,34 +447,41 @@ class Pipeline:
                           + (f" (cached in {cached} for later runs)" if cached else ""))
         tick = self.reporter.bar("sft steps", sft_cfg.max_steps or 0)
         build = (cached / "model") if cached is not None else target
-        if build.exists():
-            shutil.rmtree(build)  # an interrupted build
+        if build.exists() and not sft_cfg.checkpoint_every:
+            shutil.rmtree(build)  # an interrupted build that cannot resume
         result = train_policy_sft(episodes, replace(sft_cfg, output_dir=str(build)),
                                   self.cfg.policy_view, on_step=tick)
+        if result["partial"]:
+            raise PartialBuildError(
+                f"sft.time_budget_s stopped the warm start at step {result['steps']} of "
+                f"{result['planned_steps']}: it is partial and not used (rerun without the "
+                "budget, or with a larger one, to finish it)")
         if cached is not None:
             _write_json(cached / "READY", result)
-            shutil.copytree(build, target)
+            shutil.copytree(build, target, ignore=shutil.ignore_patterns("trainer"))
         return {**result, "path": str(target)}
 
-    def _cached_warm_start(self, sft_cfg: PolicySFTConfig) -> Path | None:
-        """Where the embedded policy's warm start is cached: it depends only on the offline
-        data, the SFT settings, the policy's view and the seed, so runs and bench rows that
-        share them share one build (like the embedded experience model). None for a
-        checkpoint to fine-tune (not cached)."""
-        import hashlib
-
-        from dreamgym_agents.embedded import cache_root
-
+    def _warm_start_key(self, sft_cfg: PolicySFTConfig) -> str | None:
+        """The key of the embedded policy's warm start (None for a checkpoint to fine-tune)."""
         if self.cfg.policy != "embedded" or (sft_cfg.base_model and
                                              not self.embedded_from_experience):
             return None
-        key = {"version": WARM_START_VERSION, "sft": asdict(sft_cfg),
-               "view": asdict(self.cfg.policy_view),
-               "offline": Path(self.state["done"]["experience"]["offline"]).name,
-               "demos": Path(self.state["done"]["experience"].get("demos", "")).name}
-        key["sft"].pop("output_dir", None)
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
-        folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{digest}"
+        done = self.state["done"]["experience"]
+        return warm_start_key(sft_cfg, self.cfg.policy_view,
+                              init=done["recipe"] if self.embedded_from_experience else "scratch",
+                              collect=done.get("collect", Path(done["offline"]).name),
+                              demos=done.get("demos_name", ""))
+
+    def _cached_warm_start(self, sft_cfg: PolicySFTConfig, key: str | None) -> Path | None:
+        """Where the embedded policy's warm start is cached: it depends only on the offline
+        data, the SFT settings, the policy's view and the seed (:func:`warm_start_key`), so
+        runs and bench rows that share them share one build (like the embedded experience
+        model). None for a checkpoint to fine-tune (not cached)."""
+        from dreamgym_agents.embedded import cache_root
+
+        if key is None:
+            return None
+        folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{key}"
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -470,30 +498,14 @@ class Pipeline:
 
     def evaluate(self, stage: str, checkpoint: str) -> dict[str, Any]:
         """The policy in ``checkpoint`` on the real test split (resumable, episode by episode)."""
-        from dreamgym_agents.graph import RunConfig, run_episodes
-        from dreamgym_agents.policy import PolicyAgent, PolicyModel
-
         tasks = self.test_tasks()
-        family = self.family()
-        policy = PolicyModel.load(checkpoint, self.cfg.policy_view)
-        agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{stage}")
-        folder = self.out / "eval" / stage
+        tick = self.reporter.bar(f"{stage} episodes", len(tasks))
         meta = {"command": "run", "stage": stage, "checkpoint": checkpoint,
                 "tasks": len(tasks), "max_steps": self.cfg.eval_max_steps}
-        tick = self.reporter.bar(f"{stage} episodes", len(tasks))
-        run_cfg = RunConfig(out_dir=folder, concurrency=self.cfg.eval_concurrency,
-                            max_steps=self.cfg.eval_max_steps, meta=meta)
-        env_cfg = self.env_cfg()
-        result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent,
-                                          run_cfg, on_episode=lambda t: tick(1, t)))
-        if result.failed:
-            raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {stage} failed "
-                              f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
-        s = result.summary
-        return {"success": s["success_rate"], "episodes": s["episodes"],
-                "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
-                "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
-                "folder": str(folder)}
+        return evaluate_policy(checkpoint, tasks, self.family(), self.out / "eval" / stage,
+                               self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
+                               max_steps=self.cfg.eval_max_steps, meta=meta, name=stage,
+                               on_episode=lambda t: tick(1, t))
 
     def stage_eval_sft(self) -> dict[str, Any]:
         return self.evaluate("eval_sft", self.checkpoint("sft"))
@@ -553,6 +565,68 @@ class Pipeline:
 
         summary = write_report(self.out, self.cfg, self.state)
         return {"summary": str(self.out / "summary.json"), "report": summary["report"]}
+
+
+def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folder: Path,
+                    view: PolicyConfig, *, concurrency: int, max_steps: int,
+                    meta: dict[str, Any], name: str = "eval",
+                    on_episode: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """A policy checkpoint on real ``tasks``, greedy (resumable, episode by episode, in
+    ``folder``): its success and counts.
+
+    Raises:
+        ConfigError: Episodes failed on infrastructure (rerun to retry them).
+    """
+    from dreamgym_agents.env import EnvConfig
+    from dreamgym_agents.graph import RunConfig, run_episodes
+    from dreamgym_agents.policy import PolicyAgent, PolicyModel
+
+    policy = PolicyModel.load(checkpoint, view)
+    agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{name}")
+    run_cfg = RunConfig(out_dir=folder, concurrency=concurrency, max_steps=max_steps, meta=meta)
+    env_cfg = EnvConfig(max_steps=max_steps)
+    result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                      on_episode=on_episode))
+    if result.failed:
+        raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {name} failed "
+                          f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
+    s = result.summary
+    return {"success": s["success_rate"], "episodes": s["episodes"],
+            "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
+            "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
+            "folder": str(folder)}
+
+
+def warm_start_key(sft_cfg: PolicySFTConfig, view: PolicyConfig, *, init: str, collect: str,
+                   demos: str) -> str:
+    """What names an embedded policy's warm start: the SFT settings (not where it is written,
+    nor its time budget or checkpointing, which do not change what a finished run trains), the
+    policy's view, the model it starts from (``init``: the experience recipe's key, or
+    ``scratch``), the collection's key and the demonstrations' name. A run uses the bundle's
+    warm start, or a cached one, only under the same key."""
+    import hashlib
+
+    sft = {k: v for k, v in asdict(sft_cfg).items()
+           if k not in ("output_dir", "base_model", "time_budget_s", "checkpoint_every")}
+    spec = {"version": WARM_START_VERSION, "sft": sft, "view": asdict(view), "init": init,
+            "collect": collect, "demos": demos}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def read_offline(path: str | Path, *, collectors: tuple[str, ...] | None = None,
+                 exclude: tuple[str, ...] = ()) -> list[Any]:
+    """Offline episodes from a bundle's compact file or a folder of collectors' runs, the
+    collectors in alphabetical order (those of ``collectors``, None: all, minus ``exclude``)."""
+    from dreamgym_agents.bundle import read_episodes
+    from dreamgym_agents.embedded import read_collected
+
+    path = Path(path)
+    if path.is_file():
+        episodes = read_episodes(path, collectors=collectors, exclude=exclude)
+        return sorted(episodes, key=lambda t: str(t.info.get("collector", "")))  # stable
+    names = sorted(p.name for p in path.iterdir() if (p / "trajectories.jsonl").exists())
+    names = [n for n in names if (collectors is None or n in collectors) and n not in exclude]
+    return read_collected(path, names)
 
 
 def dream_tasks(tasks: list[Any], eval_types: list[str] | None) -> list[Any]:

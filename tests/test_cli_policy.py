@@ -12,7 +12,7 @@ from dreamgym_agents.cli import main
 TINY_RECIPE = ("{oracle_tasks: 6, noisy_tasks: 1, quitter_tasks: 2, random_tasks: 1, "
                "max_steps: 6, explorer_tasks: 1, explorer_pages: 1, explorer_steps: 5, "
                "order_explorer_tasks: 1, hidden_size: 32, num_layers: 1, vocab_size: 500, "
-               "sft_steps: 10, batch_size: 4, sft_budget_s: 60.0, counterfactual_answers: 1}")
+               "sft_steps: 10, batch_size: 4, counterfactual_answers: 1}")
 TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
         "--set", "eval_limit=2", "--set", "eval_concurrency=2", "--set", "eval_max_steps=3",
         "--set", "sft.max_steps=4", "--set", "sft.hidden_size=32", "--set", "sft.num_layers=1",

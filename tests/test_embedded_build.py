@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
             explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
             hidden_size=32, num_layers=1, vocab_size=500, sft_steps=10, batch_size=4,
-            sft_budget_s=60.0, counterfactual_answers=1)
+            counterfactual_answers=1)
 
 
 def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch):

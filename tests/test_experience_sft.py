@@ -42,19 +42,79 @@ def test_loss_falls_in_either_precision(tmp_path, bf16):
     assert config.get("dtype", config.get("torch_dtype", "float32")) == "float32"
 
 
-def test_a_deadline_cuts_training_short(tmp_path):
-    import time
+def test_a_time_budget_stops_training_and_the_result_says_partial(tmp_path):
+    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    # enough steps that a full run takes several seconds even at ~75 steps/s (bf16 autocast)
+    full = train_experience_model(examples, tiny(tmp_path / "full", max_steps=400))
+    assert full.steps == full.planned_steps == 400 and not full.partial
+    assert full.seconds > 2
+    cut = train_experience_model(examples, tiny(tmp_path / "cut", max_steps=400,
+                                                time_budget_s=1.0))
+    assert 1 <= cut.steps < 400 and cut.planned_steps == 400 and cut.partial
+    assert (tmp_path / "cut" / "config.json").exists()  # saved, for the caller to mark
+
+
+def test_the_schedule_is_the_steps_alone():
+    import torch
+
+    from dreamgym_agents.training.experience_sft import WARMUP_SHARE, cosine_schedule
+
+    def lrs(steps: int, run: int) -> list[float]:
+        opt, sched = cosine_schedule(torch.nn.Linear(4, 4), 1.0, steps)
+        out = []
+        for _ in range(run):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    rates = lrs(100, 100)
+    warm = int(100 * WARMUP_SHARE)
+    assert rates[0] < rates[warm - 2] < rates[warm] == pytest.approx(1.0, abs=0.01)
+    assert rates[50] == pytest.approx(0.5, abs=0.05) and rates[99] < 0.01
+    assert lrs(100, 100) == rates  # no clock in it: the same on any machine
+
+
+def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path):
+    # stopped by a budget after a checkpoint, rerun into the same folder: it resumes from the
+    # checkpoint and trains the remaining steps only (a killed embedded build does the same)
+    from safetensors.torch import load_file
+
+    from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
-    # enough epochs that a full run takes several seconds even at ~75 steps/s (bf16 autocast)
-    full = train_experience_model(examples, tiny(tmp_path / "full", epochs=40))
-    assert full.seconds > 2
-    # a build's deadline already passed: training gets the minimum (1 s), saved as usual
-    late = train_experience_model(examples, tiny(tmp_path / "late", epochs=40, time_budget_s=600,
-                                                 deadline=time.time() - 5))
-    assert 1 <= late.steps < full.steps
-    assert (tmp_path / "late" / "config.json").exists()
+    base = tmp_path / "base"
+    make_tiny_checkpoint(base, [e["messages"][-1]["content"] + e["completion"] for e in examples],
+                         vocab_size=400, hidden_size=32, num_layers=1, max_positions=768)
+    cfg = tiny(tmp_path / "run", max_steps=12, base_model=str(base), checkpoint_every=4,
+               bf16=False)
+    stopped = []
+
+    def stop_after_five(*_: object) -> None:
+        stopped.append(1)
+        if len(stopped) == 5:
+            raise KeyboardInterrupt  # killed mid-run, after the step-4 checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        train_experience_model(examples, cfg, on_step=stop_after_five)
+    assert (tmp_path / "run" / "trainer" / "checkpoint-4").is_dir()
+    resumed = train_experience_model(examples, cfg)
+    assert resumed.resumed_from_step == 4 and resumed.steps == 12 and not resumed.partial
+    whole = train_experience_model(examples, tiny(tmp_path / "whole", max_steps=12,
+                                                  base_model=str(base), bf16=False))
+    assert whole.resumed_from_step is None and whole.steps == 12
+    one = load_file(str(tmp_path / "run" / "model.safetensors"))
+    two = load_file(str(tmp_path / "whole" / "model.safetensors"))
+    # the same 12 steps: the resumed run's weights are the uninterrupted run's
+    assert all(torch_close(one[k], two[k]) for k in one)
+
+
+def torch_close(a, b) -> bool:
+    import torch
+
+    return bool(torch.allclose(a, b, atol=1e-5, rtol=1e-4))
 
 
 def test_a_step_count_trains_the_same_weights_twice(tmp_path):
@@ -76,7 +136,7 @@ def test_a_step_count_trains_the_same_weights_twice(tmp_path):
                                                   bf16=False))
             for name in ("one", "two")]
     assert [r.steps for r in runs] == [9, 9]  # more than one pass over the 8 examples
-    assert all(r.clock_from_step is None for r in runs)
+    assert not any(r.partial for r in runs)
     one, two = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("one", "two"))
     assert one.keys() == two.keys()
     assert all((one[k] == two[k]).all() for k in one)
@@ -103,89 +163,7 @@ def test_cli_train_experience(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     manifest = json.loads((tmp_path / "m" / "dreamgym_manifest.json").read_text())
     assert manifest["episodes"] == 2 and manifest["steps"] == 3
-    assert manifest["schedule_followed_clock_from_step"] is None
-
-
-def test_budgeted_schedule_follows_the_clock_and_the_steps():
-    import time
-
-    import torch
-
-    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
-
-    clocks: list[dict] = []
-
-    def lrs(deadline_in: float, steps: int = 100, run: int = 10) -> list[float]:
-        model = torch.nn.Linear(4, 4)
-        cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
-        clocks.append({})
-        opt, sched = _clock_schedule(model, cfg, steps, clock=clocks[-1],
-                                     deadline=time.perf_counter() + deadline_in)
-        out = []
-        for _ in range(run):
-            out.append(opt.param_groups[0]["lr"])
-            opt.step()
-            sched.step()
-        return out
-
-    far = lrs(3600.0)
-    assert far[0] < far[4] and far[6] == pytest.approx(1.0, abs=0.01)  # warmup, then ~peak
-    assert "behind" not in clocks[-1]  # the steps' schedule alone
-    assert lrs(-1.0)[6] == pytest.approx(0.0, abs=1e-9)  # past the deadline: annealed
-    assert "behind" in clocks[-1]  # and says so
-    assert lrs(3600.0, steps=8, run=10)[9] == pytest.approx(0.0, abs=1e-9)  # out of steps
-    assert "behind" not in clocks[-1]
-
-
-def _lrs_at(monkeypatch, steps: int, deadline: float,
-            times: list[float]) -> tuple[list[float], dict]:
-    """Learning rates of a budgeted schedule after optimizer steps that end at ``times``
-    (seconds on a fake clock that starts at 0), and the schedule's clock record."""
-    import torch
-
-    from dreamgym_agents.training import experience_sft
-    from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, _clock_schedule
-
-    now = [0.0]
-    monkeypatch.setattr(experience_sft.time, "perf_counter", lambda: now[0])
-    model = torch.nn.Linear(4, 4)
-    cfg = ExperienceSFTConfig(output_dir="unused", learning_rate=1.0)
-    clock: dict = {}
-    opt, sched = _clock_schedule(model, cfg, steps, deadline=deadline, clock=clock)
-    out = []
-    for second in times:
-        now[0] = second
-        opt.step()
-        sched.step()
-        out.append(opt.param_groups[0]["lr"])
-    return out, clock
-
-
-def test_budgeted_warmup_is_a_share_of_the_budget_not_of_the_planned_steps(monkeypatch):
-    # 10,000 planned steps, a 100 s budget that will only fit a few hundred; the clock starts
-    # at the first step (0 s)
-    lrs, clock = _lrs_at(monkeypatch, 10_000, 100.0, [0.0, 1.0, 4.0, 7.0, 12.0, 55.0, 99.0])
-    lrs = lrs[1:]
-    # 5 % of the budget (5 s) behind the steps' pace before the clock counts: then it warms up
-    # over the next 5 % of what is left, and the cosine ends at the deadline
-    assert lrs[0] < lrs[1] < 0.01  # within the slack: the steps' warmup, 10,000 steps long
-    assert 0.1 < lrs[2] < 0.9 and clock["behind"] == 4  # at 7 s: warming up by the clock
-    assert lrs[3] == pytest.approx(1.0, abs=0.05)  # at 12 s: at the peak
-    assert lrs[4] == pytest.approx(0.5, abs=0.05) and lrs[5] < 0.01  # cosine to the deadline
-
-
-def test_a_run_a_little_behind_keeps_the_steps_schedule(monkeypatch):
-    # uneven steps (the longest batches first) put a run that finishes in time briefly behind
-    # the clock: within the slack, its learning rates are the steps' alone, as on any machine
-    import itertools
-
-    def ends(paces: list[float]) -> list[float]:
-        return list(itertools.accumulate(paces))
-
-    steady, _ = _lrs_at(monkeypatch, 100, 100.0, ends([0.5] * 100))
-    # 4 s behind at the 3rd step, done at 64 s
-    uneven, clock = _lrs_at(monkeypatch, 100, 100.0, ends([3.0] * 2 + [0.6] * 98))
-    assert "behind" not in clock and uneven == steady
+    assert manifest["partial"] is False and manifest["planned_steps"] == 3
 
 
 def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):

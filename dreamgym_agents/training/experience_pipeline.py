@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ def train_from_trajectories(
     teacher: Gateway | None = None,
     counterfactual_answers: int = 0,
     counterfactual_stops: int = 0,
+    on_step: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
 
@@ -57,6 +59,7 @@ def train_from_trajectories(
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
             task's evaluator (:func:`~dreamgym_agents.training.counterfactual.stop_trajectories`),
             added as examples.
+        on_step: Called after each SFT step (a progress bar).
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
@@ -89,7 +92,7 @@ def train_from_trajectories(
     # site's full pages, so page text costs few tokens.
     corpus = [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
     corpus += [t.next_state for traj in trajectories for t in traj.transitions[:3]]
-    result = train_experience_model(examples, sft_cfg, corpus=corpus)
+    result = train_experience_model(examples, sft_cfg, corpus=corpus, on_step=on_step)
     timings["sft_s"] = result.seconds
     manifest = {
         "kind": "dreamgym-experience-model",
@@ -107,7 +110,9 @@ def train_from_trajectories(
         "examples": result.examples,
         "dropped_too_long": result.dropped_too_long,
         "steps": result.steps,
-        "schedule_followed_clock_from_step": result.clock_from_step,
+        "planned_steps": result.planned_steps,
+        "partial": result.partial,
+        "resumed_from_step": result.resumed_from_step,
         "bf16_autocast": result.bf16,
         "first_loss": result.first_loss,
         "last_loss": result.last_loss,

@@ -15,6 +15,10 @@ saves a quarter of the compute of a small model with a large vocabulary. On a CP
 bfloat16 (AVX512-BF16, AMX) the forward and backward passes run under bfloat16 autocast, the
 weights, the optimizer and the loss staying in float32: 1.3-1.5x the steps in the same time on the
 embedded default's shape (measured: docs/RESULTS.md).
+
+A run trains its fixed number of steps on any machine (a slow one takes longer); a time budget
+only stops it early, and the result then says it is partial (``SFTResult.partial``): callers
+never use a partial model as a recipe's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,18 +50,17 @@ class ExperienceSFTConfig:
         epochs: Passes over the examples (unless ``max_steps`` is set).
         max_steps: Optimisation steps, whatever the data's size (None: ``epochs`` passes). With
             a fixed step count the run, its learning-rate schedule and so its weights do not
-            depend on the machine's speed: the same data and seed train the same model, and a
-            time budget only caps the run (see ``time_budget_s``).
+            depend on the machine's speed: the same data and seed train the same model.
         batch_size: Examples per optimisation step.
         learning_rate: Peak learning rate (from scratch wants ~1e-3, fine-tuning ~5e-5).
         decision_weight: Loss weight of the tokens in an example's ``decision_spans``
             (other completion tokens weigh 1); 1 is plain SFT.
         time_budget_s: Stop training after this many seconds (None: run every step). The
-            learning-rate schedule ends at the last step or at the budget, whichever comes
-            first: on a machine too slow for the steps it follows the clock (and says so).
-        deadline: A wall-clock time (``time.time()``) by which training must end, whatever
-            ``time_budget_s`` says: a whole build's budget (the embedded default's first use),
-            of which earlier phases took their share. None: no such limit.
+            schedule stays the steps' (it never depends on the machine's speed): a run the
+            budget stops is partial (``SFTResult.partial``), not a shorter complete one.
+        checkpoint_every: Save a resumable checkpoint (weights, optimizer, schedule) every
+            this many steps in ``output_dir/trainer`` (0: none); a rerun with the same
+            settings resumes from the newest one. A run the budget stops saves one too.
         seed: Seed of initialisation and data order.
         bf16: Run the passes under bfloat16 autocast (weights, optimizer and loss stay float32);
             None: on when the CPU computes bfloat16 natively (:func:`cpu_has_native_bf16`).
@@ -75,7 +78,7 @@ class ExperienceSFTConfig:
     learning_rate: float = 1e-3
     decision_weight: float = 1.0
     time_budget_s: float | None = None
-    deadline: float | None = None
+    checkpoint_every: int = 0
     seed: int = 0
     bf16: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -85,6 +88,9 @@ class ExperienceSFTConfig:
             raise ConfigError("epochs, batch_size and learning_rate must be positive")
         if self.max_steps is not None and self.max_steps < 1:
             raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every must be >= 0 (0: none), got "
+                              f"{self.checkpoint_every}")
         if self.decision_weight <= 0:
             raise ConfigError(f"decision_weight must be positive (1 = plain SFT), got "
                               f"{self.decision_weight}")
@@ -104,11 +110,17 @@ class SFTResult:
     last_loss: float
     seconds: float
     bf16: bool = False
-    clock_from_step: int | None = None
-    """The step from which the learning-rate schedule followed the clock, because the machine
-    was too slow for the planned steps within the time budget (None: it never did)."""
+    planned_steps: int = 0
+    """The steps the run was set to train (``steps`` falls short of them only when partial)."""
+    resumed_from_step: int | None = None
+    """The checkpoint's step the run resumed from (None: it started afresh)."""
     model: Any = field(default=None, repr=False, compare=False)
     """The trained model (in memory; also saved to ``path`` by the functions that save)."""
+
+    @property
+    def partial(self) -> bool:
+        """True when a time budget stopped the run before its planned steps."""
+        return self.steps < self.planned_steps
 
 
 def _imports() -> tuple[Any, Any, Any]:
@@ -122,7 +134,8 @@ def _imports() -> tuple[Any, Any, Any]:
 
 
 def train_experience_model(
-    examples: list[dict[str, Any]], cfg: ExperienceSFTConfig, *, corpus: list[str] | None = None
+    examples: list[dict[str, Any]], cfg: ExperienceSFTConfig, *, corpus: list[str] | None = None,
+    on_step: Callable[..., None] | None = None,
 ) -> SFTResult:
     """Train on ``examples`` (``{"messages", "completion"}``) and save to ``cfg.output_dir``.
 
@@ -130,19 +143,16 @@ def train_experience_model(
         examples: From :func:`dreamgym_agents.training.experience_data.build_examples`.
         cfg: Settings.
         corpus: Texts the from-scratch tokenizer learns its merges from (defaults to the examples).
+        on_step: Called after each optimisation step (a progress bar).
     """
     _, transformers, _ = _imports()
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.local_provider import load_causal_lm, make_tiny_checkpoint
 
     start = time.perf_counter()
-    if cfg.deadline is not None:
-        left = max(cfg.deadline - time.time(), 1.0)
-        if cfg.time_budget_s is None or left < cfg.time_budget_s:
-            logger.warning("training gets the %.0f s left of the build's budget%s", left,
-                           f" (not {cfg.time_budget_s:.0f} s)" if cfg.time_budget_s else "")
-            cfg = replace(cfg, time_budget_s=left)
     out = Path(cfg.output_dir)
-    if cfg.base_model is None:
+    if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
+        source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
+    elif cfg.base_model is None:
         texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
         make_tiny_checkpoint(out, texts, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
                              num_layers=cfg.num_layers, max_positions=cfg.max_length,
@@ -150,8 +160,7 @@ def train_experience_model(
         source = str(out)
     else:
         source = cfg.base_model
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
-    model = transformers.AutoModelForCausalLM.from_pretrained(source)
+    tokenizer, model = load_causal_lm(source)
     rows, dropped = [], 0
     for e in examples:
         row = tokenize_example(tokenizer, e, cfg.decision_weight)
@@ -163,7 +172,9 @@ def train_experience_model(
         raise ConfigError(f"no example fits in max_length={cfg.max_length} tokens")
     logger.info("SFT on %d examples (%d longer than %d tokens dropped)", len(rows), dropped,
                 cfg.max_length)
-    result = fit_weighted(model, tokenizer, rows, cfg, out=out, start=start)
+    steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
+    result = fit_weighted(model, tokenizer, rows, cfg, out=out, start=start, on_step=on_step,
+                          optimizers=cosine_schedule(model, cfg.learning_rate, steps))
     result.dropped_too_long = dropped
     result.model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
@@ -172,20 +183,25 @@ def train_experience_model(
 
 def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: Any, *,
                  out: Path, start: float | None = None,
-                 on_step: Callable[..., None] | None = None) -> SFTResult:
+                 on_step: Callable[..., None] | None = None,
+                 optimizers: tuple[Any, Any] = (None, None)) -> SFTResult:
     """Train ``model`` on tokenized ``rows`` (``input_ids``, ``labels``, ``token_weights``) with
     the token-weighted loss; return what training did (``result.model`` is the trained model,
     not yet saved).
 
     ``cfg`` has the fields of :class:`ExperienceSFTConfig` that say how to train (``epochs``,
-    ``max_steps``, ``batch_size``, ``learning_rate``, ``time_budget_s``, ``seed``,
-    ``max_length``, ``bf16``, ``extra``); the policy's SFT config has them too. ``on_step``
-    is called after each optimisation step (a progress bar).
+    ``max_steps``, ``batch_size``, ``learning_rate``, ``time_budget_s``, ``checkpoint_every``,
+    ``seed``, ``max_length``, ``bf16``, ``extra``); the policy's SFT config has them too.
+    ``on_step`` is called after each optimisation step (a progress bar); ``optimizers`` is
+    (optimizer, scheduler), TRL's AdamW and cosine schedule when (None, None). With
+    ``checkpoint_every``, a newer resumable checkpoint in ``out/trainer`` is resumed from.
     """
     datasets, transformers, trl = _imports()
     start = time.perf_counter() if start is None else start
     train_set = datasets.Dataset.from_list(rows)
     steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
+    every = int(getattr(cfg, "checkpoint_every", 0) or 0)
+    resume = resumable_checkpoint(out, cfg)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
     # would spend most of their compute on padding.
     options: dict[str, Any] = {"train_sampling_strategy": "group_by_length", **cfg.extra}
@@ -201,7 +217,9 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         # at most every 10 steps: a time budget may stop training long before the planned
         # steps (a first-use build on a slow machine logged once, so first loss = last loss)
         logging_steps=max(1, min(steps // 25, 10)),
-        save_strategy="no",
+        save_strategy="steps" if every else "no",
+        save_steps=every or 500,
+        save_total_limit=1,
         report_to=[],
         use_cpu=True,
         bf16=False,
@@ -222,34 +240,51 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if on_step is not None and state.global_step:
+                on_step(state.global_step)  # a resumed run's bar starts where it stopped
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if on_step is not None:
                 on_step(1)
             if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
-                logger.warning("SFT time budget of %.0f s reached at step %d/%d",
-                               cfg.time_budget_s, state.global_step, state.max_steps)
+                logger.warning("SFT time budget of %.0f s reached at step %d/%d: the model is "
+                               "partial", cfg.time_budget_s, state.global_step, state.max_steps)
                 control.should_training_stop = True
+                control.should_save = bool(every)  # a rerun resumes from here
 
-    optimizers: tuple[Any, Any] = (None, None)
-    clock: dict[str, float] = {}
-    if cfg.time_budget_s:
-        optimizers = _clock_schedule(model, cfg, steps, deadline=start + cfg.time_budget_s,
-                                     clock=clock)
     bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
     logger.info("SFT passes in %s", "bfloat16 autocast" if bf16 else "float32")
     trainer = _weighted_trainer_class(trl, bf16=bf16)(
         model=model, args=args, train_dataset=train_set, processing_class=tokenizer,
         data_collator=_WeightedCollator(tokenizer.pad_token_id), callbacks=[_Budget()],
         optimizers=optimizers)
-    result = trainer.train()
+    if resume is not None:
+        logger.info("SFT resumes from %s", resume)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return SFTResult(
         path=str(out), examples=len(rows), dropped_too_long=0,
         steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
         last_loss=losses[-1] if losses else float("nan"),
-        seconds=time.perf_counter() - start, bf16=bf16,
-        clock_from_step=int(clock["behind"]) if "behind" in clock else None,
+        seconds=time.perf_counter() - start, bf16=bf16, planned_steps=steps,
+        resumed_from_step=_checkpoint_step(resume) if resume else None,
         model=trainer.model,
     )
+
+
+def resumable_checkpoint(out: Path, cfg: Any) -> Path | None:
+    """The newest resumable checkpoint of an interrupted run in ``out/trainer`` (None: none,
+    or ``cfg`` does not checkpoint)."""
+    if not getattr(cfg, "checkpoint_every", 0):
+        return None
+    found = sorted((out / "trainer").glob("checkpoint-*"), key=_checkpoint_step)
+    found = [p for p in found if (p / "trainer_state.json").exists()]
+    return found[-1] if found else None
+
+
+def _checkpoint_step(path: Path) -> int:
+    tail = path.name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
 
 
 def tokenize_example(tokenizer: Any, example: dict[str, Any],
@@ -341,52 +376,24 @@ def _weighted_trainer_class(trl: Any, *, bf16: bool = False) -> type:
 
 
 WARMUP_SHARE = 0.05
-"""Share of a time-budgeted run (by the clock or by the steps) spent warming up."""
-
-CLOCK_SLACK = 0.05
-"""Share of its time budget a run may fall behind the steps' pace before the learning-rate
-schedule follows the clock. Steps are not equally long (length-grouped batches put the longest
-first): a from-nothing build of recipe v29, on pace overall (1,000 steps in 496 s of ~550),
-was behind the plain clock at its 4th step. On a machine far too slow for the steps, the slack
-is the share of the budget spent before warming up by the clock."""
+"""Share of a run's steps spent warming up."""
 
 
-def _clock_schedule(model: Any, cfg: ExperienceSFTConfig, steps: int, deadline: float,
-                    clock: dict[str, float] | None = None) -> tuple[Any, Any]:
-    """AdamW with a cosine schedule that ends at the last step or at the time budget's
-    deadline, whichever comes first, so a budget-cut run still finishes at a low learning rate
-    on any machine, instead of stopping mid-schedule. While the run keeps within
-    ``CLOCK_SLACK`` of the steps' pace the schedule is the steps' alone (it does not depend
-    on the machine's speed); once it falls further behind, a warning says the machine is too
-    slow for the planned steps, and ``clock["behind"]`` records the step."""
+def cosine_schedule(model: Any, learning_rate: float, steps: int) -> tuple[Any, Any]:
+    """AdamW (weight decay 0.01 on matrices only) with a linear warmup over the first
+    ``WARMUP_SHARE`` of ``steps`` and a cosine to 0 at the last step. The schedule depends on the
+    step alone, never on the clock: the same data and seed train the same model on any machine
+    (recipe v30 and earlier followed the clock on a machine too slow for a time budget, and a
+    slow machine built a different, weaker model; docs/RESULTS.md)."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     rest = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                   {"params": rest, "weight_decay": 0.0}], lr=cfg.learning_rate)
-    clock = {} if clock is None else clock  # "t0", and "behind": the step the clock overtook
+                                   {"params": rest, "weight_decay": 0.0}], lr=learning_rate)
 
     def factor(step: int) -> float:
-        # Progress by the clock or by the steps, whichever is further; the first 5 % of it
-        # warms up. (Counting warmup in planned steps, a budget-cut run spent a third of its
-        # steps warming up: 247 of 671 in recipe v17.) The clock starts at the first optimizer
-        # step, not while the trainer is set up, and counts only once the run is CLOCK_SLACK
-        # of its budget behind the steps' pace: a run that finishes in time keeps the steps'
-        # schedule, whatever the machine; one behind by more ends its schedule at the deadline.
-        by_steps = (step + 1) / max(1, steps)
-        by_time = 0.0
-        if step >= 1:
-            now = time.perf_counter()
-            t0 = clock.setdefault("t0", now)
-            elapsed = (now - t0) / max(deadline - t0, 1e-6)
-            by_time = max(0.0, (elapsed - CLOCK_SLACK) / (1.0 - CLOCK_SLACK))
-        if by_time > by_steps and "behind" not in clock:
-            clock["behind"] = step
-            logger.warning("SFT is behind its time budget at step %d/%d: the learning-rate "
-                           "schedule follows the clock from here, so this model will differ "
-                           "from one trained on a faster machine", step, steps)
-        progress = min(1.0, max(by_time, by_steps))
+        progress = min(1.0, (step + 1) / max(1, steps))
         if progress < WARMUP_SHARE:
             return progress / WARMUP_SHARE
         return 0.5 * (1.0 + math.cos(math.pi * (progress - WARMUP_SHARE) / (1 - WARMUP_SHARE)))

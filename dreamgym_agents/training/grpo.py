@@ -454,6 +454,7 @@ def train_grpo(
         import trl
     except ImportError as exc:
         raise MissingExtraError(exc.name or "trl", "train") from None
+    from dreamgym_agents.local_provider import load_causal_lm
     from dreamgym_agents.training.experience_sft import cpu_has_native_bf16
 
     if not tasks:
@@ -462,8 +463,7 @@ def train_grpo(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(policy_path))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(policy_path))
+    tokenizer, model = load_causal_lm(policy_path)
     user_id = tokenizer.convert_tokens_to_ids(USER)
     assistant_id = tokenizer.convert_tokens_to_ids(ASSISTANT)
     bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16

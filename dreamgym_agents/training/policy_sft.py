@@ -64,7 +64,10 @@ class PolicySFTConfig:
             mean): predicting pages teaches a small model the site's text and, above all,
             to copy (a search query recurs in the URL, the title and the heading), which the
             actions need (a product's name copied from the task into a search). 0: actions only.
-        time_budget_s: Wall-time cap (the schedule ends at the budget on a slow machine).
+        time_budget_s: Wall-time cap: training stops there, and the result says it is
+            ``partial`` (the schedule stays the steps'; a partial warm start is never cached).
+        checkpoint_every: Save a resumable checkpoint every this many steps (0: none); a rerun
+            into the same ``output_dir`` resumes from the newest one.
         seed: Seed of initialisation and data order.
         bf16: bfloat16 autocast (None: where the CPU computes it natively).
     """
@@ -84,11 +87,15 @@ class PolicySFTConfig:
     novel_swaps: float = 1.0
     env_loss_weight: float = 1.0
     time_budget_s: float | None = None
+    checkpoint_every: int = 0
     seed: int = 0
     bf16: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"sft.checkpoint_every must be >= 0 (0: none), got "
+                              f"{self.checkpoint_every}")
         if self.epochs <= 0 or self.batch_size < 1 or self.learning_rate <= 0:
             raise ConfigError("sft.epochs, sft.batch_size and sft.learning_rate must be positive")
         if self.max_steps is not None and self.max_steps < 1:
@@ -244,12 +251,8 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     Raises:
         ConfigError: No successful episode to learn from.
     """
-    try:
-        import transformers
-    except ImportError:
-        raise MissingExtraError("transformers", "train") from None
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
-    from dreamgym_agents.training.experience_sft import fit_weighted
+    from dreamgym_agents.local_provider import load_causal_lm, make_tiny_checkpoint
+    from dreamgym_agents.training.experience_sft import fit_weighted, resumable_checkpoint
 
     policy_cfg = policy_cfg or PolicyConfig()
     wins = successful(trajectories)
@@ -260,15 +263,16 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
                           "offline data with successes (e.g. dg-agents collect --agents oracle)")
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    if cfg.base_model is None:
+    if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
+        source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
+    elif cfg.base_model is None:
         make_tiny_checkpoint(out, corpus(trajectories, policy_cfg), vocab_size=cfg.vocab_size,
                              hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
                              max_positions=cfg.max_length, seed=cfg.seed)
         source = str(out)
     else:
         source = cfg.base_model
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
-    model = transformers.AutoModelForCausalLM.from_pretrained(source)
+    tokenizer, model = load_causal_lm(source)
     _add_turn_tokens(tokenizer, model)
     if cfg.lora_r:
         model = _with_lora(model, cfg.lora_r)
@@ -291,7 +295,9 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
             "steps": result.steps,
             "first_loss": result.first_loss, "last_loss": result.last_loss,
             "seconds": round(time.perf_counter() - start, 1), "bf16": result.bf16,
-            "from_scratch": cfg.base_model is None, "lora_r": cfg.lora_r}
+            "from_scratch": cfg.base_model is None, "lora_r": cfg.lora_r,
+            "planned_steps": result.planned_steps, "partial": result.partial,
+            "resumed_from_step": result.resumed_from_step}
 
 
 def _add_turn_tokens(tokenizer: Any, model: Any) -> None:

@@ -1,0 +1,195 @@
+"""The embedded bundle: the shipped one matches this code; a tiny one is built end to end by
+``dg-agents build-embedded`` and a run loads it instead of collecting and training; a build
+stopped by a time budget is partial and never used as the recipe's model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from dreamgym_agents.bundle import COLLECT_FILE, Bundle, shipped_bundle
+from dreamgym_agents.cli import main
+from dreamgym_agents.embedded import RECIPE_VERSION, EmbeddedRecipe, demos_name
+from dreamgym_agents.errors import ConfigError, PartialBuildError
+from dreamgym_agents.pipeline import WARM_START_VERSION, preset_config, warm_start_key
+
+TINY_RECIPE = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
+                   explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
+                   hidden_size=32, num_layers=1, vocab_size=500, sft_steps=10, batch_size=4,
+                   counterfactual_answers=1)
+TINY_BUILD = {"experience_recipe": TINY_RECIPE, "demo_tasks": 3,
+              "warm_start": {"max_steps": 4, "max_length": 4096},
+              "eval_limit": 1, "fidelity_limit": 1}
+
+
+def test_the_shipped_bundle_is_this_codes(monkeypatch):
+    """Fails when the recipe's code changed and the bundle was not rebuilt (it is stale): run
+    dg-agents build-embedded --out DIR and copy DIR/bundle to bundles/webarena/."""
+    monkeypatch.delenv("DG_BUNDLE", raising=False)
+    bundle = shipped_bundle()
+    assert bundle is not None, "the package ships no embedded bundle (bundles/webarena/)"
+    m = bundle.manifest
+    assert m["experience"]["recipe_version"] == RECIPE_VERSION
+    assert bundle.experience_key == EmbeddedRecipe().key
+    assert m["warm_start"]["version"] == WARM_START_VERSION
+    preset = preset_config("quick")
+    key = warm_start_key(preset.sft, preset.policy_view, init=EmbeddedRecipe().key,
+                         collect=EmbeddedRecipe().collect_key, demos=demos_name(None, 0))
+    assert bundle.warm_start_key == key, "the warm start's recipe changed: rebuild the bundle"
+    assert m["split"]["trained_on"] == "train"
+    assert m["built"]["commit"] and m["figures"]["fidelity"] and m["figures"]["warm_start"]
+    assert bundle.verify() == []
+    assert m["bytes"] < 60e6  # tens of MB
+
+
+@pytest.fixture(scope="module")
+def tiny_build(tmp_path_factory):
+    """A tiny bundle made by the CLI from nothing (its own cache: nothing shared)."""
+    root = tmp_path_factory.mktemp("bundle")
+    config = root / "build.yaml"
+    config.write_text(json.dumps(TINY_BUILD))  # JSON is YAML
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DG_CACHE_DIR", str(root / "cache"))
+    try:
+        code = main(["build-embedded", "--out", str(root / "build"), "--config", str(config)])
+    finally:
+        mp.undo()
+    assert code == 0
+    return root
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_tiny_bundle_is_built_end_to_end(tiny_build):
+    bundle = Bundle.open(tiny_build / "build" / "bundle")
+    m = bundle.manifest
+    assert bundle.verify() == []
+    assert m["experience"]["recipe"]["oracle_tasks"] == 3 and m["split"]["trained_on"] == "train"
+    assert m["experience"]["training"]["steps"] == 10  # the recipe's fixed steps
+    assert m["warm_start"]["result"]["steps"] == 4 and not m["warm_start"]["result"]["partial"]
+    assert m["demos"]["episodes"] == 3 and m["experience"]["collection"]["episodes"] == 9
+    figures = m["figures"]
+    assert figures["fidelity"]["tasks"] == 1 and figures["fidelity"]["oracle_real_success"] == 1
+    assert figures["warm_start"]["tasks"] == 1 and 0 <= figures["warm_start"]["success"] <= 1
+    assert m["built"]["commit"] and set(m["built"]["phase_seconds"]) >= {"collect", "measure"}
+    # weights stored in bfloat16, computed in float32
+    from safetensors import safe_open
+
+    with safe_open(str(bundle.policy_dir / "model.safetensors"), "pt") as fh:
+        assert {str(fh.get_tensor(k).dtype) for k in fh.keys()} == {"torch.bfloat16"}
+    from dreamgym_agents.local_provider import load_causal_lm
+
+    _, model = load_causal_lm(bundle.experience_dir)
+    assert {str(p.dtype) for p in model.parameters()} == {"torch.float32"}
+    # compact episodes: abstract states and outcomes, none of the browser's action code
+    with gzip.open(bundle.collect_file, "rt") as fh:
+        first = json.loads(fh.readline())
+    assert first["info"]["collector"] == "oracle" and first["transitions"][0]["state"]
+    assert "code" not in first["transitions"][0]["info"]
+    # rerunning the finished build changes nothing
+    before = (bundle.root / "manifest.json").read_text()
+    config = tiny_build / "build.yaml"
+    assert main(["build-embedded", "--out", str(tiny_build / "build"), "--config",
+                 str(config)]) == 0
+    assert (bundle.root / "manifest.json").read_text() == before
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkeypatch):
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline import Pipeline
+
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
+    monkeypatch.setenv("DG_BUNDLE", str(tiny_build / "build" / "bundle"))
+    cfg = preset_config("quick")
+    cfg = load_config(cfg, overrides=[f"experience_recipe={json.dumps(TINY_RECIPE)}",
+                                      "demo_tasks=3", "sft.max_steps=4", "sft.max_length=4096"])
+    said: list[str] = []
+
+    class Recorder:
+        def stage(self, *args):
+            pass
+
+        def bar(self, *args):
+            return lambda *a, **k: None
+
+        def say(self, message):
+            said.append(message)
+
+    pipe = Pipeline(cfg, tmp_path / "run", Recorder())
+    pipe._open_folder()
+    experience = pipe.stage_experience()
+    pipe.state["done"]["experience"] = experience
+    sft = pipe.stage_sft()
+    pipe.close()
+    bundle = Bundle.open(tiny_build / "build" / "bundle")
+    assert experience["bundle"] == sft["bundle"] == bundle.id
+    assert experience["model"] == f"hf/{bundle.experience_dir}"
+    assert experience["demos"] == str(bundle.demos_file)
+    assert not any("collecting" in line or "demonstrations:" in line for line in said), said
+    assert sft["steps"] == 4 and (tmp_path / "run" / "checkpoints" / "sft" /
+                                  "model.safetensors").exists()
+    # the buffer was made from the shipped seed episodes on first use, once
+    assert (tmp_path / "cache" / f"bundle-{bundle.id}" / "BUFFER_READY").exists()
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+
+    with ReplayBuffer(BufferConfig(path=experience["buffer"])) as buffer:
+        assert buffer.count() == bundle.manifest["experience"]["collection"]["transitions"]
+    # another warm start (other SFT steps) is not the bundle's: the run trains its own
+    assert pipe._warm_start_key(replace(cfg.sft, max_steps=5)) != bundle.warm_start_key
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_build_stopped_by_its_budget_is_partial_and_refused(tiny_build, tmp_path, capsys):
+    # resume a copy of the tiny build after its collection, with a budget too small for SFT
+    out = tmp_path / "build"
+    out.mkdir()
+    shutil.copytree(tiny_build / "build" / "collect", out / "collect")
+    (out / "episodes").mkdir()
+    shutil.copy2(tiny_build / "build" / COLLECT_FILE, out / COLLECT_FILE)
+    record = json.loads((tiny_build / "build" / "build.json").read_text())
+    record["phases"] = {"collect": record["phases"]["collect"]}
+    slow = {**TINY_BUILD, "experience_recipe": {**TINY_RECIPE, "sft_steps": 100_000}}
+    config = tmp_path / "build.yaml"
+    config.write_text(json.dumps(slow))
+    record["config"]["experience_recipe"]["sft_steps"] = 100_000
+    (out / "build.json").write_text(json.dumps(record))
+    code = main(["build-embedded", "--out", str(out), "--config", str(config),
+                 "--time-budget-s", "3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3, err
+    assert len(err.splitlines()) == 1 and "marked partial" in err and "step" in err
+    assert (out / "experience" / "PARTIAL").exists()
+    assert not (out / "experience" / "READY").exists()
+    assert not (out / "bundle" / "manifest.json").exists()
+    with pytest.raises(ConfigError, match="not an embedded bundle"):
+        Bundle.open(out / "bundle")
+
+
+def test_a_partial_experience_model_is_never_the_recipes(tmp_path):
+    from test_experience_training_data import episode
+
+    from dreamgym_agents.embedded import train_embedded
+
+    recipe = EmbeddedRecipe(**{**TINY_RECIPE, "sft_steps": 100_000})
+    episodes = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
+    with pytest.raises(PartialBuildError, match="marked partial"):
+        train_embedded(recipe, episodes, tmp_path, say=lambda m: None, time_budget_s=1.0)
+    assert (tmp_path / "PARTIAL").exists() and not (tmp_path / "READY").exists()
+
+
+def test_a_bundle_folder_without_a_manifest_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_BUNDLE", str(tmp_path))
+    with pytest.raises(ConfigError, match="not an embedded bundle"):
+        shipped_bundle()
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "partial": True}))
+    with pytest.raises(ConfigError, match="partial build"):
+        shipped_bundle()
+    monkeypatch.setenv("DG_BUNDLE", "none")
+    assert shipped_bundle() is None
