@@ -178,6 +178,12 @@ class _Build:
                 raise ConfigError(f"{self.out} holds a build with other settings: rerun with "
                                   "the same ones to resume, or use another --out folder")
         self.record["config"] = config
+        # the code that runs this (resumed) build, taken now: later edits do not run here
+        from dreamgym_agents.version import code_version
+
+        versions = self.record.setdefault("code", [])
+        if not versions or versions[-1] != code_version():
+            versions.append(code_version())
         self._save()
 
     def _save(self) -> None:
@@ -292,8 +298,6 @@ class _Build:
     # -- the manifest -------------------------------------------------------------------------
 
     def manifest(self, figures: dict[str, Any]) -> dict[str, Any]:
-        from dreamgym_agents.version import code_version
-
         phases = self.record["phases"]
         recipe = self.recipe
         files = file_table(self.out / "bundle")
@@ -305,7 +309,8 @@ class _Build:
             "format": BUNDLE_FORMAT,
             "id": phases["package"]["id"],
             "family": SHIPPED_FAMILY,
-            "built": {**code_version(), "date": _dt.datetime.now(_dt.UTC).isoformat(
+            "built": {**self.record["code"][0], "resumed_by": self.record["code"][1:],
+                      "date": _dt.datetime.now(_dt.UTC).isoformat(
                 timespec="seconds"), "machine": f"{platform.machine()}, "
                 f"{_cpu_count()} CPUs", "phase_seconds": {
                     p: phases[p].get("seconds") for p in PHASES if p in phases}},

@@ -164,7 +164,9 @@ def test_a_build_stopped_by_its_budget_is_partial_and_refused(tiny_build, tmp_pa
                  "--time-budget-s", "3"])
     err = capsys.readouterr().err.strip()
     assert code == 3, err
-    assert len(err.splitlines()) == 1 and "marked partial" in err and "step" in err
+    last = err.splitlines()[-1]  # (progress goes to stderr too)
+    assert last.startswith("error: ") and "marked partial" in last and "step" in last, err
+    assert "Traceback" not in err
     assert (out / "experience" / "PARTIAL").exists()
     assert not (out / "experience" / "READY").exists()
     assert not (out / "bundle" / "manifest.json").exists()

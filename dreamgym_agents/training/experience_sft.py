@@ -226,7 +226,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         seed=cfg.seed,
         max_length=cfg.max_length,
         dataloader_num_workers=0,
-        disable_tqdm=False,
+        disable_tqdm=on_step is not None,  # the caller shows its own progress
         # The rows are tokenized here (labels and token weights included): TRL must neither
         # re-tokenize them nor drop the weights column.
         dataset_kwargs={"skip_prepare_dataset": True},
