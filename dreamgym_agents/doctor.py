@@ -60,6 +60,23 @@ def chromium_report() -> tuple[bool, str]:
     return True, f"{path} ({version})"
 
 
+def bundle_report() -> str:
+    """One line: the embedded bundle runs use, and whether it is this code's."""
+    from dreamgym_agents.bundle import shipped_bundle
+    from dreamgym_agents.embedded import EmbeddedRecipe
+    from dreamgym_agents.errors import ConfigError
+
+    try:
+        bundle = shipped_bundle()
+    except ConfigError as exc:
+        return f"[red]{exc}"
+    if bundle is None:
+        return "[yellow]none: the defaults are built on first use (~2 h on 2 cores)"
+    stale = "" if bundle.experience_key == EmbeddedRecipe().key else \
+        " [red](stale: this code's recipe differs; rebuild with dg-agents build-embedded)"
+    return f"[green]{bundle.id}[/] ({bundle.manifest['bytes'] / 1e6:.0f} MB){stale}"
+
+
 def run_doctor() -> int:
     """Print the report; return 0 when the main job (a web eval) can run, 1 otherwise."""
     from rich.console import Console
@@ -85,6 +102,7 @@ def run_doctor() -> int:
             f"[green]{version}" if version else f"[yellow]missing: pip install "
             f"'dreamgym-agents[{extra}]'",
         )
+    table.add_row("embedded bundle", bundle_report())
     for key in API_KEYS:
         table.add_row(key, "[green]set" if os.environ.get(key) else "not set")
     sites = configured_sites()

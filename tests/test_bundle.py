@@ -46,6 +46,23 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch):
     assert m["bytes"] < 60e6  # tens of MB
 
 
+@pytest.mark.browser
+def test_dream_loads_the_shipped_bundle_in_seconds(tmp_path, monkeypatch, capsys):
+    """No --experience-model: the shipped bundle's model, its buffer made from the seed
+    episodes on first use (no collection, no training)."""
+    monkeypatch.delenv("DG_BUNDLE", raising=False)
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = shipped_bundle()
+    out = tmp_path / "dream"
+    code = main(["dream", "--agent", "oracle", "--split", "test", "--limit", "1",
+                 "--max-steps", "2", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["experience_model"] == f"hf/{bundle.experience_dir}"
+    assert f"bundle-{bundle.id}" in json.dumps(summary)  # the buffer made from its episodes
+    assert summary["episodes"] == 1 and summary["synthetic_transitions"] >= 1
+
+
 @pytest.fixture(scope="module")
 def tiny_build(tmp_path_factory):
     """A tiny bundle made by the CLI from nothing (its own cache: nothing shared)."""

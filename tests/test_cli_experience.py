@@ -313,9 +313,12 @@ def test_fidelity_errors(tmp_path, capsys, real_runs):
     assert_one_line_error(code, err, "unknown task family")
 
 
-def test_dream_defaults_to_the_embedded_model(tmp_path, capsys):
-    """No --experience-model: the cached embedded default (here a tiny stand-in) and its buffer."""
+def test_dream_defaults_to_the_embedded_model(tmp_path, capsys, monkeypatch):
+    """No --experience-model and no bundle: the cached embedded default (here a tiny stand-in)
+    and its buffer. (With the shipped bundle: tests/test_bundle.py.)"""
     from dreamgym_agents.embedded import embedded_dir
+
+    monkeypatch.setenv("DG_BUNDLE", "none")
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     folder = embedded_dir()
