@@ -38,7 +38,7 @@ SITE_VARIABLES: dict[str, str] = {
 """WebArena site name → environment variable holding its base URL."""
 
 BUNDLED_TASK_DIR = "webarena_shopping"
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
 
 
 def placeholder(variable: str) -> str:

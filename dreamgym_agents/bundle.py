@@ -131,8 +131,10 @@ class Bundle:
         use) and ``offline`` episodes, as :func:`~dreamgym_agents.embedded.
         ensure_embedded_experience_model` returns them, plus the bundle's id."""
         buffer = ensure_buffer(self, buffer_dir or self.buffer_dir(), progress=progress)
+        record = json.loads((buffer.parent / "BUFFER_READY").read_text())
         return {"checkpoint": str(self.experience_dir), "model": f"hf/{self.experience_dir}",
-                "buffer": str(buffer), "offline": str(self.collect_file), "bundle": self.id}
+                "buffer": str(buffer), "offline": str(self.collect_file), "bundle": self.id,
+                "buffer_held_out_rejected": int(record.get("held_out_rejected", 0))}
 
     def verify(self) -> list[str]:
         """The files whose size or sha256 differ from the manifest's (empty: intact)."""
@@ -162,9 +164,12 @@ def shipped_bundle(family: str = SHIPPED_FAMILY) -> Bundle | None:
 def ensure_buffer(bundle: Bundle, folder: Path, *,
                   progress: Callable[[str], None] | None = None) -> Path:
     """The Chroma buffer of the bundle's seed episodes in ``folder``, made on first use (the
-    same transitions, in the same order, the experience model's training retrieved from)."""
+    same transitions, in the same order, the experience model's training retrieved from);
+    an episode of a held-out (validation or test) task is left out and counted."""
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.embedded import build_lock
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.heldout import HeldOut
 
     ready = folder.parent / "BUFFER_READY"
     if ready.exists():
@@ -173,7 +178,12 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
         if ready.exists():
             return folder
         say = progress or (lambda msg: logger.info("%s", msg))
-        episodes = read_episodes(bundle.collect_file)
+        family = make_family(str(bundle.manifest.get("family", SHIPPED_FAMILY)))
+        try:
+            held_out = HeldOut.for_family(family)
+        finally:
+            family.close()
+        episodes = held_out.keep(read_episodes(bundle.collect_file), "buffer")
         if folder.exists():
             shutil.rmtree(folder)  # an interrupted first use
         buffer = ReplayBuffer(BufferConfig(path=str(folder)))
@@ -181,7 +191,8 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
             count = buffer.add_trajectories(episodes, provenance="offline")
         finally:
             buffer.close()
-        ready.write_text(json.dumps({"bundle": bundle.id, "transitions": count}))
+        ready.write_text(json.dumps({"bundle": bundle.id, "transitions": count,
+                                     "held_out_rejected": held_out.rejected["buffer"]}))
         say(f"replay buffer: {count} seed transitions of the bundle {bundle.id} → {folder}")
     return folder
 

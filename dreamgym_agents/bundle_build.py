@@ -230,7 +230,8 @@ class _Build:
                                   say=self.reporter.say, on_step=tick,
                                   time_budget_s=self.remaining())
         keep = ("episodes", "transitions", "examples", "dropped_too_long", "steps",
-                "first_loss", "last_loss", "bf16_autocast", "timings", "resumed_from_step")
+                "first_loss", "last_loss", "bf16_autocast", "timings", "resumed_from_step",
+                "held_out_rejected")
         return {k: manifest.get(k) for k in keep}
 
     def phase_demos(self) -> dict[str, Any]:
@@ -250,10 +251,18 @@ class _Build:
                        output_dir=str(self.out / "policy" / "model"))
 
     def phase_warm_start(self) -> dict[str, Any]:
+        from dreamgym_agents.env import make_family
+        from dreamgym_agents.heldout import HeldOut
         from dreamgym_agents.training.policy_sft import train_policy_sft
 
-        episodes = [*read_offline(self.out / COLLECT_FILE, exclude=("oracle",)),
-                    *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))]
+        family = make_family(SHIPPED_FAMILY)
+        try:
+            held_out = HeldOut.for_family(family)
+        finally:
+            family.close()
+        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE, exclude=("oracle",)),
+                                  *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))],
+                                 "warm_start_data")
         sft_cfg = replace(self.warm_start_config(), time_budget_s=self.remaining(),
                           checkpoint_every=100)
         self.reporter.say(f"warm start: {sft_cfg.max_steps} SFT steps from the experience "
@@ -268,6 +277,7 @@ class _Build:
                 "the recipe's policy (rerun the same command without the budget to finish)")
         (self.out / "policy" / "PARTIAL").unlink(missing_ok=True)
         return {**{k: v for k, v in result.items() if k != "path"},
+                "held_out_rejected": held_out.rejected["warm_start_data"],
                 "offline_episodes": len(episodes),
                 "offline_transitions": sum(len(t.transitions) for t in episodes)}
 

@@ -21,6 +21,7 @@ BUFFER_URL_ENV = "DG_BUFFER_URL"
 
 class Split(StrEnum):
     train = "train"
+    validation = "validation"
     test = "test"
 
 

@@ -6,8 +6,9 @@ half the time teaches most. After each batch, the ``seeds_per_round`` seed tasks
 variance go to the *task generator*, which proposes ``candidates`` variants of each and selects
 one; the variants join a pool of synthetic tasks, and later batches replace at most a share ``λ``
 (``synthetic_share``) of their groups with tasks from that pool. Malformed variants (unreadable,
-placeholders left, no intent) and infeasible ones (naming what no recorded page shows, or
-duplicating a known task) are discarded and counted.
+placeholders left, no intent) and infeasible ones (naming what no recorded page shows,
+duplicating a known task, or matching a held-out validation or test task:
+:class:`~dreamgym_agents.heldout.HeldOut`) are discarded and counted.
 
 Synthetic tasks have no evaluator: they are played in the dream only, where the experience model
 judges the outcome. They start where their seed starts (``config["synthetic_of"]``).
@@ -36,6 +37,7 @@ from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.types import Task
 
 if TYPE_CHECKING:
+    from dreamgym_agents.heldout import HeldOut
     from dreamgym_agents.llm import Gateway
 
 logger = logging.getLogger(__name__)
@@ -123,6 +125,8 @@ class CurriculumStats:
     malformed: int = 0
     infeasible: int = 0
     synthetic_groups: int = 0
+    held_out: int = 0
+    """Candidates rejected because they are validation or test tasks (also in ``infeasible``)."""
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -132,13 +136,20 @@ class Curriculum:
     Args:
         cfg: Settings.
         generator: The task generator (None: seed tasks only).
+        known: The seed tasks (a candidate repeating one is a duplicate).
         feasible: Extra feasibility check of a candidate (None: only the built-in ones).
         seed: Seed of the batch mixing.
+        held_out: The family's validation and test tasks: a candidate matching one (by
+            instruction, or template and parameters) is rejected and counted, whatever the
+            generator (the template generator fills templates with values that test tasks
+            use too).
     """
 
     def __init__(self, cfg: CurriculumConfig, generator: TaskGenerator | None,
-                 known: list[Task], feasible: Feasible | None = None, seed: int = 0) -> None:
+                 known: list[Task], feasible: Feasible | None = None, seed: int = 0,
+                 held_out: HeldOut | None = None) -> None:
         self.cfg = cfg
+        self.held_out = held_out
         self.generator = generator if cfg.enabled else None
         self.feasible = feasible
         self.rng = random.Random(seed)
@@ -227,6 +238,10 @@ class Curriculum:
                        "synthetic_of": seed.config.get("synthetic_of") or seed.task_id})
         task = replace(seed, task_id=f"{seed.task_id}~v{self._made}", intent=intent,
                        split="synthetic", config=config, oracle=None)
+        if self.held_out is not None and self.held_out.matches(task):
+            self.held_out.count("curriculum")
+            self.stats.held_out += 1
+            return None, "infeasible: a held-out (validation or test) task"
         if self.feasible is not None and (why := self.feasible(task)):
             return None, f"infeasible: {why}"
         return task, ""

@@ -332,11 +332,19 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, *,
             model is saved but marked ``PARTIAL``: it is not the recipe's model).
     """
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.env import make_family
     from dreamgym_agents.errors import PartialBuildError
+    from dreamgym_agents.heldout import HeldOut
     from dreamgym_agents.training.experience_data import ExampleConfig
     from dreamgym_agents.training.experience_pipeline import train_from_trajectories
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
 
+    family = make_family("webarena")
+    try:
+        held_out = HeldOut.for_family(family)
+    finally:
+        family.close()
+    episodes = held_out.keep(episodes, "experience_data")  # none, on the train split
     steps = sum(len(t.transitions) for t in episodes)
     say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
         f"{recipe.sft_steps} SFT steps")
@@ -364,6 +372,7 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, *,
         )
     finally:
         buffer.close()
+    manifest["held_out_rejected"] = held_out.rejected["experience_data"]
     say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
         f"{manifest['steps']} steps, {manifest['timings'].get('sft_s', 0):.0f} s")
     if manifest["steps"] < recipe.sft_steps:

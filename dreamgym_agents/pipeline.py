@@ -230,6 +230,7 @@ class Pipeline:
         self.adopt = adopt or {}
         self._family: Any = None
         self._dream: Any = None
+        self._held_out: Any = None
 
     # -- folder ---------------------------------------------------------------------------
 
@@ -318,6 +319,21 @@ class Pipeline:
             self.reporter.say(f"{self.cfg.task}: {where}")
         return self._family
 
+    def held_out(self) -> Any:
+        """The family's validation and test tasks, which no training stage may see
+        (:class:`~dreamgym_agents.heldout.HeldOut`; its ``rejected`` counts go to the
+        stages' results)."""
+        from dreamgym_agents.env import make_family
+        from dreamgym_agents.heldout import HeldOut
+
+        if self._held_out is None:
+            tasks_only = make_family(self.cfg.task)  # task files only: no site is started
+            try:
+                self._held_out = HeldOut.for_family(tasks_only)
+            finally:
+                tasks_only.close()
+        return self._held_out
+
     def env_cfg(self) -> Any:
         from dreamgym_agents.env import EnvConfig
 
@@ -370,6 +386,7 @@ class Pipeline:
         bundle = self._bundle()
         if "bundle" in paths:
             done["bundle"] = paths["bundle"]
+            done["held_out_rejected"] = paths["buffer_held_out_rejected"]
             self.reporter.say(f"experience model: the embedded bundle {paths['bundle']} "
                               f"({paths['checkpoint']})")
         if self.cfg.demo_tasks != 0:
@@ -398,8 +415,9 @@ class Pipeline:
         collectors in alphabetical order, then the demonstrations."""
         done = self.state["done"]["experience"]
         demos = done.get("demos")
-        return [*read_offline(done["offline"], exclude=("oracle",) if demos else ()),
-                *(read_offline(demos, collectors=("oracle",)) if demos else [])]
+        episodes = [*read_offline(done["offline"], exclude=("oracle",) if demos else ()),
+                    *(read_offline(demos, collectors=("oracle",)) if demos else [])]
+        return self.held_out().keep(episodes, "offline_episodes")
 
     def stage_sft(self) -> dict[str, Any]:
         from dataclasses import replace
@@ -422,7 +440,8 @@ class Pipeline:
             return {**shipped["result"], "path": str(target), "bundle": bundle.id}
         episodes = self.offline_episodes()
         counts = {"offline_episodes": len(episodes),
-                  "offline_transitions": sum(len(t.transitions) for t in episodes)}
+                  "offline_transitions": sum(len(t.transitions) for t in episodes),
+                  "held_out_rejected": self.held_out().rejected.get("offline_episodes", 0)}
         cached = self._cached_warm_start(sft_cfg, key)
         if cached is None:
             return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
@@ -518,7 +537,8 @@ class Pipeline:
 
         folder = self._stage_dir(stage)
         family = self.family()
-        tasks = family.load_tasks("train")
+        held_out = self.held_out()
+        tasks = held_out.keep(family.load_tasks("train"), f"{stage}_tasks")
         curriculum = None
         if real:
             env_cfg = self.env_cfg()
@@ -532,7 +552,7 @@ class Pipeline:
                 curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
                                                                                   self.cfg.seed),
                                         tasks, feasible=grounded_in("", tasks),
-                                        seed=self.cfg.seed)
+                                        seed=self.cfg.seed, held_out=held_out)
         tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
         try:
             result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,
@@ -545,7 +565,9 @@ class Pipeline:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(result["path"], target)
-        return {**result, "path": str(target)}
+        return {**result, "path": str(target), "train_tasks": len(tasks),
+                "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)
+                + (curriculum.stats.held_out if curriculum is not None else 0)}
 
     def stage_dream_rl(self) -> dict[str, Any]:
         return self._grpo("dream_rl", self.checkpoint("sft"), self.cfg.dream,

@@ -40,6 +40,9 @@ def summarize_run(state: dict[str, Any]) -> dict[str, Any]:
         "dream_rollout_success": stage("dream_rl", "rollout_success"),
         "s2r_rollout_success": stage("s2r", "rollout_success"),
         "curriculum": stage("dream_rl", "curriculum"),
+        # validation/test tasks kept out of training, by stage (0 everywhere on the shipped data)
+        "held_out_rejected": {k: v.get("held_out_rejected") for k, v in done.items()
+                              if v.get("held_out_rejected") is not None},
         "em_failures": stage("dream_rl", "em_failures"),
         "wall_seconds": state.get("wall_seconds"),
         "stage_seconds": {k: v.get("seconds") for k, v in done.items()},
@@ -192,7 +195,7 @@ def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
         c = summary["curriculum"]
         lines += ["Curriculum: " + ", ".join(f"{k} {c[k]}" for k in
                                              ("proposed", "accepted", "malformed", "infeasible",
-                                              "synthetic_groups") if k in c), ""]
+                                              "held_out", "synthetic_groups") if k in c), ""]
     lines += ["## Stages", "", "| stage | seconds | result |", "|---|---|---|"]
     for name, result in done.items():
         brief = {k: v for k, v in result.items()

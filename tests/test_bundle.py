@@ -46,6 +46,22 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch):
     assert m["bytes"] < 60e6  # tens of MB
 
 
+def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
+    """The shipped models trained on train-split episodes only: none of the bundle's seed
+    episodes or demonstrations is a validation or test task."""
+    from dreamgym_agents.bundle import read_episodes
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.heldout import HeldOut
+
+    monkeypatch.delenv("DG_BUNDLE", raising=False)
+    bundle = shipped_bundle()
+    held = HeldOut.for_family(make_family("webarena"))
+    for path in (bundle.collect_file, bundle.demos_file):
+        episodes = read_episodes(path)
+        assert episodes and {t.task.split for t in episodes} == {"train"}
+        assert not [t.task.intent for t in episodes if held.matches(t.task)]
+
+
 @pytest.mark.browser
 def test_dream_loads_the_shipped_bundle_in_seconds(tmp_path, monkeypatch, capsys):
     """No --experience-model: the shipped bundle's model, its buffer made from the seed

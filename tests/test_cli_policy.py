@@ -78,6 +78,18 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     assert state["done"]["sft"]["offline_episodes"] >= 2  # the demonstrations joined the data
     assert "demos-v" in state["done"]["experience"]["demos"]
     assert state["done"]["sft"]["from_scratch"] is False  # started from the experience model
+    # training saw train tasks only (and curriculum variants of them), evaluation test tasks only
+    from dreamgym_agents.types import read_trajectories
+
+    for stage in ("dream_rl", "s2r"):
+        rollouts = read_trajectories(out / "stages" / stage / "rollouts.jsonl")
+        assert rollouts and {t.task.split for t in rollouts} <= {"train", "synthetic"}
+        assert all(t.task.config.get("synthetic_of") for t in rollouts
+                   if t.task.split == "synthetic")
+    for stage in ("eval_sft", "eval_dream", "eval_s2r"):
+        evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
+        assert evaluated and {t.task.split for t in evaluated} == {"test"}
+    assert summary["held_out_rejected"]["sft"] == 0
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rollout/success" in m for m in metrics) and any("grpo/loss" in m for m in metrics)
     # a rerun of the same command finds every stage done

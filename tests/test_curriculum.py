@@ -133,3 +133,58 @@ def test_llm_generator_reads_json_and_counts_unreadable_answers():
     gateway.close()
     assert parse_candidates("no json here") == ([None], None)
     assert parse_candidates('{"candidates": "x"}') == ([None], None)
+
+
+def test_held_out_tasks_never_join_the_curriculum():
+    """A generator that proposes the family's validation and test questions (what the template
+    generator did: 21% of its accepted variants were exact test questions) gets every one of
+    them rejected and counted; a new variant still gets through."""
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.heldout import HeldOut
+
+    family = make_family("webarena")
+    train = family.load_tasks("train")
+    test, validation = family.load_tasks("test"), family.load_tasks("validation")
+    held_out = HeldOut.for_family(family)
+    assert held_out.splits == ("validation", "test")
+    seed = next(t for t in train if t.config["intent_template_id"] == 1)  # product price
+    same_template = [t for t in test + validation
+                     if t.config["intent_template_id"] == 1]
+
+    class Leaky:
+        """Proposes held-out tasks: verbatim, re-spaced and re-cased, then one new variant."""
+
+        def generate(self, seed_task, n):
+            out = [{"intent": t.intent, "params": t.params} for t in same_template[:2]]
+            out.append({"intent": "  " + same_template[2].intent.upper() + "  ",
+                        "params": same_template[2].params})
+            # same template and values, other wording: still the held-out instance
+            out.append({"intent": f"Tell me the price of {same_template[3].params['product']}",
+                        "params": same_template[3].params})
+            out.append({"intent": "What is the price of Nimbus Test Kettle, 1.7 L?",
+                        "params": {"product": "Nimbus Test Kettle, 1.7 L"}})
+            return out, 0
+
+    curriculum = Curriculum(CurriculumConfig(seeds_per_round=1), Leaky(), train, seed=0,
+                            held_out=held_out)
+    curriculum.observe([seed], [[0.0, 1.0]])
+    accepted = curriculum.refresh()
+    assert [t.intent for t in accepted] == ["What is the price of Nimbus Test Kettle, 1.7 L?"]
+    assert curriculum.stats.held_out == 4 and held_out.rejected["curriculum"] == 4
+    assert curriculum.stats.reasons["infeasible: a held-out (validation or test) task"] == 4
+    assert not any(held_out.matches(t) for t in curriculum.pool)
+
+
+def test_the_template_generator_alone_would_propose_test_questions():
+    """Why the guard exists: filling train templates with train values reproduces test
+    instances (their values are shared), so without the guard they reach training."""
+    from dreamgym_agents.env import make_family
+    from dreamgym_agents.heldout import HeldOut
+
+    family = make_family("webarena")
+    train = family.load_tasks("train")
+    held_out = HeldOut.for_family(family)
+    generator = TemplateTaskGenerator(train, seed=0)
+    proposed = [c for t in train[:120] for c in generator.generate(t, 4)[0] if c]
+    leaks = [c for c in proposed if held_out.matches(Task("x", "webarena", c["intent"]))]
+    assert len(leaks) >= 5  # verbatim held-out questions among the proposals

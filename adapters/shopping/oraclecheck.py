@@ -57,9 +57,10 @@ class CheckResult:
 
 
 def load_tasks(task_dir: str | Path | None = None) -> list[Config]:
-    """Train and test configs, from ``task_dir`` or the installed ``tasks/webarena_shopping``."""
+    """Train, validation and test configs, from ``task_dir`` or the installed
+    ``tasks/webarena_shopping``."""
     tasks: list[Config] = []
-    for split in ("train", "test"):
+    for split in ("train", "validation", "test"):
         if task_dir is not None:
             text = (Path(task_dir) / f"{split}.json").read_text(encoding="utf-8")
         else:

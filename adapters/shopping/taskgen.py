@@ -1,8 +1,15 @@
 """Generate the bundled WebArena-format task set for the shopping site from its seeded catalog.
 
 ``python -m dreamgym_agents.adapters.shopping.taskgen --seed 0 --out tasks/webarena_shopping``
-writes ``train.json``, ``test.json`` and ``README.md``; the output depends only on the seed
-(sorted keys, fixed split), so regenerating yields byte-identical files.
+writes ``train.json``, ``validation.json``, ``test.json`` and ``README.md``; the output depends
+only on the seed (sorted keys, fixed split), so regenerating yields byte-identical files.
+
+The validation split is drawn after train and test, from new instances of every template (other
+draws of the template's values) that neither train nor test holds: tuning reads it, test is kept
+for reported figures, and nothing trained on train (the shipped bundle included) has seen it.
+Templates are shared by the three splits: the bundled site has one template per kind of
+question or action, and holding whole templates out would leave the policy no demonstration of
+them.
 
 Each task is a WebArena task config (``sites``, ``task_id``, ``require_login``,
 ``storage_state``, ``start_url``, ``geolocation``, ``intent_template``, ``instantiation_dict``,
@@ -30,6 +37,9 @@ TEMPLATES: list[Template] = sorted(
 )
 TEST_FRACTION = 0.22
 """Share of each template's instances that go to the test split (at least one)."""
+VALIDATION_FIRST_ID = 1000
+"""Task ids of the validation split start here (train and test use 0 to 515)."""
+SPLIT_NAMES = ("train", "validation", "test")
 
 
 def make_config(template: Template, draft: Draft, task_id: int) -> dict[str, Any]:
@@ -95,15 +105,62 @@ def generate_tasks(
     return train, test
 
 
+def generate_validation(seed: int, train: list[dict[str, Any]], test: list[dict[str, Any]],
+                        catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """The validation split: per template, as many new instances as its test share (fewer
+    where the template has run out of values), none equal to a train or test task by
+    parameters or by intent. Each template draws with its own ``random.Random``."""
+    catalog = catalog or generate_catalog(seed)
+    taken_params = {(c["intent_template_id"], json.dumps(c["instantiation_dict"],
+                                                         sort_keys=True))
+                    for c in (*train, *test)}
+    taken_intents = {_norm(c["intent"]) for c in (*train, *test)}
+    wanted = {}
+    for config in test:
+        wanted[config["intent_template_id"]] = wanted.get(config["intent_template_id"], 0) + 1
+    out: list[dict[str, Any]] = []
+    task_id = VALIDATION_FIRST_ID
+    for template in TEMPLATES:
+        drafts = template.build(catalog, random.Random(seed * 1000 + 700 + template.template_id))
+        kept = 0
+        for draft in drafts:
+            if kept >= wanted.get(template.template_id, 0):
+                break
+            config = make_config(template, draft, task_id)
+            key = (template.template_id, json.dumps(config["instantiation_dict"],
+                                                    sort_keys=True))
+            if key in taken_params or _norm(config["intent"]) in taken_intents:
+                continue
+            taken_params.add(key)
+            taken_intents.add(_norm(config["intent"]))
+            out.append(config)
+            task_id += 1
+            kept += 1
+    return out
+
+
+def generate_splits(seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """``{"train", "validation", "test"}`` task configs for the catalog of ``seed``."""
+    catalog = generate_catalog(seed)
+    train, test = generate_tasks(seed, catalog)
+    return {"train": train, "validation": generate_validation(seed, train, test, catalog),
+            "test": test}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
 def dump_json(tasks: list[dict[str, Any]]) -> str:
     """Commit-stable JSON text (sorted keys, indent 1, trailing newline)."""
     return json.dumps(tasks, indent=1, sort_keys=True) + "\n"
 
 
-def readme(train: list[dict[str, Any]], test: list[dict[str, Any]], seed: int) -> str:
+def readme(splits: dict[str, list[dict[str, Any]]], seed: int) -> str:
     """The task set's README: what it is, how to regenerate, and the template table."""
-    counts: dict[int, list[int]] = {t.template_id: [0, 0] for t in TEMPLATES}
-    for split, tasks in ((0, train), (1, test)):
+    train, validation, test = (splits[n] for n in SPLIT_NAMES)
+    counts: dict[int, list[int]] = {t.template_id: [0, 0, 0] for t in TEMPLATES}
+    for split, tasks in enumerate((train, validation, test)):
         for task in tasks:
             counts[task["intent_template_id"]][split] += 1
     rows = []
@@ -114,16 +171,24 @@ def readme(train: list[dict[str, Any]], test: list[dict[str, Any]], seed: int) -
         if answers:
             evaluator += f" ({next(iter(answers))})"
         intent = t.intent_template.replace("|", "\\|")
+        c = counts[t.template_id]
         rows.append(f"| {t.template_id} | {t.name} | {t.kind} | {evaluator} | "
-                    f"{counts[t.template_id][0]} | {counts[t.template_id][1]} | {intent} |")
+                    f"{c[0]} | {c[1]} | {c[2]} | {intent} |")
     return f"""# webarena_shopping — the bundled shopping task set
 
 WebArena-format tasks for the bundled shopping site ("One Stop Market",
 `dreamgym_agents.adapters.shopping`), generated from the catalog of seed {seed}:
-{len(train)} train and {len(test)} test tasks from {len(TEMPLATES)} intent templates.
+{len(train)} train, {len(validation)} validation and {len(test)} test tasks from
+{len(TEMPLATES)} intent templates.
 Every task config has WebArena's fields plus `oracle`, a list of steps that solves it.
 `__SHOPPING__` stands for the base URL of a fresh site instance (one per episode);
 `require_login: true` means the episode starts signed in as Emma Lopez.
+
+The splits are disjoint by task instance (parameters and intent). Validation tasks are new
+instances drawn after train and test (task ids from {VALIDATION_FIRST_ID}): tuning (recipes,
+presets, design choices) reads validation, reported figures read test, and nothing trained on
+train has seen either. Templates are shared by the three splits (one template per kind of
+question or action: holding templates out would leave no demonstration of them).
 
 Regenerate (byte-identical for the same seed) and replay every oracle in Chromium:
 
@@ -136,21 +201,22 @@ answer may be phrased freely (a rating, a date, a name, a computed sum). State-c
 (`require_reset: true`) are graded by `program_html` targets that read the cart, the next order's
 page (`/account/orders/<next id>`), the account page or the product's newest review.
 
-| id | template | kind | evaluator | train | test | intent template |
-|---:|---|---|---|---:|---:|---|
+| id | template | kind | evaluator | train | validation | test | intent template |
+|---:|---|---|---|---:|---:|---:|---|
 {chr(10).join(rows)}
 """
 
 
-def write_tasks(out_dir: str | Path, seed: int = 0) -> tuple[int, int]:
-    """Write ``train.json``, ``test.json`` and ``README.md``; return the two counts."""
-    train, test = generate_tasks(seed)
+def write_tasks(out_dir: str | Path, seed: int = 0) -> dict[str, int]:
+    """Write ``train.json``, ``validation.json``, ``test.json`` and ``README.md``; return the
+    counts."""
+    splits = generate_splits(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "train.json").write_text(dump_json(train), encoding="utf-8")
-    (out / "test.json").write_text(dump_json(test), encoding="utf-8")
-    (out / "README.md").write_text(readme(train, test, seed), encoding="utf-8")
-    return len(train), len(test)
+    for name, tasks in splits.items():
+        (out / f"{name}.json").write_text(dump_json(tasks), encoding="utf-8")
+    (out / "README.md").write_text(readme(splits, seed), encoding="utf-8")
+    return {name: len(tasks) for name, tasks in splits.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,14 +228,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="do not write; exit 1 when the files on disk differ")
     args = parser.parse_args(argv)
     if args.check:
-        train, test = generate_tasks(args.seed)
-        stale = [name for name, tasks in (("train.json", train), ("test.json", test))
-                 if not (Path(args.out) / name).is_file()
-                 or (Path(args.out) / name).read_text(encoding="utf-8") != dump_json(tasks)]
+        splits = generate_splits(args.seed)
+        stale = [f"{name}.json" for name, tasks in splits.items()
+                 if not (Path(args.out) / f"{name}.json").is_file()
+                 or (Path(args.out) / f"{name}.json").read_text(encoding="utf-8")
+                 != dump_json(tasks)]
         print("up to date" if not stale else f"stale: {', '.join(stale)}")
         return 1 if stale else 0
-    n_train, n_test = write_tasks(args.out, args.seed)
-    print(f"wrote {n_train} train and {n_test} test tasks to {args.out}")
+    counts = write_tasks(args.out, args.seed)
+    print("wrote " + ", ".join(f"{n} {name}" for name, n in counts.items())
+          + f" tasks to {args.out}")
     return 0
 
 

@@ -312,6 +312,7 @@ class EpisodeRollout:
             figures.update({"curriculum/proposed": s.proposed, "curriculum/accepted": s.accepted,
                             "curriculum/malformed": s.malformed,
                             "curriculum/infeasible": s.infeasible,
+                            "curriculum/held_out": s.held_out,
                             "curriculum/pool": len(self.curriculum.pool)})
         return figures
 

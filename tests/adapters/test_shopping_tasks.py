@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from dreamgym_agents.adapters.shopping import oraclecheck
-from dreamgym_agents.adapters.shopping.taskgen import TEMPLATES, dump_json, generate_tasks
+from dreamgym_agents.adapters.shopping.taskgen import (
+    TEMPLATES,
+    dump_json,
+    generate_splits,
+    generate_tasks,
+)
 
 TASK_DIR = Path(__file__).resolve().parents[2] / "tasks" / "webarena_shopping"
 REQUIRED = {
@@ -30,14 +35,32 @@ def split():
 @pytest.fixture(scope="module")
 def committed():
     return {name: (TASK_DIR / f"{name}.json").read_text(encoding="utf-8")
-            for name in ("train", "test")}
+            for name in ("train", "validation", "test")}
 
 
 def test_committed_files_are_regenerated_identically(split, committed):
-    train, test = split
-    assert committed["train"] == dump_json(train)
-    assert committed["test"] == dump_json(test)
+    splits = generate_splits(seed=0)
+    assert (splits["train"], splits["test"]) == split
+    for name in ("train", "validation", "test"):
+        assert committed[name] == dump_json(splits[name]), name
     assert (TASK_DIR / "README.md").is_file()
+
+
+def test_the_three_splits_are_disjoint_by_instance_and_intent():
+    import json
+
+    splits = generate_splits(seed=0)
+    keys = {name: {(t["intent_template_id"], json.dumps(t["instantiation_dict"],
+                                                         sort_keys=True)) for t in tasks}
+            for name, tasks in splits.items()}
+    intents = {name: {" ".join(t["intent"].lower().split()) for t in tasks}
+               for name, tasks in splits.items()}
+    ids = {name: {t["task_id"] for t in tasks} for name, tasks in splits.items()}
+    for a, b in (("train", "validation"), ("train", "test"), ("validation", "test")):
+        assert not keys[a] & keys[b] and not intents[a] & intents[b] and not ids[a] & ids[b]
+    assert len(splits["validation"]) >= 80
+    # most templates have validation instances (some have no values left after train and test)
+    assert len({t["intent_template_id"] for t in splits["validation"]}) >= 20
 
 
 def test_counts_and_split(split):

@@ -1,0 +1,57 @@
+"""Held-out tasks: recognised by instruction or by template and values, and kept out of the
+warm start's data by the pipeline."""
+
+from __future__ import annotations
+
+from dreamgym_agents.env import make_family
+from dreamgym_agents.heldout import HeldOut
+from dreamgym_agents.pipeline import Pipeline, preset_config
+from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
+
+
+def task(intent: str, template: str = "", **params: str) -> Task:
+    return Task("t", "webarena", intent,
+                config={"intent_template": template, "instantiation_dict": params})
+
+
+def test_a_held_out_task_is_recognised_by_intent_or_template_and_values():
+    held = HeldOut.of([task("What is the price of Red Kettle?",
+                            "What is the price of {{product}}?", product="Red Kettle")])
+    assert held.matches(task("what is the  price of red kettle"))  # case, spaces, punctuation
+    assert held.matches(task("Price of the Red Kettle, please",
+                             "What is the price of {{product}}?", product=" red kettle"))
+    assert not held.matches(task("What is the price of Blue Lamp?",
+                                 "What is the price of {{product}}?", product="Blue Lamp"))
+    assert not held.matches(task("How many reviews does Red Kettle have?",
+                                 "How many reviews does {{product}} have?", product="Red Kettle"))
+    kept = held.keep([task("What is the price of Red Kettle?"), task("Other")], "x")
+    assert [t.intent for t in kept] == ["Other"] and held.rejected == {"x": 1}
+
+
+def test_the_bundled_family_holds_out_validation_and_test_but_not_train():
+    family = make_family("webarena")
+    held = HeldOut.for_family(family)
+    assert held.splits == ("validation", "test")
+    assert not any(held.matches(t) for t in family.load_tasks("train"))
+    assert all(held.matches(t) for t in family.load_tasks("test"))
+    assert all(held.matches(t) for t in family.load_tasks("validation"))
+
+
+def test_the_warm_start_never_sees_a_held_out_episode(tmp_path):
+    family = make_family("webarena")
+    train, test = family.load_tasks("train")[0], family.load_tasks("test")[0]
+
+    def episode(t: Task, eid: str) -> Trajectory:
+        step = Transition(eid, 0, t.task_id, "URL: x", "send_msg_to_user('1')", "URL: x",
+                          reward=1.0, done=True, success=True)
+        return Trajectory(eid, t, [step], success=True, reward=1.0, agent="noisy")
+
+    folder = tmp_path / "collect"
+    (folder / "noisy").mkdir(parents=True)
+    write_trajectories(folder / "noisy" / "trajectories.jsonl",
+                       [episode(train, "a"), episode(test, "b")])
+    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe.state["done"]["experience"] = {"offline": str(folder)}
+    kept = pipe.offline_episodes()
+    assert [t.episode_id for t in kept] == ["a"]
+    assert pipe.held_out().rejected == {"offline_episodes": 1}
