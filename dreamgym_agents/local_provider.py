@@ -88,6 +88,12 @@ class GenerationRequest:
     constraint: Any = None
     """Optional: an object whose ``allowed(new_ids) -> list[int] | None`` restricts the next
     token (:class:`~dreamgym_agents.action_grammar.Constraint`); None: no restriction."""
+    trace: bool = False
+    """Record, per new token, the tokens the constraint allowed (``allowed``) and the
+    log-probability the token had under the distribution it was drawn from (``logps``): what
+    an RL trainer must score it with."""
+    allowed: list[list[int] | None] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
 
     @property
     def group(self) -> tuple[Any, ...] | None:
@@ -168,25 +174,38 @@ class Batcher:
         kwargs: dict[str, Any] = {"max_new_tokens": max(r.max_tokens for r in batch),
                                   "pad_token_id": self.pad_id}
         if first.temperature > 0:
-            kwargs.update(do_sample=True, temperature=first.temperature)
+            # no top-k cut: the sampling distribution is the (constrained) softmax at the
+            # temperature, which a trainer can score exactly
+            kwargs.update(do_sample=True, temperature=first.temperature, top_k=0)
             if first.top_p is not None:
                 kwargs["top_p"] = first.top_p
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if any(r.constraint is not None for r in batch):
             kwargs["logits_processor"] = _constrained(batch, width)
+        traced = any(r.trace for r in batch)
+        if traced:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
         seeded = first.seed is not None and first.temperature > 0
         with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seeded):
             if seeded:
                 torch.manual_seed(int(first.seed))
             output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        sequences = output.sequences if traced else output
         self.batches += 1
         self.rows += len(batch)
         rows = []
         for i, r in enumerate(batch):
-            new = output[i, width:].tolist()[: r.max_tokens]
+            new = sequences[i, width:].tolist()[: r.max_tokens]
             end = next((j for j, tok in enumerate(new) if tok in self._eos), None)
-            rows.append(new if end is None else new[: end + 1])  # rows that ended are padded
+            new = new if end is None else new[: end + 1]  # rows that ended are padded
+            if r.trace:
+                # the scores are the processed logits the token was drawn from: constraint,
+                # temperature (and top-p) applied
+                r.logps = [float(torch.log_softmax(output.scores[k][i].float(), -1)[tok])
+                           for k, tok in enumerate(new)]
+                r.allowed = (r.allowed + [None] * len(new))[: len(new)]
+            rows.append(new)
         return rows
 
 
@@ -201,6 +220,8 @@ def _constrained(batch: list[GenerationRequest], width: int) -> Any:
                 if r.constraint is None:
                     continue
                 allowed = r.constraint.allowed(input_ids[i, width:].tolist())
+                if r.trace:
+                    r.allowed.append(list(allowed) if allowed else None)
                 if not allowed:  # None: unrestricted ([] never happens: see the grammar)
                     continue
                 mask = torch.full_like(scores[i], float("-inf"))

@@ -182,21 +182,32 @@ class EpisodeTokens:
 
     ``mask`` is 1 on action tokens (generated, or the recorded action for SFT) and 0 on
     environment tokens; ``turns`` holds where each turn's segment starts. The first segment is
-    the prompt of a GRPO rollout, the rest its completion.
+    the prompt of a GRPO rollout, the rest its completion. ``allowed`` holds, for each token,
+    the tokens its decoding constraint allowed (None: unconstrained, and every environment
+    token): an RL trainer scores a sampled action under the same constraint.
     """
 
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
+    allowed: list[list[int] | None] = field(default_factory=list)
 
     def add_env(self, ids: list[int]) -> None:
         self.turns.append(len(self.ids))
         self.ids.extend(ids)
         self.mask.extend([0] * len(ids))
+        self.allowed.extend([None] * len(ids))
 
-    def add_action(self, ids: list[int]) -> None:
+    def add_action(self, ids: list[int], allowed: list[list[int] | None] | None = None) -> None:
         self.ids.extend(ids)
         self.mask.extend([1] * len(ids))
+        allowed = list(allowed or [])
+        self.allowed.extend((allowed + [None] * len(ids))[: len(ids)])
+
+    @property
+    def constrained(self) -> bool:
+        """Whether any token was decoded under a constraint."""
+        return any(a is not None for a in self.allowed)
 
     def turn_ids(self, index: int = -1) -> list[int]:
         """The tokens of one turn so far (its segment, and its action once written)."""
@@ -220,6 +231,17 @@ class EpisodeTokens:
     @property
     def env_mask(self) -> list[int]:
         return self.mask[self.prompt_len:]
+
+
+@dataclass
+class Generated:
+    """New tokens of one generation, with what :meth:`PolicyModel.generate_traced` traced."""
+
+    ids: list[int]
+    allowed: list[list[int] | None]
+    """Per new token, the tokens its constraint allowed (None: unconstrained)."""
+    logps: list[float]
+    """Per new token, its log-probability under the distribution it was sampled from."""
 
 
 class PolicyModel:
@@ -306,6 +328,12 @@ class PolicyModel:
                  constraint: Any = None) -> list[int]:
         """New token ids after ``ids`` (blocking; batched with concurrent callers), within
         ``constraint`` if one is given (:meth:`constraint`)."""
+        return self.generate_traced(ids, temperature, constraint, trace=False).ids
+
+    def generate_traced(self, ids: list[int], temperature: float | None = None,
+                        constraint: Any = None, *, trace: bool = True) -> Any:
+        """:meth:`generate`, with (``trace``) the tokens the constraint allowed at each new
+        token and each token's log-probability under the distribution it was drawn from."""
         from dreamgym_agents.local_provider import GenerationRequest
 
         temp = self.cfg.temperature if temperature is None else temperature
@@ -317,8 +345,10 @@ class PolicyModel:
                                  f"context of {context}: lower policy.max_state_lines",
                                  retryable=False)
             budget = min(budget, context - len(ids))
-        return self.batcher.submit(GenerationRequest(ids, budget, temp, None, None,
-                                                     constraint=constraint))
+        request = GenerationRequest(ids, budget, temp, None, None, constraint=constraint,
+                                    trace=trace)
+        new = self.batcher.submit(request)
+        return Generated(new, request.allowed, request.logps)
 
 
 class PolicyAgent:
@@ -360,11 +390,13 @@ class PolicyAgent:
         tokens, ids = await asyncio.to_thread(self._segment, task, observation, history,
                                               episode_id)
         constraint = self.policy.constraint(task, observation.state)
-        new = await asyncio.to_thread(self.policy.generate, ids, self.temperature, constraint)
+        generated = await asyncio.to_thread(self.policy.generate_traced, ids, self.temperature,
+                                            constraint, trace=self.keep_tokens)
+        new, allowed = list(generated.ids), list(generated.allowed)
         if not new or new[-1] not in self.policy.eos:
             new = [*new, self.policy.eos_id]  # cut at max_action_tokens: the action ends here
         with self._lock:
-            tokens.add_action(new)
+            tokens.add_action(new, allowed)
             if not self.keep_tokens:
                 self._episodes.pop(episode_id, None)
         written = self.policy.decode(new).strip()

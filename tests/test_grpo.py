@@ -15,6 +15,7 @@ from test_policy import counter_demos, tiny_sft
 from dreamgym_agents.graph import EnvPool
 from dreamgym_agents.policy import PolicyConfig, PolicyModel
 from dreamgym_agents.training.grpo import (
+    ConstraintBook,
     EpisodeRollout,
     GRPOStageConfig,
     train_grpo,
@@ -106,6 +107,61 @@ def test_turns_are_scored_from_their_own_segment(tmp_path, counter_env_factory):
     assert (logps[0][torch.tensor(tokens.env_mask + [0] * pad) == 0] == 0).all()
 
 
+def test_constrained_actions_are_scored_under_the_distribution_they_were_sampled_from(
+        tmp_path, counter_env_factory):
+    """Actions sampled under the page's grammar: the log-probabilities the loss (and the KL)
+    uses are those of the constrained distribution the tokens were drawn from, as the sampler
+    itself reported them; over the whole vocabulary they would be lower (biased)."""
+    from dreamgym_agents.policy import EpisodeTokens
+
+    demos = counter_demos(tmp_path, counter_env_factory, 3)
+    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))
+    task = Task(task_id="t", family="webarena", intent="Open the Laptops page")
+    page = ("URL: http://s/\nTitle: Shop\n[3] link 'Laptops'\n[4] link 'Headphones'\n"
+            "[5] searchbox 'Search'\n[6] button 'Search'")
+    segment = policy.segment_ids(task, page)
+    assistant = policy.tokenizer.convert_tokens_to_ids("<|assistant|>")
+    for trial in range(3):
+        constraint = policy.constraint(task, page)
+        assert constraint is not None
+        torch.manual_seed(trial)
+        generated = policy.generate_traced(segment, 1.0, constraint)
+        assert len(generated.ids) == len(generated.allowed) == len(generated.logps) > 1
+        # the trace is the grammar's: what it allowed after each prefix of the action
+        check = policy.constraint(task, page)
+        for k in range(len(generated.ids)):
+            assert generated.allowed[k] == (check.allowed(generated.ids[:k]) or None)
+            assert generated.ids[k] in generated.allowed[k]
+        tokens = EpisodeTokens()
+        tokens.add_env(segment)
+        tokens.add_action(generated.ids, generated.allowed)
+        book = ConstraintBook()
+        book.add(tokens)
+        pad = 2  # TRL pads the rows; the book finds a row by its tokens
+        ids = torch.tensor([[policy.pad_id] * pad + tokens.ids])
+        mask = torch.tensor([[0] * pad + [1] * len(tokens.ids)])
+        keep = len(tokens.completion_ids)
+        score = {"user_id": policy.user_id, "assistant_id": assistant, "pad_id": policy.pad_id,
+                 "temperature": 1.0}
+        with torch.no_grad():
+            constrained, entropy = turn_logps(policy.model, ids, mask, keep, constraints=book,
+                                              compute_entropy=True, **score)
+            free, _ = turn_logps(policy.model, ids, mask, keep, **score)
+        sampled = torch.tensor(generated.logps)
+        assert torch.allclose(constrained[0], sampled, atol=1e-4), (constrained, sampled)
+        assert (free[0] <= constrained[0] + 1e-6).all() and (free[0] < sampled - 1e-3).any()
+        assert torch.isfinite(entropy).all()
+
+
+def test_the_loss_normalisation_is_a_setting():
+    from dreamgym_agents.errors import ConfigError
+
+    assert GRPOStageConfig().loss_type == "dapo"
+    assert GRPOStageConfig(loss_type="grpo").loss_type == "grpo"
+    with pytest.raises(ConfigError, match="loss_type must be one of"):
+        GRPOStageConfig(loss_type="mean")
+
+
 def test_a_real_transition_budget_is_never_exceeded(tmp_path, counter_env_factory):
     demos = counter_demos(tmp_path, counter_env_factory, 6)
     path = tiny_sft(tmp_path, demos, steps=5)
@@ -159,18 +215,21 @@ def test_grpo_in_a_tiny_dream_moves_reward_upward(tmp_path):
     assert n == 30 and rise > 0.15, success
     assert result["synthetic_transitions"] > 0 and result["real_transitions"] == 0
 
-    def margin(checkpoint: str) -> float:
-        policy = PolicyModel.load(checkpoint)
-        seg = policy.segment_ids(SAY_HI, "URL: http://s/\nTitle: ")
-        scores = []
-        for action in ("stop [hi]", "stop [bye]"):
-            ids = seg + policy.action_ids(action)
-            with torch.no_grad():
-                lp = torch.log_softmax(policy.model(input_ids=torch.tensor([ids])).logits[0], -1)
-            scores.append(sum(lp[j - 1, ids[j]].item() for j in range(len(seg), len(ids))))
-        return scores[0] - scores[1]
+    assert say_hi_margin(result["path"]) > say_hi_margin(path) + 1.0
 
-    assert margin(result["path"]) > margin(path) + 1.0
+
+def say_hi_margin(checkpoint: str) -> float:
+    """log p(stop [hi]) - log p(stop [bye]) at the dream's start: how much the policy prefers
+    the rewarded answer."""
+    policy = PolicyModel.load(checkpoint)
+    seg = policy.segment_ids(SAY_HI, "URL: http://s/\nTitle: ")
+    scores = []
+    for action in ("stop [hi]", "stop [bye]"):
+        ids = seg + policy.action_ids(action)
+        with torch.no_grad():
+            lp = torch.log_softmax(policy.model(input_ids=torch.tensor([ids])).logits[0], -1)
+        scores.append(sum(lp[j - 1, ids[j]].item() for j in range(len(seg), len(ids))))
+    return scores[0] - scores[1]
 
 
 def test_a_one_batch_stage_updates_the_policy(tmp_path):
@@ -186,9 +245,10 @@ def test_a_one_batch_stage_updates_the_policy(tmp_path):
     logged = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
               if "grpo/learning_rate" in line]
     assert result["steps"] == 1 and logged[0]["grpo/learning_rate"] == 1e-3
-    before = PolicyModel.load(path).model.state_dict()
-    after = PolicyModel.load(result["path"]).model.state_dict()
-    assert any(not torch.equal(before[k], after[k]) for k in before)
+    rollouts = read_trajectories(tmp_path / "grpo" / "rollouts.jsonl")
+    assert 0 < sum(t.success for t in rollouts) < len(rollouts)  # the group has a signal
+    # the one step moved the policy toward the rewarded answer, not just anywhere
+    assert say_hi_margin(result["path"]) > say_hi_margin(path) + 0.05
 
 
 def test_num_iterations_reuses_each_batch_of_rollouts(tmp_path, counter_env_factory):

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 METRICS_FILE = "metrics.jsonl"
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
 
 
 @dataclass
@@ -62,6 +63,11 @@ class GRPOStageConfig:
             first step a rate of 0, and a one-batch stage, such as sim-to-real on a small
             budget, would not learn at all).
         beta: KL coefficient to the warm-start policy (0: no reference model).
+        loss_type: How the token losses are normalised (TRL's ``loss_type``): ``dapo`` (the
+            default: by the number of action tokens in the whole accumulated batch, no length
+            bias), ``grpo`` (each episode by its own length, then averaged: favours short
+            successful and long failed episodes), ``dr_grpo`` (by a constant), ``bnpo`` (by
+            the action tokens of the micro-batch).
         epsilon: PPO-style clipping range of the ratio.
         micro_batch: Episodes per forward/backward pass (gradient accumulation makes the step).
         real_transition_budget: Real transitions the stage may take (None: no cap): never
@@ -82,6 +88,7 @@ class GRPOStageConfig:
     temperature: float = 1.0
     learning_rate: float = 1e-4
     beta: float = 0.04
+    loss_type: str = "dapo"
     epsilon: float = 0.2
     micro_batch: int = 4
     real_transition_budget: int | None = None
@@ -104,6 +111,9 @@ class GRPOStageConfig:
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be positive for RL rollouts, got "
                               f"{self.temperature}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got "
+                              f"{self.loss_type!r}")
         if self.learning_rate <= 0 or self.beta < 0 or self.epsilon <= 0:
             raise ConfigError("learning_rate and epsilon must be positive, beta >= 0")
         if self.real_transition_budget is not None and self.real_transition_budget < 1:
@@ -223,6 +233,9 @@ class EpisodeRollout:
         self.on_batch = on_batch
         self.counters = RolloutCounters()
         self._policy: PolicyModel | None = None
+        self.constraints = ConstraintBook()
+        """The decoding constraint of every sampled token of the current batch, for the
+        trainer to score actions under the distribution they were sampled from."""
 
     def _policy_for(self, trainer: Any) -> PolicyModel:
         if self._policy is None or self._policy.model is not trainer.model:
@@ -238,6 +251,7 @@ class EpisodeRollout:
                     for i, task in enumerate(tasks) for g in range(group)]
         policy = self._policy_for(trainer)
         agent = PolicyAgent(policy, temperature=self.cfg.temperature, name=f"{self.stage}-policy")
+        self.constraints.clear()  # the previous batch has been scored
         started = time.perf_counter()
         outcomes = run_async(play_episodes(episodes, self.pool, agent,
                                            max_steps=self.cfg.max_episode_steps),
@@ -257,6 +271,7 @@ class EpisodeRollout:
                 out["prompt_ids"].append(tokens.prompt_ids)
                 out["completion_ids"].append(tokens.completion_ids)
                 out["env_mask"].append(tokens.env_mask)
+                self.constraints.add(tokens)
                 rewards.append(1.0 if outcome.success else 0.0)
             else:  # kept out of the loss: every token masked, a neutral reward (below)
                 self.counters.masked_episodes += 1
@@ -334,13 +349,43 @@ def run_async(coro: Any, workers: int) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+class ConstraintBook:
+    """The tokens each sampled action token was allowed (its decoding constraint), by the
+    episode's whole token sequence: the trainer finds a batch row's constraints by its tokens,
+    whatever order and padding TRL gives the rows."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[int, ...], list[list[int] | None]] = {}
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def add(self, tokens: Any) -> None:
+        if tokens.constrained:
+            self._rows[tuple(tokens.ids)] = list(tokens.allowed)
+
+    def row(self, ids: list[int]) -> list[list[int] | None] | None:
+        """Per token of ``ids`` (a row's tokens, padding removed), the allowed tokens; None
+        for a row decoded unconstrained."""
+        return self._rows.get(tuple(ids))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *,
                user_id: int, assistant_id: int, pad_id: int, temperature: float = 1.0,
                compute_entropy: bool = False, bf16: bool = False,
-               rows_per_pass: int = 16) -> tuple[Any, Any]:
+               rows_per_pass: int = 16,
+               constraints: ConstraintBook | None = None) -> tuple[Any, Any]:
     """Log-probabilities (and entropies) of the completion tokens, each turn scored from its own
     ``<|user|>`` token; only action tokens (after the turn's ``<|assistant|>``) are scored, the
     others get 0 (they are masked out of the loss).
+
+    With ``constraints``, a token sampled under a decoding constraint is scored under the same
+    constraint (the softmax over the tokens it allowed), so the log-probabilities, the ratio and
+    the KL are those of the distribution the actions were sampled from; scored over the whole
+    vocabulary they would be biased by the mass of the forbidden tokens.
 
     Returns:
         ``(logps, entropies)`` of shape ``(batch, logits_to_keep)`` (entropies None unless asked).
@@ -350,11 +395,16 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
     batch, length = input_ids.shape
     first_completion = length - logits_to_keep
     rows: list[tuple[int, int, int]] = []
+    allowed_of: dict[int, tuple[int, list[list[int] | None]]] = {}  # row → (its start, allowed)
     for b in range(batch):
         present = attention_mask[b].nonzero().flatten()
         if not len(present):
             continue
         lo, hi = int(present[0]), int(present[-1]) + 1
+        if constraints is not None and len(constraints):
+            found = constraints.row(input_ids[b, lo:hi].tolist())
+            if found is not None:
+                allowed_of[b] = (lo, found)
         starts = [lo + int(i) for i in (input_ids[b, lo:hi] == user_id).nonzero().flatten()]
         if not starts or starts[0] != lo:
             starts = [lo, *starts]
@@ -392,18 +442,30 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
                               use_cache=False).last_hidden_state
         rows_t, cols_t = torch.tensor(src_r), torch.tensor(src_c)
         logits = head(hidden[rows_t, cols_t - 1].float()).float() / temperature
+        if allowed_of:
+            mask = torch.zeros_like(logits, dtype=torch.bool)
+            for n, (i, j) in enumerate(zip(src_r, src_c, strict=True)):
+                b, s = chunk[i][0], chunk[i][1]
+                if b in allowed_of:
+                    lo, allowed = allowed_of[b]
+                    choice = allowed[s + j - lo]
+                    if choice is not None:
+                        mask[n, torch.tensor(choice, dtype=torch.long)] = True
+                        continue
+                mask[n] = True  # unconstrained
+            logits = logits.masked_fill(~mask, float("-inf"))
         logp_all = torch.log_softmax(logits, dim=-1)
         token_lp = logp_all.gather(-1, ids[rows_t, cols_t].unsqueeze(-1)).squeeze(-1)
         where = (torch.tensor(dst_b), torch.tensor(dst_c))
         logps = logps.index_put(where, token_lp)
         if entropies is not None:
-            ent = -(logp_all.exp() * logp_all).sum(-1)
+            ent = -(logp_all.exp() * logp_all.masked_fill(logp_all == float("-inf"), 0.0)).sum(-1)
             entropies = entropies.index_put(where, ent.detach())
     return logps, entropies
 
 
 def _trainer_class(trl: Any, *, user_id: int, assistant_id: int, pad_id: int,
-                   bf16: bool) -> type:
+                   bf16: bool, constraints: ConstraintBook | None = None) -> type:
     class TurnGRPOTrainer(trl.GRPOTrainer):
         """GRPOTrainer whose log-probabilities score each turn from its own ``<|user|>``."""
 
@@ -416,7 +478,7 @@ def _trainer_class(trl: Any, *, user_id: int, assistant_id: int, pad_id: int,
             logps, entropies = turn_logps(
                 model, input_ids, attention_mask, logits_to_keep, user_id=user_id,
                 assistant_id=assistant_id, pad_id=pad_id, temperature=self.temperature,
-                compute_entropy=compute_entropy, bf16=bf16)
+                compute_entropy=compute_entropy, bf16=bf16, constraints=constraints)
             return logps, entropies, None
 
     return TurnGRPOTrainer
@@ -482,6 +544,7 @@ def train_grpo(
         learning_rate=cfg.learning_rate,
         lr_scheduler_type="constant",
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
+        loss_type=cfg.loss_type,
         use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to=[],
         seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
         mask_truncated_completions=True, disable_tqdm=True, dataloader_num_workers=0,
@@ -512,7 +575,8 @@ def train_grpo(
 
     rollout.on_batch = batch_metrics
     trainer = _trainer_class(trl, user_id=user_id, assistant_id=assistant_id,
-                             pad_id=int(tokenizer.pad_token_id), bf16=bf16)(
+                             pad_id=int(tokenizer.pad_token_id), bf16=bf16,
+                             constraints=rollout.constraints)(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
         rollout_func=rollout, callbacks=[_Control()])
