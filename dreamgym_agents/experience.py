@@ -415,6 +415,10 @@ class ExperienceConfig:
         prompt_style: ``full`` (``prompts/experience_model.md``: every state in full, for hosted
             and large models) or ``compact`` (``prompts/experience_model_compact.md``: states
             through their differences, for small models trained on it, e.g. the embedded default).
+        exclude_same_task: Never retrieve a record of the task being played (by task id), as
+            the experience model's training retrieved demonstrations from other tasks only
+            (:class:`~dreamgym_agents.training.experience_data.ExampleConfig`): a model trained
+            so must not be shown the task's own recorded answer and outcome at inference.
     """
 
     history_steps: int = 4
@@ -428,6 +432,7 @@ class ExperienceConfig:
     )
     max_state_lines: int = 120
     prompt_style: str = "full"
+    exclude_same_task: bool = True
 
     def __post_init__(self) -> None:
         if self.prompt_style not in ("full", "compact"):
@@ -516,17 +521,21 @@ class ExperienceModel:
                 "experience/failure_rate": rate}
 
     def retrieve(self, state: str, action: str, exclude_episode: str | None = None, *,
-                 intent: str = "", params: dict[str, str] | None = None) -> list:
+                 intent: str = "", params: dict[str, str] | None = None,
+                 task_id: str = "") -> list:
         """The demonstrations for this step (none when retrieval is off or there is no buffer).
 
         For a final answer with a known task ``intent`` (and ``params``), the demonstrations are
-        recorded final answers chosen by their answer checks (:func:`retrieve_demos`).
+        recorded final answers chosen by their answer checks (:func:`retrieve_demos`). Records
+        of the task ``task_id`` itself are left out (``exclude_same_task``).
         """
         if not self.cfg.use_retrieval or self.buffer is None:
             return []
+        where = self.cfg.retrieval_where
+        if self.cfg.exclude_same_task and task_id:
+            where = {**(where or {}), "task_id": {"$ne": str(task_id)}}
         return retrieve_demos(self.buffer, intent, state, action, k=self.cfg.top_k,
-                              where=self.cfg.retrieval_where, exclude_episode=exclude_episode,
-                              params=params)
+                              where=where, exclude_episode=exclude_episode, params=params)
 
     def render_inputs(
         self, task: Task | str, history: list[Transition], state: str, action: str,
@@ -587,7 +596,9 @@ class ExperienceModel:
 
         intent = task.intent if isinstance(task, Task) else task
         params = task.params if isinstance(task, Task) else {}
-        demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params)
+        task_id = str(task.task_id) if isinstance(task, Task) else ""
+        demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params,
+                              task_id=task_id)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
         overrides: dict[str, Any] = {}

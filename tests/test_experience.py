@@ -167,7 +167,8 @@ def test_predict_reads_the_answer_and_names_the_demos_best_first():
     assert pred.demos == ["real-1:0", "real-2:4"]
     # more candidates than shown: they are re-ranked (rank_step_demos)
     assert buffer.calls[0]["k"] == 16 and buffer.calls[0]["exclude_episode"] == "mine"
-    assert buffer.calls[0]["where"] == {"provenance": {"$in": ["offline", "real"]}}
+    assert buffer.calls[0]["where"] == {"provenance": {"$in": ["offline", "real"]},
+                                        "task_id": {"$ne": TASK.task_id}}
 
 
 def test_demos_appear_in_the_prompt_best_first():
@@ -344,3 +345,21 @@ def test_signature_runs_in_dspy_predict_with_every_input():
     assert out.reward == 1.0 and out.done is True and out.next_state == LAPTOPS
     # Every input reaches the model (an input named "demos" would be taken by dspy.Predict).
     assert "MARKER-42" in str(lm.history[-1]["messages"])
+
+
+def test_inference_never_retrieves_the_played_tasks_own_records(tmp_path):
+    """Training retrieved demonstrations from other tasks only; so does inference: a task of
+    the buffer played in the dream is not shown its own recorded steps (its answer)."""
+    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+
+    own = Transition("own-1", 0, TASK.task_id, HOME, "click('1')", LAPTOPS, provenance="offline")
+    other = Transition("other-1", 0, "8", HOME, "click('1')", LAPTOPS, provenance="offline")
+    with ReplayBuffer(BufferConfig(path=str(tmp_path / "buf"))) as buffer:
+        buffer.add([own, other])
+        model = ExperienceModel(ExperienceConfig(top_k=2), ScriptedModel([GOOD]), buffer)
+        prediction = model.predict(TASK, [], HOME, "click('1')")
+        assert prediction.demos == ["other-1:0"]
+        keep = ExperienceModel(ExperienceConfig(top_k=2, exclude_same_task=False),
+                               ScriptedModel([GOOD]), buffer)
+        assert sorted(keep.predict(TASK, [], HOME, "click('1')").demos) == ["other-1:0",
+                                                                          "own-1:0"]

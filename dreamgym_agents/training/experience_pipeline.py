@@ -132,11 +132,12 @@ def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
 
 def trained_settings(model: str) -> dict[str, Any]:
     """The experience settings a checkpoint trained by this pipeline must be prompted with
-    (``top_k``, the ablation flags, ``prompt_style``); empty for other model strings."""
+    (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``);
+    empty for other model strings."""
     manifest = (read_manifest(model[3:]) if model.startswith("hf/") else None) or {}
     trained = manifest.get("example_config", {})
-    out = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval", "use_reasoning")
-           if k in trained}
+    out = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval", "use_reasoning",
+                                   "exclude_same_task") if k in trained}
     if "prompt_style" in manifest:
         out["prompt_style"] = manifest["prompt_style"]
     return out
