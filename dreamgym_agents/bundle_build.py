@@ -390,10 +390,11 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) 
     return figures
 
 
-FIDELITY_KEYS = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1",
+FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "done_accuracy",
+                 "done_balanced_accuracy", "done_f1", "success_accuracy", "state_f1",
                  "em_failure_rate", "final_success_recall", "final_failure_recall",
                  "oracle_real_success", "oracle_dream_success", "random_real_success",
-                 "random_dream_success")
+                 "random_dream_success", "baselines")
 
 
 def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path,

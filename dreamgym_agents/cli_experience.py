@@ -535,12 +535,22 @@ def fidelity_command(
         gateway.close()
         if judge_gateway is not None:
             judge_gateway.close()
-    keys = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1", "em_failure_rate",
-            "final_success_recall", "final_failure_recall", "oracle_real_success",
-            "oracle_dream_success", "random_real_success", "random_dream_success")
+    keys = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "done_accuracy",
+            "done_balanced_accuracy", "done_f1", "success_accuracy", "state_f1",
+            "em_failure_rate", "final_success_recall", "final_failure_recall",
+            "oracle_real_success", "oracle_dream_success", "random_real_success",
+            "random_dream_success")
     console.print("  ".join(f"{k}={report.get(k)}" for k in keys))
+    base = report.get("baselines") or {}
+    if base:
+        console.print("baselines: reward always 0 (accuracy "
+                      f"{base['reward_always_0']['accuracy']}, balanced 0.5, F1 0); done from "
+                      f"the action's type (accuracy {base['done_from_action_type']['accuracy']}, "
+                      f"balanced {base['done_from_action_type']['balanced_accuracy']}, F1 "
+                      f"{base['done_from_action_type']['f1']}); state F1 of copying the current "
+                      f"page {base['state_f1_copy_current_page']}")
     console.print(f"wrote {out / FIDELITY_FILE}")
-    print(json.dumps({k: report.get(k) for k in keys}))
+    print(json.dumps({**{k: report.get(k) for k in keys}, "baselines": base}))
 
 
 @contextmanager

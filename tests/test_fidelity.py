@@ -105,6 +105,42 @@ def test_done_is_compared_with_termination_not_the_step_limit():
     assert transition_metrics([(cut, says_done)])["done_accuracy"] == 0.0
 
 
+def test_rare_outcomes_are_scored_balanced_next_to_trivial_baselines():
+    # 9 navigation steps and 1 right answer: predicting reward 0 everywhere is 90 % accurate
+    steps = [Transition("ep", i, "7", HOME, "click('1')", LAPTOPS) for i in range(9)]
+    steps.append(real_steps()[2])
+    never = [(t, ExperiencePrediction(ExperienceOutput("", t.next_state, 0.0, False, False)))
+             for t in steps]
+    metrics = transition_metrics(never)
+    assert metrics["reward_accuracy"] == pytest.approx(0.9)
+    assert metrics["reward_balanced_accuracy"] == 0.5 and metrics["reward_f1"] == 0.0
+    assert metrics["done_balanced_accuracy"] == 0.5 and metrics["done_f1"] == 0.0
+    base = metrics["baselines"]
+    assert base["reward_always_0"]["accuracy"] == pytest.approx(0.9)
+    assert base["reward_always_0"]["balanced_accuracy"] == 0.5
+    assert base["reward_always_0"]["f1"] == 0.0 and base["reward_always_0"]["positives"] == 1
+    # done is read off the action's type: the answer ends the episode, a click does not
+    assert base["done_from_action_type"]["accuracy"] == 1.0
+    assert base["done_from_action_type"]["f1"] == 1.0
+    # copying the current page: HOME → LAPTOPS shares nothing, CART → CART everything
+    assert base["state_f1_copy_current_page"] == pytest.approx(0.1)
+    right = transition_metrics([(t, perfect(t)) for t in steps])
+    assert right["reward_balanced_accuracy"] == right["reward_f1"] == 1.0
+    assert right["done_balanced_accuracy"] == right["done_f1"] == 1.0
+    # an experience-model failure counts as wrong in the balanced scores too
+    failed = [*never[:9], (steps[9], ExperiencePrediction(None, failure="garbage"))]
+    assert transition_metrics(failed)["reward_balanced_accuracy"] == 0.5
+
+
+def test_binary_scores():
+    from dreamgym_agents.fidelity import binary_scores
+
+    scores = binary_scores([True, True, False, False], [True, False, False, None])
+    assert scores["accuracy"] == 0.5 and scores["balanced_accuracy"] == 0.5
+    assert scores["f1"] == pytest.approx(2 * 1.0 * 0.5 / 1.5, abs=1e-4)
+    assert binary_scores([False, False], [False, False])["f1"] is None  # no positive case
+
+
 def test_no_pairs_gives_zeros():
     metrics = transition_metrics([])
     assert metrics["n"] == 0 and metrics["state_f1"] == 0.0 and metrics["em_failure_rate"] == 0.0
