@@ -147,37 +147,62 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
     """Rows of mean ± std real success over seeds, with the real RL transitions used."""
     rows = []
     seeds = sorted({seed for seed, _ in states})
+    every_code: set[str] = set()
     for label, run, stage, trained in ROWS:
         values, reals = [], []
+        codes: set[str] = set()
         for seed in seeds:
             done = states.get((seed, run), {}).get("done", {})
             if stage not in done:
                 continue
             values.append(float(done[stage]["success"]))
             reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
+            # the code of every stage the row's figure depends on
+            codes |= {_code(done[s]) for s in ("sft", *trained, stage) if s in done}
         if not values:
             continue
+        every_code |= codes
         rows.append({
             "row": label, "run": run, "seeds": len(values), "success": values,
             "success_mean": round(statistics.fmean(values), 4),
             "success_std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
             "real_transitions": reals,
             "real_transitions_mean": round(statistics.fmean(reals), 1),
+            "code": sorted(codes),
         })
     return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds,
+            "code": sorted(every_code), "mixed_code": len(every_code) > 1,
             "real_budget": cfg.real_budget or default_real_budget(base),
             "preset": base.preset, "task": base.task,
             "eval_tasks": base.eval_limit or "all"}
 
 
+def _code(result: dict[str, Any]) -> str:
+    """A stage's code version in a few characters (``unknown`` for records without one)."""
+    from dreamgym_agents.version import describe
+
+    code = result.get("code")
+    return describe(code) if isinstance(code, dict) else "unknown"
+
+
 def render_table(table: dict[str, Any]) -> str:
     lines = [f"# Table 1 (shape) — {table['task']}, preset {table['preset']}, "
-             f"{table['seeds']} seed(s), N = {table['real_budget']}", "",
-             "| method | real RL transitions (mean) | real test success (mean ± std) | per seed |",
-             "|---|---|---|---|"]
+             f"{table['seeds']} seed(s), N = {table['real_budget']}", ""]
+    mixed = table.get("mixed_code")
+    if mixed:
+        lines += [f"**Warning: these rows were measured with different code versions "
+                  f"({', '.join(table['code'])}); each row says which. Rerun the stale runs "
+                  "(`dg-agents run --rerun-from STAGE`, or a new bench folder) before comparing "
+                  "them.**", ""]
+    elif table.get("code"):
+        lines += [f"Every row: code {table['code'][0]}.", ""]
+    lines += ["| method | real RL transitions (mean) | real test success (mean ± std) | "
+              "per seed |" + (" code |" if mixed else ""),
+              "|---|---|---|---|" + ("---|" if mixed else "")]
     for row in table["rows"]:
         per_seed = ", ".join(f"{v:.3f}" for v in row["success"])
         lines.append(f"| {row['row']} | {row['real_transitions_mean']:.0f} | "
-                     f"{row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |")
+                     f"{row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |"
+                     + (f" {', '.join(row.get('code', []))} |" if mixed else ""))
     lines.append("")
     return "\n".join(lines)

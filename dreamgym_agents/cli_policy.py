@@ -151,6 +151,11 @@ def run_command(
         bool | None, typer.Option("--sim-to-real/--no-sim-to-real",
                                   help="Run the sim-to-real stages [preset].")
     ] = None,
+    rerun_from: Annotated[
+        str | None, typer.Option("--rerun-from", help="Run this stage and every later one "
+                                 "again (the finished ones' records are kept aside): e.g. "
+                                 "after a fix, s2r or eval_sft.")
+    ] = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -166,7 +171,7 @@ def run_command(
     cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides)
     cfg.task = task
     with _reporter() as reporter:
-        summary = Pipeline(cfg, out, reporter).run()
+        summary = Pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
         keys = ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
                 "synthetic_transitions", "wall_seconds")
         reporter.say("  ".join(f"{k}={summary.get(k)}" for k in keys))

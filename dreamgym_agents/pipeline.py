@@ -217,7 +217,8 @@ class Pipeline:
 
     def __init__(self, cfg: PipelineConfig, out: str | Path,
                  reporter: Reporter | None = None,
-                 adopt: dict[str, dict[str, Any]] | None = None) -> None:
+                 adopt: dict[str, dict[str, Any]] | None = None,
+                 rerun_from: str | None = None) -> None:
         if is_hosted(cfg.policy):
             raise ConfigError(f"policy {cfg.policy!r} is a hosted model: run cannot update its "
                               "weights (use embedded or hf/<checkpoint>)")
@@ -228,6 +229,10 @@ class Pipeline:
         self.stages = [s for s in STAGES
                        if cfg.sim_to_real or s not in ("s2r", "eval_s2r")]
         self.adopt = adopt or {}
+        if rerun_from is not None and rerun_from not in self.stages:
+            raise ConfigError(f"--rerun-from {rerun_from}: not a stage of this run; choose from "
+                              f"{', '.join(self.stages)}")
+        self.rerun_from = rerun_from
         self._family: Any = None
         self._dream: Any = None
         self._held_out: Any = None
@@ -251,8 +256,36 @@ class Pipeline:
             self.state = json.loads(state.read_text())
         for stage, result in self.adopt.items():  # another run's stages (a bench's warm start)
             self.state["done"].setdefault(stage, {**result, "adopted": True})
+        # the code each (re)start of this run ran with; every stage records its own
+        from dreamgym_agents.version import code_version
+
+        versions = self.state.setdefault("code", [])
+        if not versions or versions[-1] != code_version():
+            versions.append(code_version())
+        if self.rerun_from is not None:
+            self._set_aside_from(self.rerun_from)
+        _write_json(self.out / STATE_FILE, self.state)
+
+    def _set_aside_from(self, first: str) -> None:
+        """Forget ``first`` and every later stage, their records kept aside
+        (``<folder>.before-rerun-<n>``, and ``state.json``'s ``reruns``)."""
+        later = self.stages[self.stages.index(first):]
+        n = len(self.state.setdefault("reruns", [])) + 1
+        previous = {s: self.state["done"].pop(s) for s in later if s in self.state["done"]}
+        for sub in ("stages", "eval", "checkpoints"):
+            for stage in later:
+                folder = self.out / sub / stage
+                if folder.exists():
+                    folder.rename(folder.with_name(f"{stage}.before-rerun-{n}"))
+        self.state["reruns"].append({"from": first, "time": round(time.time(), 1),
+                                     "previous": previous})
+        self.reporter.say(f"rerunning from {first}: {len(previous)} finished stage(s) set "
+                          f"aside (records kept as *.before-rerun-{n})")
 
     def _finish(self, stage: str, result: dict[str, Any]) -> None:
+        from dreamgym_agents.version import code_version
+
+        result.setdefault("code", code_version())
         self.state["done"][stage] = result
         _write_json(self.out / STATE_FILE, self.state)
         self._metric({"stage": stage, "event": "done", **_flat(result)})

@@ -160,8 +160,8 @@ def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypat
 
     calls: dict[str, list[str]] = {}
 
-    def stubbed(cfg, out, reporter=None, adopt=None):
-        return Stubbed(cfg, out, reporter, adopt=adopt,
+    def stubbed(cfg, out, reporter=None, adopt=None, rerun_from=None):
+        return Stubbed(cfg, out, reporter, adopt=adopt, rerun_from=rerun_from,
                        calls=calls.setdefault(f"{out.parent.name}/{out.name}", []))
 
     monkeypatch.setattr(bench, "Pipeline", stubbed)
@@ -175,3 +175,50 @@ def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypat
     assert rows["DreamGym-S2R"]["real_transitions"] == [40, 40]
     assert rows["DreamGym"]["real_transitions"] == [0, 0]
     assert (tmp_path / "table.md").read_text().count("| DreamGym") == 2
+
+
+def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):
+    from dreamgym_agents.version import code_version
+
+    cfg = preset_config("quick")
+    calls: list[str] = []
+    Stubbed(cfg, tmp_path, calls=calls).run()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["code"] == [code_version()] and state["code"][0]["commit"]
+    assert all(result["code"] == code_version() for result in state["done"].values())
+    assert json.loads((tmp_path / "config.json").read_text())["dream"]["max_steps"] == 8
+
+    calls.clear()
+    Stubbed(cfg, tmp_path, calls=calls, rerun_from="s2r").run()
+    assert calls == ["s2r", "eval_s2r"]  # the earlier stages are kept
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["reruns"][0]["from"] == "s2r"
+    assert set(state["reruns"][0]["previous"]) == {"s2r", "eval_s2r", "report"}
+    assert (tmp_path / "stages" / "s2r.before-rerun-1").is_dir()  # nothing recorded lost
+    with pytest.raises(ConfigError, match="not a stage of this run"):
+        Stubbed(cfg, tmp_path, calls=calls, rerun_from="warmup")
+
+
+def test_a_bench_table_says_when_its_rows_come_from_different_code():
+    from dreamgym_agents.bench import BenchConfig, make_table, render_table
+
+    def run(commit: str, dirty: bool = False) -> dict:
+        code = {"commit": commit, "dirty": dirty, "package": "0.1.0"}
+        return {"done": {"sft": {"success": 0.1, "code": code},
+                         "eval_sft": {"success": 0.1, "code": code},
+                         "dream_rl": {"real_transitions": 0, "code": code},
+                         "eval_dream": {"success": 0.2, "code": code},
+                         "s2r": {"real_transitions": 10, "code": code},
+                         "eval_s2r": {"success": 0.3, "code": code}}}
+
+    cfg, base = BenchConfig(seeds=1, ablations=()), preset_config("quick")
+    same = make_table({(0, "dreamgym"): run("a" * 40)}, cfg, base)
+    assert not same["mixed_code"] and "Every row: code aaaaaaa." in render_table(same)
+    mixed_run = run("a" * 40)
+    mixed_run["done"]["s2r"]["code"] = {"commit": "b" * 40, "dirty": True}
+    mixed = make_table({(0, "dreamgym"): mixed_run}, cfg, base)
+    assert mixed["mixed_code"] and mixed["code"] == ["aaaaaaa", "bbbbbbb+dirty"]
+    rows = {r["row"]: r for r in mixed["rows"]}
+    assert rows["DreamGym"]["code"] == ["aaaaaaa"]
+    assert rows["DreamGym-S2R"]["code"] == ["aaaaaaa", "bbbbbbb+dirty"]
+    assert "different code versions" in render_table(mixed)
