@@ -501,8 +501,8 @@ def test_unreachable_server_is_an_env_error():
 @pytest.fixture
 def chroma_server(tmp_path):
     chroma = Path(sys.executable).with_name("chroma")
-    if not chroma.exists():
-        pytest.skip(f"no chroma CLI next to {sys.executable}")
+    # chromadb (the buffer extra) installs its CLI: its absence is a broken install, not a skip
+    assert chroma.exists(), f"no chroma CLI next to {sys.executable}"
     port = free_port()
     log = open(tmp_path / "chroma.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([str(chroma), "run", "--path", str(tmp_path / "server"),
@@ -518,7 +518,7 @@ def chroma_server(tmp_path):
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     tail = (tmp_path / "chroma.log").read_text()[-500:]
-                    pytest.skip(f"the chroma server could not start: {tail}")
+                    pytest.fail(f"the chroma server could not start: {tail}")
                 time.sleep(0.3)
         yield url, proc
     finally:

@@ -6,7 +6,6 @@ slow (minutes) but offline, so `make test` runs them.
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -121,8 +120,16 @@ def test_in_process_local_checkpoint(tmp_path):
     (traj,) = read_trajectories(out / "trajectories.jsonl")
     assert 1 <= len(traj.transitions) <= 2
     assert traj.transitions[0].usage.completion_tokens > 0
-    # a random tiny model writes no valid action: recorded as invalid steps, not a crash
-    assert any(not t.valid for t in traj.transitions) or traj.transitions[-1].done
+    # a random tiny model's answers are recorded as they came; one that is no action is an
+    # invalid step with its error, and the episode goes on to its step limit (no crash)
+    from dreamgym_agents.adapters.web_action import WebActionSet
+
+    assert traj.termination in ("max_steps", "done")
+    for t in traj.transitions:
+        try:
+            WebActionSet().parse(t.action)
+        except ValueError:
+            assert not t.valid and t.error, (t.action, t.error)
 
 
 @pytest.mark.slow
@@ -149,7 +156,7 @@ def test_kill_9_mid_eval_then_resume(tmp_path, test_tasks):
     assert len(ids) == 12 and len(set(ids)) == 12
     s = summary(out)
     assert s["episodes"] == 12 and s["success_rate"] == 1.0 and s["resumed_episodes"] == before
-    assert re.search(r"\d+", json.dumps(s["wall_seconds"]))
+    assert isinstance(s["wall_seconds"], float) and s["wall_seconds"] > 0
 
 
 def test_real_site_mode_against_a_user_hosted_site(tmp_path, test_tasks):

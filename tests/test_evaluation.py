@@ -372,9 +372,20 @@ def test_validate_config_errors(config: Any, fragment: str) -> None:
 
 
 def test_validate_config_accepts_good_configs() -> None:
-    validate_config(GOOD)
+    """Every real WebArena task and every bundled task is accepted (an error would raise)."""
+    import json
+    from pathlib import Path
+
+    assert validate_config(GOOD) is None
     na = task(["string_match"], reference_answers={"fuzzy_match": "N/A"}, string_note="why")
-    validate_config(na)
+    assert validate_config(na) is None
+    root = Path(__file__).resolve().parents[1]
+    webarena = root.parent / "shared" / "data" / "webarena" / "test.raw.json"
+    configs = json.loads(webarena.read_text()) if webarena.exists() else []
+    for split in ("train", "validation", "test"):
+        configs += json.loads((root / "tasks" / "webarena_shopping" / f"{split}.json").read_text())
+    accepted = [c["task_id"] for c in configs if validate_config(c) is None]
+    assert len(accepted) == len(configs) >= 609 + (812 if webarena.exists() else 0)
 
 
 def test_unknown_eval_type_raises_task_error() -> None:

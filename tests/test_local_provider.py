@@ -51,10 +51,25 @@ def test_make_tiny_checkpoint_is_loadable(checkpoint: str) -> None:
     assert load_local_model(checkpoint)[1] is model  # loaded once per path
 
 
+def greedy_text(checkpoint: str, messages: list[dict], max_tokens: int) -> str:
+    """What the model writes greedily after the prompt, computed with transformers directly."""
+    import torch
+
+    tokenizer, model = load_local_model(checkpoint)
+    prompt, templated = format_prompt(tokenizer, messages)
+    ids = tokenizer(prompt, add_special_tokens=not templated, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=max_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
 def test_gateway_runs_a_local_checkpoint(checkpoint: str) -> None:
     gw = Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=8))
     answer = gw.complete(MESSAGES)
-    assert isinstance(answer.text, str)
+    # the model's own greedy continuation of the formatted prompt, through LiteLLM
+    assert answer.text == greedy_text(checkpoint, MESSAGES, 8)
     assert answer.usage.calls == 1 and answer.usage.prompt_tokens > 0
     assert 1 <= answer.usage.completion_tokens <= 8
     assert answer.usage.cost_usd == 0.0 and answer.finish_reason in ("stop", "length")
@@ -72,11 +87,17 @@ def test_sampling_and_overrides(checkpoint: str) -> None:
 
 
 def test_stop_strings_cut_the_text(checkpoint: str) -> None:
-    full = generate_local(checkpoint, MESSAGES, max_tokens=12)
-    if len(full.text) < 3:
-        pytest.skip("the random model ended too early to test stop strings")
+    # a random model may end a continuation at once: take the first of several prompts it
+    # continues for at least 3 characters (one of them always is)
+    prompts = [[{"role": "user", "content": text}] for text in (
+        "Click the buy button.", "Open the cart page", "price of the lamp?",
+        "Search for usb cables", "Sign in, then check my orders", "zzz qqq www")]
+    full, messages = next(((r, m) for m in prompts
+                           if len((r := generate_local(checkpoint, m, max_tokens=12)).text) >= 3),
+                          (None, None))
+    assert full is not None, "no prompt gave a continuation of 3 characters"
     stop = full.text[1:3]
-    cut = generate_local(checkpoint, MESSAGES, max_tokens=12, stop=[stop])
+    cut = generate_local(checkpoint, messages, max_tokens=12, stop=[stop])
     assert cut.text == full.text[: full.text.find(stop)]
     assert cut.finish_reason == "stop"
 
@@ -94,7 +115,10 @@ def test_prompt_format_plain_and_chat_template(checkpoint: str, tmp_path: Path) 
     assert templated
     assert prompt == ("[system] You act in a web page.\n[user] Click the buy button.\n[assistant] ")
     answer = Gateway(LLMConfig(model=f"hf/{templated_ckpt}", max_tokens=4)).complete(MESSAGES)
-    assert isinstance(answer.text, str) and answer.usage.prompt_tokens > 0
+    # the templated prompt is what the model continued (its token count and its text)
+    assert answer.usage.prompt_tokens == len(tokenizer(prompt, add_special_tokens=False)
+                                              ["input_ids"])
+    assert answer.text == greedy_text(templated_ckpt, MESSAGES, 4)
 
 
 def test_missing_checkpoint_is_a_non_retryable_model_error(tmp_path: Path) -> None:
