@@ -173,7 +173,7 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
     return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds,
             "code": sorted(every_code), "mixed_code": len(every_code) > 1,
             "real_budget": cfg.real_budget or default_real_budget(base),
-            "preset": base.preset, "task": base.task,
+            "preset": base.preset, "task": base.task, "split": base.eval_split,
             "eval_tasks": base.eval_limit or "all"}
 
 
@@ -187,7 +187,8 @@ def _code(result: dict[str, Any]) -> str:
 
 def render_table(table: dict[str, Any]) -> str:
     lines = [f"# Table 1 (shape) — {table['task']}, preset {table['preset']}, "
-             f"{table['seeds']} seed(s), N = {table['real_budget']}", ""]
+             f"{table['seeds']} seed(s), N = {table['real_budget']}, "
+             f"{table.get('split', 'test')} split", ""]
     mixed = table.get("mixed_code")
     if mixed:
         lines += [f"**Warning: these rows were measured with different code versions "
@@ -196,7 +197,7 @@ def render_table(table: dict[str, Any]) -> str:
                   "them.**", ""]
     elif table.get("code"):
         lines += [f"Every row: code {table['code'][0]}.", ""]
-    lines += ["| method | real RL transitions (mean) | real test success (mean ± std) | "
+    lines += ["| method | real RL transitions (mean) | real success (mean ± std) | "
               "per seed |" + (" code |" if mixed else ""),
               "|---|---|---|---|" + ("---|" if mixed else "")]
     for row in table["rows"]:

@@ -72,7 +72,10 @@ class PipelineConfig:
             warm start learns from the experience model's collection alone). Cached.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
-        eval_limit: Test tasks evaluated, spread over the templates (None: the whole split).
+        eval_split: The split the evaluations read: ``test`` for reported figures,
+            ``validation`` while tuning (settings, recipes, design choices), so that the test
+            split is not tuned on. Training never sees either (:mod:`dreamgym_agents.heldout`).
+        eval_limit: Tasks evaluated, spread over the templates (None: the whole split).
         eval_concurrency: Real episodes at once in evaluations.
         eval_max_steps: Episode length limit of evaluations.
         dream_eval_types: The dream trains on the train tasks whose evaluators are all of these
@@ -103,6 +106,7 @@ class PipelineConfig:
     demo_tasks: int | None = None
     use_retrieval: bool = True
     use_reasoning: bool = True
+    eval_split: str = "test"
     eval_limit: int | None = None
     eval_concurrency: int = 4
     eval_max_steps: int = 15
@@ -120,6 +124,9 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
+        if self.eval_split not in ("validation", "test"):
+            raise ConfigError(f"eval_split must be validation (while tuning) or test (reported "
+                              f"figures), got {self.eval_split!r}")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
         if self.policy_init not in ("experience", "scratch"):
@@ -544,16 +551,18 @@ class Pipeline:
                 and self.cfg.sft.base_model is None)
 
     def test_tasks(self) -> list[Any]:
+        """The tasks every evaluation plays: ``eval_split`` (test by default)."""
         from dreamgym_agents.env import spread_tasks
 
-        return spread_tasks(self.family().load_tasks("test"), self.cfg.eval_limit)
+        return spread_tasks(self.family().load_tasks(self.cfg.eval_split), self.cfg.eval_limit)
 
     def evaluate(self, stage: str, checkpoint: str) -> dict[str, Any]:
         """The policy in ``checkpoint`` on the real test split (resumable, episode by episode)."""
         tasks = self.test_tasks()
         tick = self.reporter.bar(f"{stage} episodes", len(tasks))
         meta = {"command": "run", "stage": stage, "checkpoint": checkpoint,
-                "tasks": len(tasks), "max_steps": self.cfg.eval_max_steps}
+                "split": self.cfg.eval_split, "tasks": len(tasks),
+                "max_steps": self.cfg.eval_max_steps}
         return evaluate_policy(checkpoint, tasks, self.family(), self.out / "eval" / stage,
                                self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
                                max_steps=self.cfg.eval_max_steps, meta=meta, name=stage,

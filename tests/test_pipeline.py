@@ -222,3 +222,18 @@ def test_a_bench_table_says_when_its_rows_come_from_different_code():
     assert rows["DreamGym"]["code"] == ["aaaaaaa"]
     assert rows["DreamGym-S2R"]["code"] == ["aaaaaaa", "bbbbbbb+dirty"]
     assert "different code versions" in render_table(mixed)
+
+
+def test_evaluations_read_the_test_split_unless_tuning_on_validation(tmp_path):
+    with pytest.raises(ConfigError, match="eval_split must be validation"):
+        PipelineConfig(eval_split="train")
+    for split in ("test", "validation"):
+        cfg = preset_config("quick")
+        cfg.eval_split = split
+        pipe = Pipeline(cfg, tmp_path / split)
+        try:
+            tasks = pipe.test_tasks()
+        finally:
+            pipe.close()
+        assert len(tasks) == 31 if split == "test" else len(tasks) >= 24
+        assert {t.split for t in tasks} == {split}
