@@ -605,7 +605,9 @@ def train_experience_command(
         "--epochs): the same data then trains the same model, fast machine or slow.")
     ] = None,
     time_budget_s: Annotated[
-        float | None, typer.Option("--time-budget-s", min=1.0, help="Stop SFT after this.")
+        float | None, typer.Option("--time-budget-s", min=1.0,
+                                   help="Stop SFT after this: the model is saved but marked "
+                                        "partial, and the command exits 3.")
     ] = None,
     counterfactual_answers: Annotated[int, typer.Option(
         "--counterfactual-answers", min=0,
@@ -668,6 +670,13 @@ def train_experience_command(
     console.print(f"loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} over "
                   f"{manifest['steps']} steps, {manifest['examples']} examples; use "
                   f"--experience-model hf/{out} --buffer-path {buffer_path or out / 'buffer'}")
+    if manifest["partial"]:
+        from dreamgym_agents.errors import PartialBuildError
+
+        raise PartialBuildError(
+            f"--time-budget-s stopped training at step {manifest['steps']} of "
+            f"{manifest['planned_steps']}: {out} is saved but marked partial in its "
+            "dreamgym_manifest.json (rerun without the budget for the whole run)")
 
 
 def register(app: typer.Typer) -> None:

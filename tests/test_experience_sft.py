@@ -164,6 +164,12 @@ def test_cli_train_experience(tmp_path, capsys):
     manifest = json.loads((tmp_path / "m" / "dreamgym_manifest.json").read_text())
     assert manifest["episodes"] == 2 and manifest["steps"] == 3
     assert manifest["partial"] is False and manifest["planned_steps"] == 3
+    # a budget that stops training: saved, marked partial, one line, exit 3
+    code = main(["train-experience", str(data), "--out", str(tmp_path / "cut"), "--steps",
+                 "100000", "--time-budget-s", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and err.splitlines()[-1].startswith("error: --time-budget-s stopped")
+    assert json.loads((tmp_path / "cut" / "dreamgym_manifest.json").read_text())["partial"]
 
 
 def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):
