@@ -303,8 +303,11 @@ def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
                 if on_episode is not None:
                     on_episode(traj)
 
-            asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent, run_cfg,
-                                     on_episode=done))
+            result = asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent,
+                                              run_cfg, on_episode=done))
+            if result.failed:  # never a collection with episodes quietly missing
+                raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
+                                  f"{folder / name / 'errors.jsonl'}); rerun to retry them")
     finally:
         family.close()
     (folder / "COMPLETE").write_text(json.dumps({"collect": recipe.collect_key}, sort_keys=True))
