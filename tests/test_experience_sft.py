@@ -76,11 +76,9 @@ def test_the_schedule_is_the_steps_alone():
     assert lrs(100, 100) == rates  # no clock in it: the same on any machine
 
 
-def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path):
-    # stopped by a budget after a checkpoint, rerun into the same folder: it resumes from the
-    # checkpoint and trains the remaining steps only (a killed embedded build does the same)
-    from safetensors.torch import load_file
-
+def examples_and_base(tmp_path):
+    """Eight examples and one tiny checkpoint to start from: runs from one checkpoint compare
+    (a tokenizer trained from scratch may break BPE count ties in another order each time)."""
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
@@ -88,6 +86,15 @@ def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path):
     base = tmp_path / "base"
     make_tiny_checkpoint(base, [e["messages"][-1]["content"] + e["completion"] for e in examples],
                          vocab_size=400, hidden_size=32, num_layers=1, max_positions=768)
+    return examples, base
+
+
+def test_a_checkpointed_run_resumes_where_it_stopped(tmp_path):
+    # stopped by a budget after a checkpoint, rerun into the same folder: it resumes from the
+    # checkpoint and trains the remaining steps only (a killed embedded build does the same)
+    from safetensors.torch import load_file
+
+    examples, base = examples_and_base(tmp_path)
     cfg = tiny(tmp_path / "run", max_steps=12, base_model=str(base), checkpoint_every=4,
                bf16=False)
     stopped = []
@@ -124,13 +131,7 @@ def test_a_step_count_trains_the_same_weights_twice(tmp_path):
     # BPE count ties in another order each time (huggingface/tokenizers#1794).
     from safetensors.torch import load_file
 
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
-
-    trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
-    base = tmp_path / "base"
-    make_tiny_checkpoint(base, [e["messages"][-1]["content"] + e["completion"] for e in examples],
-                         vocab_size=400, hidden_size=32, num_layers=1, max_positions=768)
+    examples, base = examples_and_base(tmp_path)
     runs = [train_experience_model(examples, tiny(tmp_path / name, epochs=1, max_steps=9,
                                                   base_model=str(base), time_budget_s=600,
                                                   bf16=False))
