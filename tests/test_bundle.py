@@ -228,3 +228,24 @@ def test_a_bundle_folder_without_a_manifest_is_refused(tmp_path, monkeypatch):
         shipped_bundle()
     monkeypatch.setenv("DG_BUNDLE", "none")
     assert shipped_bundle() is None
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_precision_benchmark_compares_the_stored_weights(tiny_build, capsys, monkeypatch):
+    """benchmarks/bundle_precision.py: the float32 models a build trained against the bfloat16
+    ones it packaged, on the same recorded turns."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bundle_precision.py"
+    spec = importlib.util.spec_from_file_location("bundle_precision", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build = tiny_build / "build"
+    episodes = build / "measure" / "test-oracle" / "trajectories.jsonl"
+    monkeypatch.setattr(sys, "argv", ["bundle_precision.py", str(build), str(episodes)])
+    module.main()
+    out = capsys.readouterr().out
+    assert "greedy actions identical" in out and "answers identical in text" in out
