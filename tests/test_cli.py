@@ -34,7 +34,7 @@ def assert_one_line_error(proc, *needles):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--split", "validation"], "validation"),
+    (["--split", "dev"], "dev"),
     (["--limit", "0"], "--limit"),
     (["--concurrency", "many"], "--concurrency"),
     (["--task", "alfworld-in-space"], "unknown task family"),

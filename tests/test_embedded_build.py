@@ -52,7 +52,7 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     assert "/account/orders/1" in urls[2] and urls[3] == urls[1]
     assert manifest["counterfactual_answers"]["per_answer"] == 1
     assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
-    assert any("collecting on the bundled site" in line for line in said)
+    assert any("episodes on the bundled site" in line for line in said)
 
     ablation = EmbeddedRecipe(**TINY, use_history=False)
     assert ablation.collect_key == recipe.collect_key and ablation.key != recipe.key
@@ -60,5 +60,5 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     ensure_embedded_experience_model(ablation, progress=said.append)
     assert is_ready(ablation)
     assert any("reusing the episodes" in line for line in said)
-    assert not any("collecting on the bundled site" in line for line in said)
+    assert not any("episodes on the bundled site" in line for line in said)
     assert read_manifest(embedded_dir(ablation) / "model")["example_config"]["use_history"] is False

@@ -168,7 +168,8 @@ def test_a_real_transition_budget_is_never_exceeded(tmp_path, counter_env_factor
     pool = EnvPool(CounterEnv, 4)
     cfg = GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
                           max_episode_steps=4, real_transition_budget=3)
-    rollout = EpisodeRollout(counter_tasks(2), pool, cfg, PolicyConfig(), tmp_path)
+    turns = PolicyConfig(max_action_tokens=8)  # four turns fit the tiny model's context
+    rollout = EpisodeRollout(counter_tasks(2), pool, cfg, turns, tmp_path)
     out = rollout(["0", "0", "1", "1"], FakeTrainer(path, 2))
     pool.close()
     log = tmp_path / "rollouts.jsonl"

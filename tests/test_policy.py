@@ -14,6 +14,7 @@ from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.policy import (
     ASSISTANT,
     USER,
+    Generated,
     PolicyAgent,
     PolicyConfig,
     PolicyModel,
@@ -181,7 +182,9 @@ def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_p
     assert "Steps: fill(searchbox '', 'Acme Red Chair')" in second  # history as written
 
     answer = policy.encode("click(link 'Acme Red Chair')") + [policy.eos_id]
-    policy.generate = lambda ids, temperature=None, constraint=None: answer  # fixed answer
+    policy.generate_traced = (  # a fixed answer
+        lambda ids, temperature=None, constraint=None, trace=True:
+        Generated(answer, [None] * len(answer), [0.0] * len(answer)))
     agent = PolicyAgent(policy, keep_tokens=False)
     page = "URL: http://s/\nTitle: T\n[5] link 'Acme Red Chair'"
     decision = asyncio.run(agent.act(episode.task, Observation(page), [], "e"))
