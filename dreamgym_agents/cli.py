@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,6 +62,13 @@ def _setup_logging(verbose: bool) -> None:
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3",
                   "browsergym"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
+    if not verbose:
+        # Deprecation notices of the training stack that a user cannot act on: our GRPO uses
+        # TRL's rollout_func deliberately (pinned TRL), and TRL passes transformers' renamed
+        # gradient-checkpointing arguments. -v shows them.
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*",
+                                category=FutureWarning)
 
 
 def build_agent(agent: str, *, seed: int, action_space: str, sections: Sections) -> Any:

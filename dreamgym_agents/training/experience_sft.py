@@ -259,6 +259,8 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         model=model, args=args, train_dataset=train_set, processing_class=tokenizer,
         data_collator=_WeightedCollator(tokenizer.pad_token_id), callbacks=[_Budget()],
         optimizers=optimizers)
+    if on_step is not None:  # the caller shows progress (and the losses): no printed log dicts
+        trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     if resume is not None:
         logger.info("SFT resumes from %s", resume)
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)

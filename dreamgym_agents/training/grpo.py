@@ -580,6 +580,8 @@ def train_grpo(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
         rollout_func=rollout, callbacks=[_Control()])
+    # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     result = trainer.train()
     save = out / "policy"
     trainer.model.save_pretrained(str(save))
