@@ -218,3 +218,34 @@ def test_a_limited_fidelity_run_spreads_its_tasks_over_the_templates():
     assert ids == ["0", "1", "4", "5", "6"]  # 2 + 2 + 1, in file order
     assert [t.task_id for t in held_out_tasks([run], limit=3)] == ["0", "4", "6"]
     assert len(held_out_tasks([run])) == 9 and len(held_out_tasks([run], limit=50)) == 9
+
+
+def test_the_baselines_benchmark_rescores_recorded_predictions(tmp_path):
+    """benchmarks/fidelity_baselines.py: a prediction file's reward/done beside the baselines,
+    and state F1 beside copying the current page (from the real run it was made on)."""
+    import importlib.util
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity_baselines.py"
+    spec = importlib.util.spec_from_file_location("fidelity_baselines", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    steps = [Transition(episode_id="e", step=0, task_id="1", state="URL: a\nTitle: A",
+                        action="click('3')", next_state="URL: b\nTitle: B"),
+             Transition(episode_id="e", step=1, task_id="1", state="URL: b\nTitle: B",
+                        action="send_msg_to_user('42')", next_state="URL: b\nTitle: B",
+                        reward=1.0, done=True, success=True)]
+    rows = [{"id": "e:0", "action": "click('3')", "state_f1": 1.0,
+             "real": {"reward": 0.0, "done": False, "success": False},
+             "predicted": {"reward": 0.0, "done": False, "success": False}},
+            {"id": "e:1", "action": "send_msg_to_user('42')", "state_f1": None,
+             "real": {"reward": 1.0, "done": True, "success": True}, "predicted": None}]
+    scores = module.rescore(rows, {f"e:{t.step}": t for t in steps})
+    assert scores["reward"]["model"]["accuracy"] == 0.5  # the failure counts as wrong
+    assert scores["reward"]["baseline"]["balanced_accuracy"] == 0.5
+    assert scores["done"]["baseline"]["accuracy"] == 1.0  # an answer ends the episode
+    assert scores["state_f1"]["model"] == 0.5 and scores["state_f1"]["baseline"] == 0.5
+    assert "copy the current page" in module.table(scores)
+    with pytest.raises(SystemExit, match="not in the real runs"):
+        module.rescore(rows, {})
+    json.dumps(scores)
