@@ -81,11 +81,14 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     # training saw train tasks only (and curriculum variants of them), evaluation test tasks only
     from dreamgym_agents.types import read_trajectories
 
-    for stage in ("dream_rl", "s2r"):
-        rollouts = read_trajectories(out / "stages" / stage / "rollouts.jsonl")
-        assert rollouts and {t.task.split for t in rollouts} <= {"train", "synthetic"}
-        assert all(t.task.config.get("synthetic_of") for t in rollouts
-                   if t.task.split == "synthetic")
+    rollouts = read_trajectories(out / "stages" / "dream_rl" / "rollouts.jsonl")
+    assert rollouts and {t.task.split for t in rollouts} <= {"train", "synthetic"}
+    assert all(t.task.config.get("synthetic_of") for t in rollouts if t.task.split == "synthetic")
+    batches = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    for stage in ("dream_rl", "s2r"):  # every batch, those whose episodes a budget cut too
+        splits = [b["rollout/task_splits"] for b in batches
+                  if b.get("stage") == stage and "rollout/task_splits" in b]
+        assert splits and all(set(s) <= {"train", "synthetic"} for s in splits), splits
     for stage in ("eval_sft", "eval_dream", "eval_s2r"):
         evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
         assert evaluated and {t.task.split for t in evaluated} == {"test"}

@@ -27,6 +27,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,6 +322,8 @@ class EpisodeRollout:
             "rollout/masked_episodes": c.masked_episodes, "rollout/em_failures": c.em_failures,
             "rollout/seconds": round(seconds, 2),
             "rollout/synthetic_tasks": sum(t.split == "synthetic" for t in tasks),
+            # the splits this batch trained on (train, synthetic), episodes cut by a budget too
+            "rollout/task_splits": dict(sorted(Counter(t.split for t in tasks).items())),
         }
         if self.curriculum is not None:
             s = self.curriculum.stats
