@@ -4,7 +4,8 @@ models a build trained and the bfloat16 ones it packaged (both computing in floa
 - policy: every turn of the recorded episodes, greedy (constrained as configured): how many
   actions differ;
 - experience model: teacher-forced predictions of the recorded transitions (greedy): how many
-  answers differ in text, and in reward / done / success.
+  answers differ in text, and in reward / done / success; and how many of each precision's
+  verdicts match the real transition.
 
     .venv/bin/python benchmarks/bundle_precision.py runs/bundle \\
         runs/bundle/measure/test-oracle/trajectories.jsonl [--limit 60]
@@ -59,9 +60,11 @@ def predictions(checkpoint: Path, buffer_dir: str, episodes: list) -> list[tuple
         buffer.close()
         gateway.close()
     out = []
-    for _, prediction in pairs:
+    for real, prediction in pairs:
         o = prediction.output
-        out.append((prediction.raw, None if o is None else (o.reward, o.done, o.success)))
+        out.append((prediction.raw,
+                    None if o is None else (o.reward > 0.5, bool(o.done), bool(o.success)),
+                    (real.reward > 0.5, real.terminated, real.success)))
     return out
 
 
@@ -85,6 +88,9 @@ def main() -> None:
     outcome = sum(a[1] == b[1] for a, b in zip(full_em, half_em, strict=True))
     print(f"experience model: {text}/{len(full_em)} answers identical in text, "
           f"{outcome}/{len(full_em)} in reward/done/success")
+    right = [sum(p[1] == p[2] for p in em) for em in (full_em, half_em)]
+    print(f"experience model verdicts (reward, done, success) matching the real transition: "
+          f"float32 {right[0]}/{len(full_em)}, bfloat16 {right[1]}/{len(half_em)}")
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

@@ -249,3 +249,4 @@ def test_the_precision_benchmark_compares_the_stored_weights(tiny_build, capsys,
     module.main()
     out = capsys.readouterr().out
     assert "greedy actions identical" in out and "answers identical in text" in out
+    assert "matching the real transition: float32" in out
