@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment, register_family
+from dreamgym_agents.env import EnvConfig, Environment
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.types import Task
 
@@ -179,6 +179,21 @@ class WebArenaFamily:
     def uses_real_sites(self) -> bool:
         return bool(self._sites)
 
+    def action_set(self) -> Any:
+        """The web action set (BrowserGym's high-level actions and WebArena's brackets)."""
+        from dreamgym_agents.adapters.web_action import WebActionSet
+
+        return WebActionSet()
+
+    def offline_agents(self, seed: int = 0) -> dict[str, Any]:
+        """The family's offline agents by name: ``oracle`` (plays each task's recorded
+        program), ``noisy`` (the oracle with random detours), ``quitter`` (wrong and early
+        answers) and ``random``."""
+        from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
+
+        return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(seed=seed),
+                "quitter": QuitterAgent(seed=seed), "random": RandomAgent(seed=seed)}
+
     # -- tasks --------------------------------------------------------------------------------
     def load_tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
@@ -292,5 +307,3 @@ def _check_reachable(variable: str, url: str) -> None:
         reason = getattr(exc, "reason", exc)
         raise EnvError(f"site {variable} at {url} is unreachable ({reason})") from None
 
-
-register_family("webarena", WebArenaFamily)

@@ -71,15 +71,17 @@ def _setup_logging(verbose: bool) -> None:
                                 category=FutureWarning)
 
 
-def build_agent(agent: str, *, seed: int, action_space: str, sections: Sections) -> Any:
-    """``oracle``, ``random`` or a model string (configured by the ``llm`` section) → an agent."""
-    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
+def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
+                section: str = "llm") -> Any:
+    """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
+    gateway configured by the ``section`` section) → an agent."""
+    from dreamgym_agents.agent import LLMAgent
 
-    if agent == "oracle":
-        return OracleAgent()
-    if agent == "random":
-        return RandomAgent(seed=seed)
-    return LLMAgent(sections.gateway(agent, "llm"), action_space=action_space)
+    offline = family.offline_agents(seed)
+    if agent in offline:
+        return offline[agent]
+    return LLMAgent(sections.gateway(agent, section),
+                    action_space=family.action_set().describe())
 
 
 @app.command("eval")
@@ -105,7 +107,6 @@ def eval_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run an agent on real environments and record its trajectories."""
-    from dreamgym_agents.adapters.web_action import WebActionSet
     from dreamgym_agents.env import EnvConfig, make_family
 
     _setup_logging(verbose)
@@ -120,8 +121,7 @@ def eval_command(
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
-    runner = build_agent(agent, seed=seed, action_space=WebActionSet().describe(),
-                         sections=sections)
+    runner = build_agent(agent, seed=seed, family=family, sections=sections)
     meta = {
         "command": "eval", "task": task, "agent": agent,
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),

@@ -380,7 +380,6 @@ def dream_command(
     agent.* the agent's (when --agent is a model).
     """
     from dreamgym_agents import cli
-    from dreamgym_agents.adapters.web_action import WebActionSet
     from dreamgym_agents.dream import DreamConfig
     from dreamgym_agents.env import make_family
     from dreamgym_agents.fidelity_run import run_dream
@@ -394,7 +393,8 @@ def dream_command(
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
-    runner = _build_agent(agent, seed, WebActionSet().describe(), sections)
+    runner = cli.build_agent(agent, seed=seed, family=family, sections=sections,
+                             section="agent")
     model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer)
@@ -427,17 +427,6 @@ def dream_command(
     cli._print_summary(console, result.summary, out)
     console.print(f"em_failures={result.summary['em_failures']}")
     cli._raise_if_failed(result, out)
-
-
-def _build_agent(agent: str, seed: int, action_space: str, sections: Sections) -> Any:
-    """``oracle``, ``random`` or a model string (its gateway configured by ``agent.*``)."""
-    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
-
-    if agent == "oracle":
-        return OracleAgent()
-    if agent == "random":
-        return RandomAgent(seed=seed)
-    return LLMAgent(sections.gateway(agent, "agent"), action_space=action_space)
 
 
 # --------------------------------------------------------------------------------------------

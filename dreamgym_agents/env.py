@@ -13,7 +13,6 @@ code never special-cases a family.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,6 +108,8 @@ class EnvConfig:
         judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
         seed: Seed of the bundled site's data.
         screenshots: Capture a screenshot at every browser step (for vision agents; slower).
+        expert: Families with an expert planner (ALFWorld) offer its plan in each observation
+            (what the oracle follows); False saves the planning when no agent needs it.
     """
 
     max_steps: int = 15
@@ -119,6 +120,7 @@ class EnvConfig:
     judge_model: str | None = None
     seed: int = 0
     screenshots: bool = False
+    expert: bool = True
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -182,24 +184,29 @@ def spread_tasks(tasks: list[Task], limit: int | None = None) -> list[Task]:
 FamilyFactory = Callable[[], TaskFamily]
 """Builds a task family; registered by name and called lazily (imports stay cheap)."""
 
+ENTRY_POINT_GROUP = "dreamgym_agents.families"
+"""Packages add task families under this entry-point group (``name = "module:Factory"``): this
+package declares ``webarena`` and ``alfworld`` there, and a user's package can add its own
+without editing ours."""
+
 _FAMILIES: dict[str, FamilyFactory] = {}
-_BUILTIN_ADAPTERS = ("dreamgym_agents.adapters.webarena",)
 
 
 def register_family(name: str, factory: FamilyFactory) -> None:
-    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``)."""
+    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``) from
+    code (a family of an installed package is found by its entry point instead)."""
     _FAMILIES[name] = factory
 
 
-def _load_builtin_adapters() -> None:
-    for module in _BUILTIN_ADAPTERS:
-        importlib.import_module(module)
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def family_names() -> list[str]:
-    """Names of the registered task families."""
-    _load_builtin_adapters()
-    return sorted(_FAMILIES)
+    """Names of the task families: registered in code and declared by entry points."""
+    return sorted(set(_FAMILIES) | set(_entry_points()))
 
 
 def make_family(task: str) -> TaskFamily:
@@ -208,9 +215,12 @@ def make_family(task: str) -> TaskFamily:
     Raises:
         ConfigError: No family has that name; the message lists the known ones.
     """
-    _load_builtin_adapters()
     prefix = task.split(".", 1)[0]
-    if prefix not in _FAMILIES:
-        known = ", ".join(sorted(_FAMILIES)) or "none"
-        raise ConfigError(f"unknown task family {task!r}; known families: {known}")
-    return _FAMILIES[prefix]()
+    factory = _FAMILIES.get(prefix)
+    if factory is None:
+        found = _entry_points().get(prefix)
+        if found is None:
+            known = ", ".join(family_names()) or "none"
+            raise ConfigError(f"unknown task family {task!r}; known families: {known}")
+        factory = found.load()
+    return factory()

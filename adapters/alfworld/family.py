@@ -1,0 +1,121 @@
+"""The ``alfworld`` task family: ALFWorld's household tasks, the paper's second benchmark.
+
+Tasks come from ``tasks/alfworld/{train,validation,test}.json`` (generated games, see
+:mod:`~dreamgym_agents.adapters.alfworld.taskgen`): train and validation on ALFRED's seen room
+layouts, test on its unseen ones (ALFWorld's ``valid_unseen``). A task names its game (seed,
+task type, layout); the game file is generated on first use and cached. With ``ALFWORLD_DATA``
+pointing at ALFWorld's official games, ``--tasks $ALFWORLD_DATA/json_2.1.1/valid_unseen`` loads
+them (every ``game.tw-pddl`` below the folder).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.env import EnvConfig, Environment
+from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.types import Task
+
+FAMILY = "alfworld"
+SPLITS = ("train", "validation", "test")
+TASK_DIR = "alfworld"
+
+
+def _require() -> None:
+    try:
+        import alfworld  # noqa: F401
+        import textworld  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("alfworld", "alfworld") from None
+
+
+def task_from_config(config: dict[str, Any], split: str = "") -> Task:
+    """A task of a generated game's config (``game``: seed, task type, layout; ``intent``) or
+    of an official game file (``game_file``)."""
+    return Task(task_id=str(config["task_id"]), family=FAMILY, intent=str(config["intent"]),
+                split=split, config=config)
+
+
+class AlfworldFamily:
+    """ALFWorld: generated games (or the official ones) played through textworld."""
+
+    name = FAMILY
+
+    def load_tasks(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        ref = resources.files("dreamgym_agents.tasks") / TASK_DIR / f"{split}.json"
+        with resources.as_file(ref) as path:
+            if not Path(path).is_file():
+                raise ConfigError(f"no ALFWorld {split} tasks shipped at {path}")
+            return [task_from_config(c, split) for c in json.loads(Path(path).read_text())]
+
+    def load_task_file(self, path: str) -> list[Task]:
+        """A JSON task file of this family, or a folder of official ``game.tw-pddl`` files."""
+        from dreamgym_agents.adapters.alfworld.games import GAME_FILE, task_description
+
+        folder = Path(path)
+        if folder.is_dir():
+            games = sorted(folder.rglob(GAME_FILE))
+            if not games:
+                raise ConfigError(f"no {GAME_FILE} below {folder}")
+            return [task_from_config({"task_id": f"{folder.name}.{i}",
+                                      "intent": task_description(g), "game_file": str(g),
+                                      "task_type": g.parent.parent.name.split("-", 1)[0]})
+                    for i, g in enumerate(games)]
+        if not folder.is_file():
+            raise ConfigError(f"task file not found: {path}")
+        return [task_from_config(c) for c in json.loads(folder.read_text())]
+
+    def instance_key(self, task: Task) -> tuple[str, ...]:
+        """What makes a task the same task: its game (many games share a sentence such as
+        'put a clean soapbar in shelf', in other rooms)."""
+        game = task.config.get("game") or {}
+        if game:
+            return ("game", str(game.get("layout")), str(game.get("task_type")),
+                    str(game.get("seed")))
+        return ("file", str(task.config.get("game_file", task.task_id)))
+
+    def game_path(self, task: Task) -> Path:
+        """The task's game file (generated and cached on first use)."""
+        from dreamgym_agents.adapters.alfworld.games import GameSpec, games_root, generate_game
+
+        if task.config.get("game_file"):
+            return Path(task.config["game_file"])
+        game = task.config.get("game") or {}
+        try:
+            spec = GameSpec(int(game["seed"]), str(game["task_type"]), str(game["layout"]))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"task {task.task_id}: config.game needs seed, task_type and "
+                              "layout (or give game_file)") from None
+        return generate_game(spec, games_root())
+
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
+        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each)."""
+        _require()
+        for task in tasks or []:
+            self.game_path(task)
+        from dreamgym_agents.adapters.alfworld.games import games_root
+
+        return f"ALFWorld games (generated offline, cached in {games_root()})"
+
+    def make_env(self, cfg: EnvConfig) -> Environment:
+        from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
+
+        return AlfworldEnv(self.game_path, expert=cfg.expert)
+
+    def action_set(self) -> Any:
+        from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet
+
+        return AlfworldActionSet()
+
+    def offline_agents(self, seed: int = 0) -> dict[str, Any]:
+        from dreamgym_agents.adapters.alfworld.agents import offline_agents
+
+        return offline_agents(seed)
+
+    def close(self) -> None:
+        return None
