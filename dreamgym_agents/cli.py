@@ -6,12 +6,8 @@ Every failure the user can fix ends as one line on stderr and a non-zero exit, n
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import os
 import sys
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,6 +35,14 @@ from dreamgym_agents.cli_common import (
     TaskOpt,
     TasksFileOpt,
     VerboseOpt,
+    build_agent,
+)
+from dreamgym_agents.cli_output import (
+    make_console,
+    print_summary,
+    raise_if_failed,
+    run_with_progress,
+    setup_logging,
 )
 from dreamgym_agents.errors import ConfigError, DreamGymError
 
@@ -52,36 +56,6 @@ app = typer.Typer(
 
 
 BUILTIN_AGENTS = ("oracle", "random")
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3",
-                  "browsergym"):
-        logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
-    if not verbose:
-        # Deprecation notices of the training stack that a user cannot act on: our GRPO uses
-        # TRL's rollout_func deliberately (pinned TRL), and TRL passes transformers' renamed
-        # gradient-checkpointing arguments. -v shows them.
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*",
-                                category=FutureWarning)
-
-
-def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
-                section: str = "llm") -> Any:
-    """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
-    gateway configured by the ``section`` section) → an agent."""
-    from dreamgym_agents.agent import LLMAgent
-
-    offline = family.offline_agents(seed)
-    if agent in offline:
-        return offline[agent]
-    return LLMAgent(sections.gateway(agent, section),
-                    action_space=family.action_set().describe())
 
 
 @app.command("eval")
@@ -109,7 +83,7 @@ def eval_command(
     """Run an agent on real environments and record its trajectories."""
     from dreamgym_agents.env import EnvConfig, make_family
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
     # Precedence: --set, then explicit flags, then the config file, then defaults.
     flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
@@ -127,20 +101,14 @@ def eval_command(
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
         "limit": limit, "max_steps": env_cfg.max_steps, "seed": seed,
     }
-    console = _console()
+    console = make_console()
     try:
         console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
         result = _run(console, family, env_cfg, tasks, runner, out, concurrency, meta)
     finally:
         family.close()
-    _print_summary(console, result.summary, out)
-    _raise_if_failed(result, out)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True)
+    print_summary(console, result.summary, out)
+    raise_if_failed(result, out)
 
 
 def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: Path,
@@ -151,19 +119,11 @@ def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: 
     console.print(f"{len(tasks)} task(s), agent {agent.name}, concurrency {concurrency} → {out}")
     run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=env_cfg.max_steps,
                         meta=meta)
-    return _run_with_progress(
+    return run_with_progress(
         console, len(tasks),
         lambda cb: run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
                                 on_episode=cb),
     )
-
-
-def _raise_if_failed(result: Any, out: Path) -> None:
-    if result.failed:
-        raise DreamGymError(
-            f"{len(result.failed)} episode(s) failed (see {out / 'errors.jsonl'}); "
-            "rerun the same command to retry them"
-        )
 
 
 COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
@@ -212,7 +172,7 @@ def collect_command(
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.types import read_trajectories, write_trajectories
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     names = [a.strip() for a in agents.split(",") if a.strip()]
     unknown = sorted(set(names) - set(COLLECT_AGENTS))
     if unknown or not names:
@@ -225,7 +185,7 @@ def collect_command(
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
     tasks = family.load_tasks(split.value)[:limit]
-    console = _console()
+    console = make_console()
     results = {}
     try:
         console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
@@ -240,7 +200,7 @@ def collect_command(
                 meta["max_steps"] = agent_env.max_steps
             results[name] = _run(console, family, agent_env, tasks, agent, out / name,
                                  concurrency, meta)
-            _print_summary(console, results[name].summary, out / name)
+            print_summary(console, results[name].summary, out / name)
     finally:
         family.close()
     merged = []
@@ -254,36 +214,7 @@ def collect_command(
     steps = sum(len(t.transitions) for t in merged)
     console.print(f"wrote {out / 'offline.jsonl'}: {count} episodes, {steps} transitions")
     for name in names:
-        _raise_if_failed(results[name], out / name)
-
-
-def _run_with_progress(console: Any, total: int, start: Any) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    counts = {"ok": 0, "done": 0}
-    with Progress(
-        TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("success {task.fields[ok]}"), TimeElapsedColumn(),
-        console=console, transient=False, disable=not console.is_terminal,
-    ) as progress:
-        bar = progress.add_task("episodes", total=total, ok=0)
-
-        def on_episode(traj: Any) -> None:
-            counts["done"] += 1
-            if traj is not None and traj.success:
-                counts["ok"] += 1
-            progress.update(bar, advance=1, ok=counts["ok"])
-
-        return asyncio.run(start(on_episode))
-
-
-def _print_summary(console: Any, summary: dict[str, Any], out: Path) -> None:
-    keys = ("episodes", "success_rate", "real_transitions", "synthetic_transitions",
-            "invalid_actions", "mean_env_step_seconds", "wall_seconds")
-    line = "  ".join(f"{k}={summary.get(k)}" for k in keys)
-    console.print(line)
-    console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'summary.json'}")
-    print(json.dumps({k: summary.get(k) for k in keys}))
+        raise_if_failed(results[name], out / name)
 
 
 @app.command("doctor")

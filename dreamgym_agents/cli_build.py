@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from dreamgym_agents.cli_common import ConfigOpt, SetOpt, VerboseOpt
+from dreamgym_agents.cli_output import make_console, progress_reporter, setup_logging
 from dreamgym_agents.errors import ConfigError
 
 
@@ -30,14 +31,12 @@ def build_embedded_command(
     measure (fidelity, the warm start's test success). How the shipped bundle was made; rerun
     the same command to resume. Ship it: copy OUT/bundle to bundles/webarena/.
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.bundle_build import BuildConfig, build_embedded
-    from dreamgym_agents.cli_policy import _reporter
     from dreamgym_agents.config import load_config
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     cfg = load_config(BuildConfig(), config, overrides)
-    with _reporter() as reporter:
+    with progress_reporter() as reporter:
         bundle = build_embedded(cfg, out, reporter, time_budget_s=time_budget_s)
         reporter.say(f"bundle {bundle.id}: {bundle.root} "
                      f"({bundle.manifest['bytes'] / 1e6:.1f} MB)")
@@ -57,7 +56,6 @@ def bundle_command(
     ] = False,
 ) -> None:
     """Show the embedded bundle: what it is, how it was built, what was measured on it."""
-    from dreamgym_agents import cli
     from dreamgym_agents.bundle import Bundle, shipped_bundle
 
     bundle = Bundle.open(path) if path else shipped_bundle()
@@ -65,7 +63,7 @@ def bundle_command(
         raise ConfigError("no embedded bundle: this package ships none and DG_BUNDLE is "
                           "not set (make one with dg-agents build-embedded)")
     m = bundle.manifest
-    console = cli._console()
+    console = make_console()
     built = m["built"]
     console.print(f"[bold]{bundle.id}[/] at {bundle.root} ({m['bytes'] / 1e6:.1f} MB, weights "
                   f"{m['weights_dtype']})")

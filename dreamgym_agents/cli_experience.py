@@ -48,6 +48,14 @@ from dreamgym_agents.cli_common import (
     TaskOpt,
     TasksFileOpt,
     VerboseOpt,
+    build_agent,
+)
+from dreamgym_agents.cli_output import (
+    make_console,
+    print_summary,
+    raise_if_failed,
+    run_with_progress,
+    setup_logging,
 )
 from dreamgym_agents.embedded import EmbeddedRecipe
 from dreamgym_agents.errors import ConfigError
@@ -379,26 +387,25 @@ def dream_command(
     em_failures and the ablation flags. --set llm.* configures the experience model's gateway,
     agent.* the agent's (when --agent is a model).
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.dream import DreamConfig
     from dreamgym_agents.env import make_family
     from dreamgym_agents.fidelity_run import run_dream
     from dreamgym_agents.graph import RunConfig
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
-                                              no_reasoning, cli._console())
+                                              no_reasoning, make_console())
     sections = Sections(config, overrides, DREAM_SECTIONS)
     dream_cfg = sections.configure(DreamConfig(), "dream")
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
-    runner = cli.build_agent(agent, seed=seed, family=family, sections=sections,
+    runner = build_agent(agent, seed=seed, family=family, sections=sections,
                              section="agent")
     model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer)
-    console = cli._console()
+    console = make_console()
     try:
         meta = {"command": "dream", "task": task, "agent": agent,
                 "split": split.value if not tasks_file else "",
@@ -414,7 +421,7 @@ def dream_command(
         console.print(f"{len(tasks)} task(s), agent {runner.name}, concurrency {concurrency} "
                       f"→ {out}")
         run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
-        result = cli._run_with_progress(
+        result = run_with_progress(
             console, len(tasks),
             lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg, on_episode=cb),
         )
@@ -424,9 +431,9 @@ def dream_command(
         family.close()
         if hasattr(runner, "gateway"):  # an LLM agent
             runner.gateway.close()
-    cli._print_summary(console, result.summary, out)
+    print_summary(console, result.summary, out)
     console.print(f"em_failures={result.summary['em_failures']}")
-    cli._raise_if_failed(result, out)
+    raise_if_failed(result, out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,7 +484,6 @@ def fidelity_command(
     success real vs dream, and with --judge an LLM judge's rubric; writes OUT/fidelity.json.
     --set llm.* configures the experience model's gateway, judge.* the judge's.
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.dream import DreamConfig
     from dreamgym_agents.env import make_family
     from dreamgym_agents.fidelity_run import (
@@ -487,9 +493,9 @@ def fidelity_command(
         run_fidelity,
     )
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
-                                              no_reasoning, cli._console())
+                                              no_reasoning, make_console())
     sections = Sections(config, overrides, FIDELITY_SECTIONS)
     make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
@@ -501,7 +507,7 @@ def fidelity_command(
     dream_cfg = sections.configure(DreamConfig(), "dream")
     runs = load_real_runs(real)
     judge_gateway = sections.gateway(judge, "judge") if judge else None
-    console = cli._console()
+    console = make_console()
     try:
         model, gateway, buffer = _build_experience(
             sections, experience_model, buffer_path, buffer_url, no_history, no_retrieval,
@@ -619,7 +625,6 @@ def train_experience_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Train an experience model (SFT, paper Eq. 5) on recorded trajectories."""
-    from dreamgym_agents import cli
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
     from dreamgym_agents.training.experience_data import ExampleConfig
@@ -627,7 +632,7 @@ def train_experience_command(
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
     from dreamgym_agents.types import read_trajectories
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     trajectories = []
     for path in data:
         if not path.is_file():
@@ -645,7 +650,7 @@ def train_experience_command(
                                   decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
     buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))
-    console = cli._console()
+    console = make_console()
     try:
         console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")
         manifest = train_from_trajectories(
