@@ -121,7 +121,7 @@ class Bundle:
 
     def buffer_dir(self) -> Path:
         """Where the replay buffer made from the seed episodes is cached."""
-        from dreamgym_agents.embedded import cache_root
+        from dreamgym_agents.cache import cache_root
 
         return cache_root() / f"bundle-{self.id}" / "buffer"
 
@@ -167,7 +167,7 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
     same transitions, in the same order, the experience model's training retrieved from);
     an episode of a held-out (validation or test) task is left out and counted."""
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-    from dreamgym_agents.embedded import build_lock
+    from dreamgym_agents.cache import build_lock
     from dreamgym_agents.env import make_family
     from dreamgym_agents.heldout import HeldOut
 

@@ -22,18 +22,16 @@ early, and then the model is marked ``PARTIAL``, never ``READY``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.cache import build_lock, cache_root
 from dreamgym_agents.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -146,11 +144,6 @@ COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "rando
 """The recipe fields that decide which episodes are collected."""
 
 
-def cache_root() -> Path:
-    """Where built models live: ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``."""
-    return Path(os.environ.get("DG_CACHE_DIR") or Path.home() / ".cache" / "dreamgym-agents")
-
-
 def embedded_dir(recipe: EmbeddedRecipe | None = None) -> Path:
     return cache_root() / (recipe or EmbeddedRecipe()).key
 
@@ -161,17 +154,6 @@ def collect_dir(recipe: EmbeddedRecipe | None = None) -> Path:
 
 def is_ready(recipe: EmbeddedRecipe | None = None) -> bool:
     return (embedded_dir(recipe) / "READY").exists()
-
-
-@contextlib.contextmanager
-def build_lock(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # a second process waits for the first build
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 Progress = Callable[[str], None]

@@ -485,7 +485,7 @@ class Pipeline:
         cached = self._cached_warm_start(sft_cfg, key)
         if cached is None:
             return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
-        from dreamgym_agents.embedded import build_lock
+        from dreamgym_agents.cache import build_lock
 
         with build_lock(cached):  # a second run building the same warm start waits
             return {**self._train_sft(episodes, sft_cfg, target, cached), **counts}
@@ -536,7 +536,7 @@ class Pipeline:
         data, the SFT settings, the policy's view and the seed (:func:`warm_start_key`), so
         runs and bench rows that share them share one build (like the embedded experience
         model). None for a checkpoint to fine-tune (not cached)."""
-        from dreamgym_agents.embedded import cache_root
+        from dreamgym_agents.cache import cache_root
 
         if key is None:
             return None

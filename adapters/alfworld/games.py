@@ -188,7 +188,7 @@ class Game:
 def games_root() -> Path:
     """Where generated games are cached: ``$DG_CACHE_DIR/alfworld-games`` (or the default
     cache)."""
-    from dreamgym_agents.embedded import cache_root
+    from dreamgym_agents.cache import cache_root
 
     return cache_root() / "alfworld-games"
 
