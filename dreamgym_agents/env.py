@@ -131,12 +131,17 @@ class EnvConfig:
             raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
 
 
+@runtime_checkable
 class TaskFamily(Protocol):
-    """A source of tasks plus the environment that plays them (one per adapter).
+    """A source of tasks plus the environment that plays them (one per adapter package, found by
+    the ``dreamgym_agents.families`` entry point).
 
-    ``prepare`` is called once before a run: it checks that what the family needs is there
-    (browser, sites) and raises a typed error saying what to fix; it returns a one-line description
-    of the setup (e.g. "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    ``prepare`` is called once before a run with the tasks it will play (None: not known yet):
+    it checks that what the family needs is there (browser, sites, game files) and raises a
+    typed error saying what to fix; it returns a one-line description of the setup (e.g.
+    "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
+    that need no model (``oracle``, ``random``, … by name), for evaluation and collection.
     """
 
     name: str
@@ -145,9 +150,13 @@ class TaskFamily(Protocol):
 
     def load_task_file(self, path: str) -> list[Task]: ...
 
-    def prepare(self, cfg: EnvConfig) -> str: ...
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str: ...
 
     def make_env(self, cfg: EnvConfig) -> Environment: ...
+
+    def action_set(self) -> Any: ...
+
+    def offline_agents(self, seed: int = 0) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from dreamgym_agents.env import EnvConfig, family_names, make_family
+from dreamgym_agents.env import EnvConfig, TaskFamily, family_names, make_family
 from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
 from dreamgym_agents.types import read_trajectories
 
@@ -24,6 +24,17 @@ MARKS = {"webarena": [pytest.mark.browser], "alfworld": [pytest.mark.slow]}
 
 def test_every_family_is_covered():
     assert set(family_names()) == set(GARBAGE), "add the new family to this contract suite"
+
+
+@pytest.mark.parametrize("name", sorted(GARBAGE))
+def test_every_family_has_the_protocols_hooks(name):
+    family = make_family(name)
+    try:
+        assert isinstance(family, TaskFamily)
+        assert {"oracle", "random"} <= set(family.offline_agents(0))
+        assert family.action_set().describe().strip()
+    finally:
+        family.close()
 
 
 @pytest.fixture(scope="module", params=[pytest.param(name, marks=MARKS[name])
