@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment
+from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.types import Task
 
@@ -193,6 +193,38 @@ class WebArenaFamily:
 
         return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(seed=seed),
                 "quitter": QuitterAgent(seed=seed), "random": RandomAgent(seed=seed)}
+
+    def requirements(self) -> list[Requirement]:
+        """Chromium (with its version), BrowserGym and Playwright, and which WebArena sites are
+        configured (the bundled shop stands in for ``SHOPPING`` when none is)."""
+        import subprocess
+
+        from dreamgym_agents.adapters.chromium import find_chromium
+        from dreamgym_agents.doctor import dist_version, public_url
+
+        rows = []
+        path = find_chromium()
+        if path is None:
+            rows.append(Requirement("chromium", False, "not found: install one (Debian/Ubuntu: "
+                                    "apt-get install chromium) or set DG_CHROMIUM=/path/to/chrome"))
+        else:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=20)
+                version = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+                rows.append(Requirement("chromium", True, f"{path} ({version})"))
+            except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
+                rows.append(Requirement("chromium", False, f"{path} does not start ({exc})"))
+        for dist in ("browsergym-core", "playwright"):
+            version = dist_version(dist)
+            rows.append(Requirement(dist, version is not None, version or
+                                    "missing: pip install 'dreamgym-agents[web]'"))
+        for variable in SITE_VARIABLES.values():
+            url = self._sites.get(variable)
+            rows.append(Requirement(f"site {variable}", None, public_url(url) if url else
+                                    "not set (bundled site)" if variable == "SHOPPING"
+                                    else "not set"))
+        return rows
 
     # -- tasks --------------------------------------------------------------------------------
     def load_tasks(self, split: str) -> list[Task]:

@@ -218,11 +218,12 @@ def collect_command(
 
 
 @app.command("doctor")
-def doctor_command() -> None:
-    """Report the browser, the installed extras, and which API keys are set (never their values)."""
+def doctor_command(task: TaskOpt = "webarena") -> None:
+    """Report the installed extras, the embedded bundle, which API keys are set (never their
+    values) and what each task family needs; exit 1 when --task's family cannot run."""
     from dreamgym_agents.doctor import run_doctor
 
-    raise typer.Exit(run_doctor())
+    raise typer.Exit(run_doctor(task))
 
 
 @app.command("site")

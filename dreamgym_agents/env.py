@@ -131,6 +131,17 @@ class EnvConfig:
             raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """One line of ``dg-agents doctor`` about what a family needs: ``ok`` True (there), False
+    (missing: the family cannot run; ``detail`` says how to get it) or None (information, such as
+    an optional setting left unset)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
 @runtime_checkable
 class TaskFamily(Protocol):
     """A source of tasks plus the environment that plays them (one per adapter package, found by
@@ -141,7 +152,9 @@ class TaskFamily(Protocol):
     typed error saying what to fix; it returns a one-line description of the setup (e.g.
     "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
     ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
-    that need no model (``oracle``, ``random``, … by name), for evaluation and collection.
+    that need no model (``oracle``, ``random``, … by name), for evaluation and collection;
+    ``requirements`` what ``dg-agents doctor`` reports for the family (cheap: no browser, no
+    game is started).
     """
 
     name: str
@@ -157,6 +170,8 @@ class TaskFamily(Protocol):
     def action_set(self) -> Any: ...
 
     def offline_agents(self, seed: int = 0) -> dict[str, Any]: ...
+
+    def requirements(self) -> list[Requirement]: ...
 
     def close(self) -> None: ...
 

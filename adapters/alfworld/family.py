@@ -11,11 +11,12 @@ them (every ``game.tw-pddl`` below the folder).
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment
+from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.types import Task
 
@@ -101,6 +102,25 @@ class AlfworldFamily:
         from dreamgym_agents.adapters.alfworld.games import games_root
 
         return f"ALFWorld games (generated offline, cached in {games_root()})"
+
+    def requirements(self) -> list[Requirement]:
+        """The alfworld and textworld packages (``make install-alfworld``), where generated
+        games are cached, and whether the official games are configured (``ALFWORLD_DATA``)."""
+        from dreamgym_agents.doctor import dist_version
+
+        rows = []
+        for dist in ("alfworld", "textworld"):
+            version = dist_version(dist)
+            rows.append(Requirement(dist, version is not None, version or
+                                    "missing: make install-alfworld (pip install "
+                                    "'dreamgym-agents[alfworld]')"))
+        from dreamgym_agents.adapters.alfworld.games import games_root
+
+        rows.append(Requirement("games", None, f"generated on first use into {games_root()}"))
+        official = os.environ.get("ALFWORLD_DATA")
+        rows.append(Requirement("ALFWORLD_DATA", None, official or
+                                "not set (the official json_2.1.1 games load when it is)"))
+        return rows
 
     def make_env(self, cfg: EnvConfig) -> Environment:
         from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
