@@ -6,6 +6,7 @@ Every failure the user can fix ends as one line on stderr and a non-zero exit, n
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -226,32 +227,6 @@ def doctor_command(task: TaskOpt = "webarena") -> None:
     raise typer.Exit(run_doctor(task))
 
 
-@app.command("site")
-def site_command(
-    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 7770,
-    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-) -> None:
-    """Serve the bundled shopping site (WebArena's SHOPPING) until interrupted."""
-    from dreamgym_agents.adapters.shopping.server import ShoppingSite
-
-    site = ShoppingSite(seed=seed)
-    try:
-        root = site.start(host=host, port=port)
-    except OSError as exc:
-        raise DreamGymError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
-    typer.echo(f"bundled shopping site at {root} (seed {seed}); Ctrl-C to stop")
-    try:
-        import time
-
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        site.stop()
-
-
 from dreamgym_agents.cli_experience import register as _register_experience_commands  # noqa: E402
 
 _register_experience_commands(app)
@@ -298,6 +273,22 @@ def main(argv: list[str] | None = None) -> int:
               "(set DG_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _register_family_commands() -> None:
+    """Commands that families add (entry points ``dreamgym_agents.commands``: a function taking
+    the typer app), e.g. the web family's ``site``. One that fails to load is skipped with a
+    warning: the rest of the CLI stays usable."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="dreamgym_agents.commands"):
+        try:
+            ep.load()(app)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            logging.getLogger(__name__).warning("commands of %s not loaded: %s", ep.name, exc)
+
+
+_register_family_commands()
 
 
 if __name__ == "__main__":
