@@ -423,7 +423,8 @@ def dream_command(
         run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
         result = run_with_progress(
             console, len(tasks),
-            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg, on_episode=cb),
+            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg,
+                                 action_set=family.action_set(), on_episode=cb),
         )
     finally:
         buffer.close()

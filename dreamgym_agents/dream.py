@@ -67,12 +67,6 @@ class DreamConfig:
     synthesise_start: bool = True
 
 
-def _is_terminal(parsed: Any) -> bool:
-    """True when a parsed action (or any of a list of them) has ``is_terminal`` set."""
-    items = parsed if isinstance(parsed, list) else [parsed]
-    return any(bool(getattr(item, "is_terminal", False)) for item in items)
-
-
 class DreamEnv:
     """An environment whose transitions are predicted by the experience model.
 
@@ -80,7 +74,7 @@ class DreamEnv:
         cfg: Its settings.
         experience_model: The model that predicts each step.
         buffer: The replay buffer (start states); None always synthesises the start state.
-        action_set: Parses the agent's actions; defaults to the web action set.
+        action_set: Parses the agent's actions (the family's, ``TaskFamily.action_set``).
     """
 
     provenance = "synthetic"
@@ -89,13 +83,9 @@ class DreamEnv:
         self,
         cfg: DreamConfig,
         experience_model: ExperienceModel,
-        buffer: DreamBuffer | None = None,
-        action_set: ActionSet | None = None,
+        buffer: DreamBuffer | None,
+        action_set: ActionSet,
     ) -> None:
-        if action_set is None:
-            from dreamgym_agents.adapters.web_action import WebActionSet
-
-            action_set = WebActionSet()
         self.cfg = cfg
         self.model = experience_model
         self.buffer = buffer
@@ -171,7 +161,7 @@ class DreamEnv:
         out = prediction.output
         info["reasoning"] = out.reasoning
         reward, done, success = out.reward, out.done, out.success
-        if _is_terminal(parsed) and not done:
+        if any(a.is_terminal for a in parsed) and not done:
             # The agent has stopped: nothing more can happen, whatever the model thinks.
             reward, done, success = 0.0, True, False
             info["forced_done"] = "terminal action judged not done"

@@ -14,7 +14,7 @@ code never special-cases a family.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -65,15 +65,44 @@ class StepResult:
 
 
 @runtime_checkable
+@runtime_checkable
+class Action(Protocol):
+    """One parsed action, whatever the family: its verb, whether it ends the episode by its
+    type alone (an answer, a stop), and the final answer it gives (None: it gives none)."""
+
+    @property
+    def verb(self) -> str: ...
+
+    @property
+    def is_terminal(self) -> bool: ...
+
+    @property
+    def answer(self) -> str | None: ...
+
+
 class ActionSet(Protocol):
     """Describes the actions for a prompt and parses an agent's action text.
 
-    ``parse`` raises ``ValueError`` (or a subclass) with a message saying what was expected.
+    ``parse`` returns the actions the text holds (usually one; a family may allow several per
+    turn) and raises ``ValueError`` (or a subclass) with a message saying what was expected.
     """
 
     def describe(self) -> str: ...
 
-    def parse(self, text: str) -> Any: ...
+    def parse(self, text: str) -> Sequence[Action]: ...
+
+
+def ends_by_type(action_set: ActionSet) -> Callable[[str], bool]:
+    """``text`` → whether the action ends the episode by its type alone (an unparseable text
+    does not): the "done from the action's type" baseline of fidelity, and the dream's rule."""
+
+    def ends(text: str) -> bool:
+        try:
+            return any(action.is_terminal for action in action_set.parse(text))
+        except ValueError:
+            return False
+
+    return ends
 
 
 @runtime_checkable

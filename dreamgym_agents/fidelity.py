@@ -98,21 +98,9 @@ def binary_scores(truth: Sequence[bool], predicted: Sequence[bool | None]) -> di
             "positives": len(pos), "n": len(pairs)}
 
 
-def web_terminal(action: str) -> bool:
-    """Whether a web action ends the episode by its type alone (an answer, a stop)."""
-    from dreamgym_agents.adapters.web_action import WebActionSet
-
-    try:
-        parsed = WebActionSet().parse(action)
-    except ValueError:
-        return False
-    items = parsed if isinstance(parsed, list) else [parsed]
-    return any(bool(getattr(item, "is_terminal", False)) for item in items)
-
-
 def transition_metrics(
     pairs: Sequence[tuple[Transition, ExperiencePrediction]], *, ignore_bids: bool = False,
-    is_terminal: Callable[[str], bool] = web_terminal,
+    is_terminal: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Fidelity of predictions against the real transitions they predict.
 
@@ -134,9 +122,10 @@ def transition_metrics(
     Accuracy flatters a model on rare classes (always predicting reward 0 scores ~0.93 on the
     bundled test split), so reward (positive: 1) and done (positive: the environment ended the
     episode) are also scored as balanced accuracy and F1, next to trivial baselines in
-    ``baselines``: reward always 0; done read off the action's type alone (``is_terminal``: an
-    answer ends an episode, anything else does not); and for the next state, copying the
-    current page (its state F1 against the real next state).
+    ``baselines``: reward always 0; done read off the action's type alone (``is_terminal``,
+    e.g. :func:`~dreamgym_agents.env.ends_by_type` of the family's action set: an answer ends
+    an episode, anything else does not; None when not given); and for the next state, copying
+    the current page (its state F1 against the real next state).
 
     Returns:
         ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
@@ -183,8 +172,8 @@ def transition_metrics(
     copies = [state_f1(real.state, real.next_state, ignore_bids=ignore_bids) for real, _ in pairs]
     metrics["baselines"] = {
         "reward_always_0": binary_scores(reward_truth, [False] * n),
-        "done_from_action_type": binary_scores(done_truth, [is_terminal(real.action)
-                                                            for real, _ in pairs]),
+        "done_from_action_type": None if is_terminal is None else binary_scores(
+            done_truth, [is_terminal(real.action) for real, _ in pairs]),
         "state_f1_copy_current_page": round(sum(copies) / n, 4) if n else 0.0,
     }
     return metrics

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dreamgym_agents.agent import Agent, RandomAgent
+from dreamgym_agents.agent import Agent
 from dreamgym_agents.dream import DreamBuffer, DreamConfig, DreamEnv
-from dreamgym_agents.env import spread_tasks
+from dreamgym_agents.env import ActionSet, ends_by_type, make_family, spread_tasks
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience import (
     ChatModel,
@@ -97,6 +97,7 @@ async def run_dream(
     run_cfg: RunConfig,
     dream_cfg: DreamConfig | None = None,
     *,
+    action_set: ActionSet,
     on_episode: Callable[[Trajectory | None], None] | None = None,
 ) -> RunResult:
     """Play one episode per task in the dream, like ``dg-agents eval`` does in real environments.
@@ -113,11 +114,12 @@ async def run_dream(
             them); retrieval goes through ``model``'s own buffer.
         run_cfg: Output folder, concurrency, episode length and the run's ``meta``.
         dream_cfg: The dream environments' settings.
+        action_set: The tasks' family's action set (``TaskFamily.action_set``).
         on_episode: Called after each episode (None for a failed one), e.g. for a progress bar.
     """
     dream_cfg = dream_cfg or DreamConfig()
-    result = await run_episodes(tasks, lambda: DreamEnv(dream_cfg, model, buffer), agent, run_cfg,
-                                on_episode=on_episode)
+    result = await run_episodes(tasks, lambda: DreamEnv(dream_cfg, model, buffer, action_set),
+                                agent, run_cfg, on_episode=on_episode)
     traj_file = run_cfg.out_dir / TRAJECTORIES_FILE
     trajectories = read_trajectories(traj_file) if traj_file.exists() else []
     result.summary["em_failures"] = count_em_failures(trajectories)
@@ -157,7 +159,8 @@ class _RecordedStart:
 
 
 def replay_in_dream(
-    trajectory: Trajectory, model: ExperienceModel, dream_cfg: DreamConfig | None = None
+    trajectory: Trajectory, model: ExperienceModel, dream_cfg: DreamConfig | None = None, *,
+    action_set: ActionSet,
 ) -> Trajectory:
     """Play a recorded episode's actions, in order, in the dream.
 
@@ -177,7 +180,7 @@ def replay_in_dream(
                           provenance="synthetic", termination="max_steps")
     start = trajectory.transitions[0].state
     env = DreamEnv(cfg, _HeldOutModel(model, trajectory.episode_id),  # type: ignore[arg-type]
-                   _RecordedStart(start))
+                   _RecordedStart(start), action_set)
     try:
         env.reset(trajectory.task)
         done = success = False
@@ -413,6 +416,12 @@ async def run_fidelity(
             raise ConfigError(f"real run folder {run.path} holds {', '.join(other)} tasks, not "
                               f"{family} ones: evaluate on family {other[0]} or pass runs of "
                               f"{family}")
+    family_obj = make_family(family)
+    try:
+        action_set = family_obj.action_set()
+        agents = family_obj.offline_agents(cfg.seed)
+    finally:
+        family_obj.close()
     tasks = held_out_tasks(runs, cfg.limit)
     keys = {_task_key(t) for t in tasks}
     episodes = [(run.agent, traj) for run in runs for traj in run.trajectories
@@ -426,7 +435,8 @@ async def run_fidelity(
         lambda pairs: tick(all(p.ok for _, p in pairs)),
     )
     pairs = [pair for episode_pairs in per_episode for pair in episode_pairs]
-    metrics = transition_metrics(pairs, ignore_bids=cfg.ignore_bids)
+    metrics = transition_metrics(pairs, ignore_bids=cfg.ignore_bids,
+                                 is_terminal=ends_by_type(action_set))
     with open(cfg.out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as fh:
         for (agent, _), episode_pairs in zip(episodes, per_episode, strict=True):
             for real, prediction in episode_pairs:
@@ -437,8 +447,9 @@ async def run_fidelity(
     oracle_real = [traj for agent, traj in episodes if agent == "oracle"]
     tick = phase("oracle replay", len(oracle_real))
     replays = await _gather_bounded(
-        oracle_real, lambda traj: replay_in_dream(traj, model, dream_cfg), cfg.concurrency,
-        lambda traj: tick(traj.success),
+        oracle_real,
+        lambda traj: replay_in_dream(traj, model, dream_cfg, action_set=action_set),
+        cfg.concurrency, lambda traj: tick(traj.success),
     )
     write_trajectories(cfg.out_dir / REPLAY_FILE, replays)
 
@@ -453,8 +464,9 @@ async def run_fidelity(
               "tasks": [t.task_id for t in tasks], "max_steps": max_steps, "seed": cfg.seed},
     )
     tick = phase("random dream", len(tasks))
-    random_run = await run_dream(tasks, RandomAgent(seed=cfg.seed), model, buffer, run_cfg,
-                                 dream_cfg, on_episode=lambda t: tick(bool(t and t.success)))
+    random_run = await run_dream(tasks, agents["random"], model, buffer, run_cfg, dream_cfg,
+                                 action_set=action_set,
+                                 on_episode=lambda t: tick(bool(t and t.success)))
     random_dream = read_trajectories(run_cfg.out_dir / TRAJECTORIES_FILE) \
         if (run_cfg.out_dir / TRAJECTORIES_FILE).exists() else []
     random_dream = [t for t in random_dream if _task_key(t.task) in keys]

@@ -589,7 +589,8 @@ class Pipeline:
             tasks = dream_tasks(tasks, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig()
-            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer), cfg.concurrency)
+            actions = family.action_set()
+            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, actions), cfg.concurrency)
             if self.cfg.curriculum.enabled:
                 curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
                                                                                   self.cfg.seed),

@@ -33,6 +33,7 @@ class Command:
     verb: str
     text: str
     is_terminal: bool = False
+    answer: str | None = None
 
 
 class AlfworldActionSet:
@@ -46,8 +47,8 @@ class AlfworldActionSet:
                 "close X, take O from X, move O to X, examine X, use O, heat O with X, "
                 "clean O with X, cool O with X, look, inventory.")
 
-    def parse(self, text: str) -> Command:
-        """The command written (lower-cased, spaces collapsed).
+    def parse(self, text: str) -> list[Command]:
+        """The command written (lower-cased, spaces collapsed), as a one-item list.
 
         Raises:
             ValueError: Not a command of the game's grammar (empty, or an unknown verb).
@@ -57,7 +58,7 @@ class AlfworldActionSet:
         if verb not in self.VERBS:
             raise ValueError(f"not an ALFWorld command: {text!r} (expected one of the listed "
                              "actions, e.g. 'go to countertop 1')")
-        return Command(verb, command)
+        return [Command(verb, command)]
 
 
 def admissible_shown(commands: list[str]) -> list[str]:
@@ -116,7 +117,7 @@ class AlfworldEnv:
             if self._game is None or self._done:
                 raise RuntimeError("AlfworldEnv.step() called before reset() or after the end")
             try:
-                command = self.action_set.parse(action).text
+                command = self.action_set.parse(action)[0].text
             except ValueError as exc:
                 return StepResult(self._observation(str(exc)), valid=False, error=str(exc))
             if command not in self._admissible:
