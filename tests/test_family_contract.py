@@ -145,3 +145,24 @@ def test_a_killed_run_resumes_with_the_missing_episodes(family_case, tmp_path):
     ids = [t.task.task_id for t in read_trajectories(traj_file)]
     assert sorted(ids) == sorted(t.task_id for t in tasks)  # each once, none lost
     assert result.summary["resumed_episodes"] == before and result.summary["episodes"] == 4
+
+
+@pytest.mark.slow
+def test_alfworld_games_start_in_parallel_threads():
+    """textworld's PDDL parser is shared by threads: games started at once (concurrent
+    episodes) must all load (they used to corrupt it for the whole process)."""
+    import concurrent.futures
+
+    family = make_family("alfworld")
+    cfg = EnvConfig(max_steps=5)
+    tasks = family.load_tasks("test")[:4]
+    family.prepare(cfg, tasks)
+    envs = [family.make_env(cfg) for _ in tasks]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            starts = list(pool.map(lambda env, task: env.reset(task), envs, tasks))
+        assert all(obs.state.strip() for obs in starts)
+    finally:
+        for env in envs:
+            env.close()
+        family.close()

@@ -66,6 +66,13 @@ def admissible_shown(commands: list[str]) -> list[str]:
     return sorted(c for c in commands if c.split(" ", 1)[0] not in HIDDEN_VERBS)
 
 
+_TEXTWORLD = threading.Lock()
+"""textworld's PDDL loading and stepping share parser state across threads: two games started
+at once corrupt it for the whole process ("pop from empty list", grammar errors on later games).
+Every call into a game holds this lock; a step costs ~0.2 s, so concurrent episodes mostly wait
+on the agent, not on each other."""
+
+
 class AlfworldEnv:
     """One ALFWorld game at a time (a family makes one per concurrent episode).
 
@@ -96,8 +103,9 @@ class AlfworldEnv:
         with self._lock:
             self._close_game()
             try:
-                self._game = Game(path, expert=self._expert)
-                opening, info = self._game.reset()
+                with _TEXTWORLD:
+                    self._game = Game(path, expert=self._expert)
+                    opening, info = self._game.reset()
             except Exception as exc:  # a game textworld cannot load: the setup's fault
                 raise EnvError(f"ALFWorld game {path} could not start: {exc}") from exc
             self._belief = Belief.start(opening)
@@ -123,7 +131,8 @@ class AlfworldEnv:
             if command not in self._admissible:
                 error = f"'{command}' is not possible here: choose one of the listed actions"
                 return StepResult(self._observation(error), valid=False, error=error)
-            feedback, won, info = self._game.step(command)
+            with _TEXTWORLD:
+                feedback, won, info = self._game.step(command)
             self._belief.update(command, feedback)
             self._admissible = admissible_shown(info["admissible_commands"])
             self._plan = info["expert_plan"]
@@ -133,7 +142,8 @@ class AlfworldEnv:
 
     def _close_game(self) -> None:
         if self._game is not None:
-            self._game.close()
+            with _TEXTWORLD:
+                self._game.close()
             self._game = None
 
     def close(self) -> None:
