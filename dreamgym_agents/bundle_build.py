@@ -54,7 +54,6 @@ from dreamgym_agents.bundle import (
 )
 from dreamgym_agents.embedded import (
     COLLECT_VERSION,
-    COLLECTORS,
     DEMOS_VERSION,
     RECIPE_VERSION,
     EmbeddedRecipe,
@@ -218,10 +217,15 @@ class _Build:
         folder = self.out / "collect"
         if not (folder / "COMPLETE").exists():
             collect(self.recipe, folder, say=self.reporter.say, bar=self.reporter.bar)
-        pairs = [(name, traj) for name in COLLECTORS for traj in read_collected(folder, [name])]
+        from dreamgym_agents.env import make_family
+
+        family = make_family(SHIPPED_FAMILY)
+        collectors = family.collectors
+        family.close()
+        pairs = [(name, traj) for name in collectors for traj in read_collected(folder, [name])]
         count = write_episodes(self.out / COLLECT_FILE, pairs)
         return {"episodes": count, "transitions": sum(len(t.transitions) for _, t in pairs),
-                "by_collector": {n: sum(1 for c, _ in pairs if c == n) for n in COLLECTORS}}
+                "by_collector": {n: sum(1 for c, _ in pairs if c == n) for n in collectors}}
 
     def phase_experience(self) -> dict[str, Any]:
         episodes = read_episodes(self.out / COLLECT_FILE)  # in the collectors' order
@@ -350,7 +354,6 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) 
     from the shipped seed episodes): the experience model's fidelity on the real test split
     (against the oracle's and a random agent's real runs) and the warm start's greedy test
     success. Resumable: finished runs in ``folder`` are kept."""
-    from dreamgym_agents.agent import OracleAgent, RandomAgent
     from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.graph import RunConfig, run_episodes
 
@@ -362,7 +365,8 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) 
         held_out = spread_tasks(tests, cfg.fidelity_limit)
         reporter.say(f"measuring on the test split ({family.prepare(env_cfg, tests)})")
         runs = []
-        for name, agent in (("oracle", OracleAgent()), ("random", RandomAgent(seed=0))):
+        agents = family.offline_agents(seed=0)
+        for name, agent in (("oracle", agents["oracle"]), ("random", agents["random"])):
             tick = reporter.bar(f"real {name} episodes", len(held_out))
             run_cfg = RunConfig(out_dir=folder / f"test-{name}",
                                 concurrency=cfg.real_concurrency, max_steps=cfg.eval_max_steps,

@@ -127,24 +127,18 @@ def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: 
     )
 
 
-COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
-EXPLORER_STEPS = 27
-"""Steps an explorer episode needs on the bundled shop: a section, two "Next page", then 12 items
-opened and left (2 steps each)."""
-
-
 @app.command("collect")
 def collect_command(
     out: OutOpt,
     task: TaskOpt = "webarena",
     split: SplitOpt = Split.train,
     agents: Annotated[
-        str, typer.Option("--agents", help=(
-            "Comma list of oracle, noisy, quitter, random, explorer (walks every listing page "
-            "and item), orders (walks My Orders and opens every order, on tasks that start "
-            "signed in); explorers' episodes run up to "
-            f"max(--max-steps, {EXPLORER_STEPS}) steps)."))
-    ] = "oracle,noisy,quitter,random",
+        str | None, typer.Option("--agents", help=(
+            "Comma list of the family's offline agents (webarena: oracle, noisy, quitter, "
+            "random, explorer: every listing page and item, orders: every order of My Orders; "
+            "alfworld: oracle, noisy, random). Default: all of them but the explorers. An "
+            "agent that needs longer episodes (the explorers: 27 steps) gets them."))
+    ] = None,
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
     ] = 0.3,
@@ -154,37 +148,29 @@ def collect_command(
     seed: SeedOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Gather offline data on real environments: oracle, noisy-oracle, quitter, random, explorer
-    and order-explorer episodes.
+    """Gather offline data on real environments with the family's offline agents (oracle,
+    noisy oracle, random, …).
 
     Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
     written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
     experience model).
     """
-    from dreamgym_agents.agent import (
-        ORDER_ITEMS,
-        ORDERS_ROUTE,
-        ExplorerAgent,
-        NoisyOracleAgent,
-        OracleAgent,
-        QuitterAgent,
-        RandomAgent,
-    )
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.types import read_trajectories, write_trajectories
 
     setup_logging(verbose)
-    names = [a.strip() for a in agents.split(",") if a.strip()]
-    unknown = sorted(set(names) - set(COLLECT_AGENTS))
-    if unknown or not names:
-        raise ConfigError(f"--agents takes a comma list of {', '.join(COLLECT_AGENTS)}, "
-                          f"got {agents!r}")
-    makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
-              "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed),
-              "explorer": ExplorerAgent,
-              "orders": lambda: ExplorerAgent(route=ORDERS_ROUTE, item_pattern=ORDER_ITEMS)}
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
+    offline = family.offline_agents(seed=seed, noise=noise)
+    if agents is None:
+        names = [n for n, agent in offline.items() if not hasattr(agent, "assign")]
+    else:
+        names = [a.strip() for a in agents.split(",") if a.strip()]
+    unknown = sorted(set(names) - set(offline))
+    if unknown or not names:
+        family.close()
+        raise ConfigError(f"--agents takes a comma list of {', '.join(offline)} "
+                          f"(the {family.name} family's offline agents), got {agents!r}")
     tasks = family.load_tasks(split.value)[:limit]
     console = make_console()
     results = {}
@@ -194,10 +180,11 @@ def collect_command(
             meta = {"command": "collect", "task": task, "agent": name, "split": split.value,
                     "limit": limit, "max_steps": max_steps, "seed": seed,
                     **({"noise": noise} if name == "noisy" else {})}
-            agent, agent_env = makers[name](), env_cfg
-            if isinstance(agent, ExplorerAgent):  # each task is one (section, listing page) slot
+            agent, agent_env = offline[name], env_cfg
+            if hasattr(agent, "assign"):  # an explorer: each task is one slot of its walk
                 agent.assign(tasks)
-                agent_env = replace(env_cfg, max_steps=max(max_steps, EXPLORER_STEPS))
+            if getattr(agent, "min_steps", 0) > max_steps:
+                agent_env = replace(env_cfg, max_steps=agent.min_steps)
                 meta["max_steps"] = agent_env.max_steps
             results[name] = _run(console, family, agent_env, tasks, agent, out / name,
                                  concurrency, meta)

@@ -64,11 +64,11 @@ class EmbeddedRecipe:
             customer's My Orders; it opens every order and goes back): the order pages that
             the catalogue explorer never reaches.
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
-            own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
+            own evaluator (see :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
             task's evaluator (answer-only and URL-only tasks; see
-            :func:`~dreamgym_agents.training.counterfactual.stop_trajectories`).
+            :func:`~dreamgym_agents.adapters.webarena.counterfactual.stop_trajectories`).
         judge_repeat: Short verdict-only copies of each final-answer example (see
             :class:`~dreamgym_agents.training.experience_data.ExampleConfig`).
         decision_weight: Loss weight of the decision tokens (verdict, outcome, next page's
@@ -214,48 +214,6 @@ def ensure_embedded_experience_model(
     return paths
 
 
-def collection_plan(recipe: EmbeddedRecipe, tasks: list[Any]) -> list[tuple[str, Any, list, int]]:
-    """(collector, agent, its train tasks, step limit) for every collector of the recipe, each
-    spread over the whole split (every template), deterministically."""
-    from dreamgym_agents.agent import (
-        ORDER_ITEMS,
-        ORDERS_ROUTE,
-        ExplorerAgent,
-        NoisyOracleAgent,
-        OracleAgent,
-        QuitterAgent,
-        RandomAgent,
-    )
-
-    # The explorers start from the home page, where the section links are (the order explorer
-    # signed in: tasks that require a login start so).
-    at_root = [t for t in tasks if _starts_at_root(t)]
-    plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
-            ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
-             tasks, recipe.max_steps),
-            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks, tasks,
-             recipe.max_steps),
-            ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
-             recipe.max_steps),
-            ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
-             at_root, recipe.explorer_steps),
-            ("orders", ExplorerAgent(pages=recipe.explorer_pages, route=ORDERS_ROUTE,
-                                     item_pattern=ORDER_ITEMS),
-             recipe.order_explorer_tasks,
-             [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
-    out = []
-    for name, agent, count, pool, max_steps in plan:
-        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
-        if hasattr(agent, "assign"):  # the explorer: one slot per task
-            agent.assign(chosen)
-        out.append((name, agent, chosen, max_steps))
-    return out
-
-
-COLLECTORS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
-"""The collectors of :func:`collection_plan`, in the order their episodes are read."""
-
-
 def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
             on_episode: Callable[[Any], None] | None = None,
             bar: Callable[[str, int], Tick] | None = None) -> None:
@@ -267,7 +225,7 @@ def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
     family = make_family("webarena")
     env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     try:
-        plan = collection_plan(recipe, family.load_tasks("train"))
+        plan = family.collection_plan(recipe, family.load_tasks("train"))
         everything = list({t.task_id: t for _, _, pool, _ in plan for t in pool}.values())
         say(f"embedded experience model: collecting {len(everything)} train tasks' episodes "
             f"on the bundled site ({family.prepare(env_cfg, everything)})")
@@ -297,8 +255,14 @@ def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
 
 def collected_episodes(recipe: EmbeddedRecipe, folder: Path) -> list[Any]:
     """The collection's episodes, every collector's in a fixed order, as offline data."""
+    from dreamgym_agents.env import make_family
+
     del recipe  # every recipe has the same collectors; the argument names whose folder it is
-    episodes = read_collected(folder, list(COLLECTORS))
+    family = make_family("webarena")
+    try:
+        episodes = read_collected(folder, list(family.collectors))
+    finally:
+        family.close()
     for traj in episodes:
         traj.provenance = "offline"
         for t in traj.transitions:
@@ -400,7 +364,6 @@ def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 
     scratch on so few memorises their strings instead of learning to copy them. Resumable:
     recorded episodes stay when a collection is interrupted.
     """
-    from dreamgym_agents.agent import OracleAgent
     from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.graph import RunConfig, run_episodes
 
@@ -419,8 +382,9 @@ def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 
             run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
                                 max_steps=max_steps,
                                 meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
+            oracle = family.offline_agents(seed=seed)["oracle"]
             result = asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg),
-                                              OracleAgent(), run_cfg, on_episode=on_episode))
+                                              oracle, run_cfg, on_episode=on_episode))
         finally:
             family.close()
         if result.failed:
@@ -443,10 +407,3 @@ def read_collected(folder: Path, names: list[str]) -> list[Any]:
         if path.exists():
             out.extend(sorted(read_trajectories(path), key=lambda t: t.episode_id))
     return out
-
-
-def _starts_at_root(task: Any) -> bool:
-    """True for a task that starts on the site's home page (no path after the host)."""
-    url = str(task.config.get("start_url", ""))
-    rest = url.split("://", 1)[-1]
-    return bool(url) and rest.rstrip("/").count("/") == 0

@@ -181,12 +181,19 @@ class TaskFamily(Protocol):
     typed error saying what to fix; it returns a one-line description of the setup (e.g.
     "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
     ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
-    that need no model (``oracle``, ``random``, … by name), for evaluation and collection;
-    ``requirements`` what ``dg-agents doctor`` reports for the family (cheap: no browser, no
-    game is started).
+    that need no model (``oracle``, ``random``, … by name; ``noisy`` explores at rate
+    ``noise``), for evaluation and collection (an agent with ``assign(tasks)`` is given its
+    tasks first; one with ``min_steps`` gets episodes that long); ``requirements`` what
+    ``dg-agents doctor`` reports for the family (cheap: no browser, no game is started).
+
+    The embedded experience model's data (:mod:`dreamgym_agents.embedded`): ``collection_plan``
+    says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
+    the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
+    episodes labelled by the task's own evaluator (none where that is not exact).
     """
 
     name: str
+    collectors: tuple[str, ...]
 
     def load_tasks(self, split: str) -> list[Task]: ...
 
@@ -198,9 +205,15 @@ class TaskFamily(Protocol):
 
     def action_set(self) -> Any: ...
 
-    def offline_agents(self, seed: int = 0) -> dict[str, Any]: ...
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]: ...
 
     def requirements(self) -> list[Requirement]: ...
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        ...
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]: ...
 
     def close(self) -> None: ...
 

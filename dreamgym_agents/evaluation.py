@@ -74,7 +74,7 @@ NOT_ACHIEVABLE = "N/A"
 JUDGE_HINT = "this task needs an LLM judge: pass --judge MODEL"
 
 # Placeholders WebArena uses for its self-hosted sites; any ``__NAME__`` in a URL is looked up.
-_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
+SITE_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
 _SPECIAL_PLACEHOLDERS = frozenset({"__last_url__", "__page__"})
 
 
@@ -334,7 +334,7 @@ def fill_placeholders(
             )
         return urls[token]
 
-    return _PLACEHOLDER.sub(replace, text)
+    return SITE_PLACEHOLDER.sub(replace, text)
 
 
 def evaluate_task(

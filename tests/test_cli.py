@@ -111,7 +111,7 @@ def test_float_settings_take_exponents():
 
 
 def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
-    import dreamgym_agents.adapters.chromium as chromium
+    import dreamgym_agents.adapters.webarena.chromium as chromium
     from dreamgym_agents.doctor import run_doctor
 
     monkeypatch.setattr(chromium, "find_chromium", lambda: None)

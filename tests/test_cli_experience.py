@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamgym_agents.adapters.webarena import WebArenaFamily
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.cli import main
 from dreamgym_agents.fidelity import RUBRIC
 from dreamgym_agents.types import Trajectory, Transition, read_trajectories, write_trajectories

@@ -14,7 +14,7 @@ import pytest
 from test_env_contract import test_contract  # noqa: F401 - collected here with the dream cases
 from test_experience import HOME, LAPTOPS, FakeBuffer, ScriptedModel, answer
 
-from dreamgym_agents.adapters.web_action import WebActionSet
+from dreamgym_agents.adapters.webarena.actions import WebActionSet
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.dream import DreamConfig, DreamEnv
 from dreamgym_agents.env import Environment

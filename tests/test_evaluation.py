@@ -435,7 +435,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def browser_page(site: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
+    from dreamgym_agents.adapters.webarena.chromium import find_chromium, patch_playwright
 
     exe = find_chromium()
     if exe is None:

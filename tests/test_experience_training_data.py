@@ -1,5 +1,9 @@
 import pytest
 
+from dreamgym_agents.adapters.webarena.counterfactual import (
+    counterfactual_trajectories,
+    stop_trajectories,
+)
 from dreamgym_agents.experience import parse_experience_output, retrieve_demos
 from dreamgym_agents.experience_compact import (
     action_notes,
@@ -27,10 +31,6 @@ from dreamgym_agents.experience_compact import (
 )
 from dreamgym_agents.state_delta import expand_state
 from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
-from dreamgym_agents.training.counterfactual import (
-    counterfactual_trajectories,
-    stop_trajectories,
-)
 from dreamgym_agents.training.experience_data import (
     ExampleConfig,
     build_examples,

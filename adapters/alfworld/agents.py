@@ -38,15 +38,16 @@ class NoisyExpertAgent:
     needs_expert = True
 
     def __init__(self, seed: int = 0, noise: float = 0.3) -> None:
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.noise = noise
         self.expert = ExpertAgent()
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
         options = list(observation.info.get("admissible") or [])
-        if options and self.rng.random() < self.noise:
-            return Decision(action=self.rng.choice(options),
+        rng = random.Random(f"noise|{self.seed}|{episode_id}|{len(history)}")
+        if options and rng.random() < self.noise:
+            return Decision(action=rng.choice(options),
                             reasoning=f"{EXPLORATION}: a random command")
         return await self.expert.act(task, observation, history, episode_id)
 
@@ -58,15 +59,17 @@ class RandomAgent:
     needs_expert = False
 
     def __init__(self, seed: int = 0) -> None:
-        self.rng = random.Random(seed)
+        self.seed = seed
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
+        # seeded by the episode and the step: a resumed or concurrent run repeats itself
+        rng = random.Random(f"{self.seed}|{episode_id}|{len(history)}")
         options = list(observation.info.get("admissible") or ["look"])
-        return Decision(action=self.rng.choice(options), reasoning="random")
+        return Decision(action=rng.choice(options), reasoning="random")
 
 
-def offline_agents(seed: int = 0) -> dict[str, Any]:
+def offline_agents(seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
     """The family's offline agents by name (``--agent oracle`` …)."""
-    return {"oracle": ExpertAgent(), "noisy": NoisyExpertAgent(seed=seed),
+    return {"oracle": ExpertAgent(), "noisy": NoisyExpertAgent(seed=seed, noise=noise),
             "random": RandomAgent(seed=seed)}

@@ -132,10 +132,31 @@ class AlfworldFamily:
 
         return AlfworldActionSet()
 
-    def offline_agents(self, seed: int = 0) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+        """``oracle`` (the expert's plan), ``noisy`` (random detours at rate ``noise``) and
+        ``random`` (a random admissible command)."""
         from dreamgym_agents.adapters.alfworld.agents import offline_agents
 
-        return offline_agents(seed)
+        return offline_agents(seed, noise)
+
+    collectors = ("oracle", "noisy", "random")
+    """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        """(collector, agent, its train tasks, step limit): the expert, the noisy expert and
+        the random agent on the recipe's counts of train tasks, spread over the split."""
+        agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
+        counts = {"oracle": recipe.oracle_tasks, "noisy": recipe.noisy_tasks,
+                  "random": recipe.random_tasks}
+        return [(name, agents[name], tasks[:: max(1, len(tasks) // max(counts[name], 1))]
+                 [:counts[name]], recipe.max_steps) for name in self.collectors]
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]:
+        """None: an ALFWorld outcome is the game's state, not a text the evaluator reads, so
+        no other ending of a recorded episode can be labelled without replaying it."""
+        del trajectories, answers, stops, seed
+        return [], []
 
     def close(self) -> None:
         return None

@@ -166,7 +166,7 @@ def build_examples(
 
     Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
     variants repeat their source episode's steps, see
-    :mod:`dreamgym_agents.training.counterfactual`).
+    :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
     """
     steps: list[tuple[Trajectory, int]] = [
         (traj, i) for traj in trajectories for i, t in enumerate(traj.transitions)

@@ -22,7 +22,7 @@ from typing import Any
 
 from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.types import Task
+from dreamgym_agents.types import Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -181,25 +181,51 @@ class WebArenaFamily:
 
     def action_set(self) -> Any:
         """The web action set (BrowserGym's high-level actions and WebArena's brackets)."""
-        from dreamgym_agents.adapters.web_action import WebActionSet
+        from dreamgym_agents.adapters.webarena.actions import WebActionSet
 
         return WebActionSet()
 
-    def offline_agents(self, seed: int = 0) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
         """The family's offline agents by name: ``oracle`` (plays each task's recorded
-        program), ``noisy`` (the oracle with random detours), ``quitter`` (wrong and early
-        answers) and ``random``."""
-        from dreamgym_agents.agent import NoisyOracleAgent, OracleAgent, QuitterAgent, RandomAgent
+        program), ``noisy`` (the oracle with random detours, at rate ``noise``), ``quitter``
+        (wrong and early answers), ``random``, ``explorer`` (every listing's items) and
+        ``orders`` (the signed-in customer's orders). The explorers need :meth:`assign`-ed
+        tasks (one slot each) and at least ``min_steps`` steps."""
+        from dreamgym_agents.adapters.webarena.agents import offline_agents
 
-        return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(seed=seed),
-                "quitter": QuitterAgent(seed=seed), "random": RandomAgent(seed=seed)}
+        return offline_agents(seed=seed, noise=noise)
+
+    collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
+    """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        """(collector, agent, its train tasks, step limit) for every collector of the embedded
+        ``recipe`` (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`), each spread over the
+        whole split (every template), deterministically."""
+        from dreamgym_agents.adapters.webarena.agents import collection_plan
+
+        return collection_plan(recipe, tasks)
+
+    def relabel(self, trajectories: list[Trajectory], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]:
+        """Relabelled variants of recorded episodes for the experience model's data: ``answers``
+        other final answers per right answer and ``stops`` earlier stops per episode, each
+        labelled by the task's own evaluator (tasks whose evaluator reads only the answer or
+        the final URL; :mod:`dreamgym_agents.adapters.webarena.counterfactual`)."""
+        from dreamgym_agents.adapters.webarena.counterfactual import (
+            counterfactual_trajectories,
+            stop_trajectories,
+        )
+
+        return (counterfactual_trajectories(trajectories, per_answer=answers, seed=seed),
+                stop_trajectories(trajectories, per_episode=stops, seed=seed))
 
     def requirements(self) -> list[Requirement]:
         """Chromium (with its version), BrowserGym and Playwright, and which WebArena sites are
         configured (the bundled shop stands in for ``SHOPPING`` when none is)."""
         import subprocess
 
-        from dreamgym_agents.adapters.chromium import find_chromium
+        from dreamgym_agents.adapters.webarena.chromium import find_chromium
         from dreamgym_agents.doctor import dist_version, public_url
 
         rows = []
@@ -252,7 +278,7 @@ class WebArenaFamily:
     # -- running ------------------------------------------------------------------------------
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
         """Start or check the sites; build the judge; describe the setup in one line."""
-        from dreamgym_agents.adapters.browser import install_browsergym_patches
+        from dreamgym_agents.adapters.webarena.browser import install_browsergym_patches
 
         install_browsergym_patches()
         if cfg.judge_model and self._judge is None:
@@ -282,7 +308,7 @@ class WebArenaFamily:
                 "set SHOPPING=URL for a real one)")
 
     def make_env(self, cfg: EnvConfig) -> Environment:
-        from dreamgym_agents.adapters.browser import BrowserGymEnv
+        from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
         if self._task_class is None:
             self._task_class = _make_browsergym_task_class()
