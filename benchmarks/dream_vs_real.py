@@ -24,9 +24,9 @@ import statistics
 import time
 from pathlib import Path
 
+from dreamgym_agents.adapters.webarena.evaluation import task_eval_types
 from dreamgym_agents.config import apply_mapping
 from dreamgym_agents.env import spread_tasks
-from dreamgym_agents.evaluation import task_eval_types
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.pipeline import CONFIG_FILE, STATE_FILE, Pipeline, PipelineConfig
 from dreamgym_agents.policy import PolicyAgent, PolicyModel

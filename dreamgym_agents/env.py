@@ -190,10 +190,16 @@ class TaskFamily(Protocol):
     says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
     the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
     episodes labelled by the task's own evaluator (none where that is not exact).
+
+    ``eval_types`` are the kinds of evaluator the family's tasks have, ``task_eval_types`` a
+    task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
+    the kinds the experience model can judge from what the state shows.
     """
 
     name: str
     collectors: tuple[str, ...]
+    eval_types: tuple[str, ...]
+    dream_eval_types: tuple[str, ...] | None
 
     def load_tasks(self, split: str) -> list[Task]: ...
 
@@ -211,6 +217,8 @@ class TaskFamily(Protocol):
 
     def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
         ...
+
+    def task_eval_types(self, task: Task) -> list[str]: ...
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]: ...

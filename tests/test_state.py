@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dreamgym_agents.axtree import map_axtree, map_observation
+from dreamgym_agents.adapters.webarena.axtree import map_axtree, map_observation
 from dreamgym_agents.state import (
     AbstractState,
     Element,

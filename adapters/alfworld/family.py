@@ -139,6 +139,18 @@ class AlfworldFamily:
 
         return offline_agents(seed, noise)
 
+    eval_types = ("goal",)
+    """One kind of evaluator: the game's goal conditions (the PDDL goal of the task)."""
+
+    dream_eval_types = None
+    """The dream trains on every task: the outcome is the visible state's goal."""
+
+    @staticmethod
+    def task_eval_types(task: Task) -> list[str]:
+        """Every ALFWorld task is judged by its game's goal."""
+        del task
+        return ["goal"]
+
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
 

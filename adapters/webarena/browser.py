@@ -25,13 +25,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from dreamgym_agents.adapters.webarena.actions import ActionParseError, WebActionSet
+from dreamgym_agents.adapters.webarena.axtree import map_axtree
 from dreamgym_agents.adapters.webarena.chromium import (
     patch_browsergym_launch,
     require_chromium,
     stop_thread_playwright,
     thread_playwright,
 )
-from dreamgym_agents.axtree import map_axtree
 from dreamgym_agents.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
 from dreamgym_agents.types import Task

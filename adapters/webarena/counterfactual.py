@@ -6,7 +6,7 @@ whose evaluator reads only the answer text (WebArena ``string_match`` without an
 outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
 pure function of the text. So each recorded right answer yields a few variants — a word of the
 page (what random and giving-up agents say), the right answer quoted — each labelled by
-:func:`dreamgym_agents.evaluation.evaluate_task`, never by us (the web family's
+:func:`dreamgym_agents.adapters.webarena.evaluation.evaluate_task`, never by us (the web family's
 :meth:`~dreamgym_agents.adapters.webarena.family.WebArenaFamily.relabel`).
 
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
@@ -30,7 +30,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from dreamgym_agents.adapters.webarena.agents import call
-from dreamgym_agents.evaluation import SITE_PLACEHOLDER, evaluate_task, fill_placeholders
+from dreamgym_agents.adapters.webarena.evaluation import (
+    SITE_PLACEHOLDER,
+    evaluate_task,
+    fill_placeholders,
+)
 from dreamgym_agents.experience_compact import answer_text
 from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition

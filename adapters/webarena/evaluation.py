@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.judge import (  # noqa: F401 - re-exported: the judge is part of the evaluator API
+from dreamgym_agents.adapters.webarena.judge import (  # noqa: F401 - re-exported: the judge is part of the evaluator API
     LLMJudge,
     fuzzy_match_messages,
     make_llm_judge,
@@ -45,7 +44,8 @@ from dreamgym_agents.judge import (  # noqa: F401 - re-exported: the judge is pa
     parse_unachievable_verdict,
     unachievable_messages,
 )
-from dreamgym_agents.page_helper import Helper, call_helper
+from dreamgym_agents.adapters.webarena.page_helper import Helper, call_helper
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 
 logger = logging.getLogger(__name__)
 
