@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from dreamgym_agents.adapters.webarena.evaluation import evaluate_task, task_eval_types
-from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
 from dreamgym_agents.training.grpo import ROLLOUTS_FILE
 from dreamgym_agents.types import read_trajectories
 

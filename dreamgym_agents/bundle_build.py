@@ -415,8 +415,10 @@ def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path,
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
     buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
     try:
+        from dreamgym_agents.env import make_family
+
         model = ExperienceModel(ExperienceConfig(**trained_settings(paths["model"])), gateway,
-                                buffer)
+                                buffer, codec=make_family(SHIPPED_FAMILY).experience_codec())
         fid_cfg = FidelityConfig(out_dir=folder / "fidelity", family=SHIPPED_FAMILY,
                                  limit=cfg.fidelity_limit,
                                  concurrency=cfg.fidelity_concurrency)

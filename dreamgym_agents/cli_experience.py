@@ -310,11 +310,12 @@ def buffer_import(
 
 
 def _build_experience(
-    sections: Sections, experience_model: str, buffer_path: Path | None,
+    sections: Sections, family: Any, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
     model_buffer: str | None = None,
 ) -> tuple[Any, Any, Any]:
-    """(experience model, its gateway, the replay buffer), configured from flags and sections.
+    """(experience model, its gateway, the replay buffer) of the task ``family``, configured
+    from flags and sections.
 
     ``model_buffer`` is the buffer that comes with the model (the embedded default's), used when
     no buffer is named.
@@ -336,7 +337,8 @@ def _build_experience(
     except BaseException:
         gateway.close()
         raise
-    return ExperienceModel(exp_cfg, gateway, buffer), gateway, buffer
+    return (ExperienceModel(exp_cfg, gateway, buffer, codec=family.experience_codec()),
+            gateway, buffer)
 
 
 def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) -> dict[str, bool]:
@@ -402,7 +404,7 @@ def dream_command(
     tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
                              section="agent")
-    model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
+    model, gateway, buffer = _build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer)
     console = make_console()
@@ -498,7 +500,7 @@ def fidelity_command(
     experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
                                               no_reasoning, make_console())
     sections = Sections(config, overrides, FIDELITY_SECTIONS)
-    make_family(task)  # an unknown family fails here, before any model is built
+    family = make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
         FidelityConfig(out_dir=out, family=task, concurrency=concurrency, seed=seed,
                        judge_samples=judge_samples),
@@ -511,8 +513,8 @@ def fidelity_command(
     console = make_console()
     try:
         model, gateway, buffer = _build_experience(
-            sections, experience_model, buffer_path, buffer_url, no_history, no_retrieval,
-            no_reasoning, model_buffer)
+            sections, family, experience_model, buffer_path, buffer_url, no_history,
+            no_retrieval, no_reasoning, model_buffer)
     except BaseException:
         if judge_gateway is not None:
             judge_gateway.close()

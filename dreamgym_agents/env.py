@@ -193,7 +193,9 @@ class TaskFamily(Protocol):
 
     ``eval_types`` are the kinds of evaluator the family's tasks have, ``task_eval_types`` a
     task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
-    the kinds the experience model can judge from what the state shows.
+    the kinds the experience model can judge from what the state shows. ``experience_codec``
+    is the family's part of the experience model's prompt and answer
+    (:mod:`dreamgym_agents.experience_codec`).
     """
 
     name: str
@@ -219,6 +221,8 @@ class TaskFamily(Protocol):
         ...
 
     def task_eval_types(self, task: Task) -> list[str]: ...
+
+    def experience_codec(self) -> Any: ...
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]: ...

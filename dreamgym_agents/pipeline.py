@@ -383,6 +383,7 @@ class Pipeline:
     def dream(self) -> tuple[Any, Any, Any]:
         """(experience model, its gateway, the buffer), opened on first use."""
         from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+        from dreamgym_agents.env import make_family
         from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
         from dreamgym_agents.llm import Gateway, LLMConfig
         from dreamgym_agents.training.experience_pipeline import trained_settings
@@ -396,8 +397,9 @@ class Pipeline:
             gateway = Gateway(LLMConfig(model=paths["model"],
                                         max_concurrency=max(4, self.cfg.dream.concurrency)))
             buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
-            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer),
-                           gateway, buffer)
+            codec = make_family(self.cfg.task).experience_codec()
+            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer,
+                                           codec=codec), gateway, buffer)
         return self._dream
 
     def checkpoint(self, stage: str) -> str:

@@ -15,6 +15,7 @@ from test_env_contract import test_contract  # noqa: F401 - collected here with 
 from test_experience import HOME, LAPTOPS, FakeBuffer, ScriptedModel, answer
 
 from dreamgym_agents.adapters.webarena.actions import WebActionSet
+from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.dream import DreamConfig, DreamEnv
 from dreamgym_agents.env import Environment
@@ -22,6 +23,8 @@ from dreamgym_agents.errors import EnvError
 from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.types import Task, read_trajectories
+
+WEB = WebCodec()
 
 EXPECTED = {"Say hi": "hi", "What is the price of the Acme laptop?": "$12.99"}
 PRICE = Task(task_id="price", family="webarena", intent="What is the price of the Acme laptop?",
@@ -50,7 +53,7 @@ def world(messages: list[dict]) -> str:
 
 def make_env(answers=world, buffer=None, **cfg) -> tuple[DreamEnv, ScriptedModel]:
     scripted = ScriptedModel(answers)
-    model = ExperienceModel(ExperienceConfig(), scripted, buffer)
+    model = ExperienceModel(ExperienceConfig(), scripted, buffer, codec=WEB)
     return DreamEnv(DreamConfig(**cfg), model, buffer, ACTIONS), scripted
 
 
@@ -151,7 +154,7 @@ class ShopAgent:
 
 def test_dream_episodes_through_the_episode_graph_and_runner(tmp_path):
     buffer = FakeBuffer(starts={"price": HOME})
-    model = ExperienceModel(ExperienceConfig(), ScriptedModel(world), buffer)
+    model = ExperienceModel(ExperienceConfig(), ScriptedModel(world), buffer, codec=WEB)
     tasks = [PRICE, Task(task_id="price2", family="webarena", intent=PRICE.intent, split="train",
                          config={"start_url": "http://shop/"})]
     cfg = RunConfig(out_dir=tmp_path, concurrency=2, max_steps=5, meta={"agent": "shop-agent"})

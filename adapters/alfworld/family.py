@@ -151,6 +151,13 @@ class AlfworldFamily:
         del task
         return ["goal"]
 
+    def experience_codec(self) -> Any:
+        """Short text states, written in full
+        (:class:`~dreamgym_agents.experience_codec.PlainCodec`)."""
+        from dreamgym_agents.experience_codec import PlainCodec
+
+        return PlainCodec(self.action_set(), "a household text game")
+
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
 

@@ -35,7 +35,7 @@ from dreamgym_agents.adapters.webarena.evaluation import (
     evaluate_task,
     fill_placeholders,
 )
-from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
 from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition
 

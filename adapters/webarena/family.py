@@ -212,6 +212,13 @@ class WebArenaFamily:
 
         return task_eval_types(task)
 
+    @staticmethod
+    def experience_codec() -> Any:
+        """The experience model's web prompt and answer (:class:`.codec.WebCodec`)."""
+        from dreamgym_agents.adapters.webarena.codec import WebCodec
+
+        return WebCodec()
+
     collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
 

@@ -61,15 +61,16 @@ def train_from_trajectories(
     and the time of each phase, so a model can always be traced back to how it was made.
     """
     timings: dict[str, float] = {}
+    codec = experience_codec(trajectories)
     start = time.perf_counter()
     variants, stops = relabelled(trajectories, answers=counterfactual_answers,
                                  stops=counterfactual_stops, seed=example_cfg.seed)
     everything = [*trajectories, *variants, *stops]
     if teacher is None:
-        annotated = annotate_deterministic(everything)
+        annotated = annotate_deterministic(everything, codec)
         source = "deterministic"
     else:
-        annotated = annotate_with_teacher(everything, teacher)
+        annotated = annotate_with_teacher(everything, teacher, codec)
         source = f"teacher:{teacher.cfg.model}"
     timings["annotate_s"] = time.perf_counter() - start
 
@@ -79,7 +80,7 @@ def train_from_trajectories(
     timings["seed_buffer_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    examples = build_examples(everything, buffer, example_cfg, where=RECORDED)
+    examples = build_examples(everything, buffer, example_cfg, codec, where=RECORDED)
     timings["build_examples_s"] = time.perf_counter() - start
 
     # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
@@ -116,6 +117,25 @@ def train_from_trajectories(
     }
     Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
+
+
+def experience_codec(trajectories: list[Trajectory]) -> Any:
+    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``).
+
+    Raises:
+        ConfigError: The episodes are of several families (one model simulates one family).
+    """
+    from dreamgym_agents.errors import ConfigError
+
+    names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
+    if len(names) != 1:
+        raise ConfigError(f"an experience model learns one task family; the episodes are of "
+                          f"{', '.join(names) or 'none'}: train one model per family")
+    family = make_family(names[0])
+    try:
+        return family.experience_codec()
+    finally:
+        family.close()
 
 
 def relabelled(trajectories: list[Trajectory], *, answers: int, stops: int,
