@@ -45,8 +45,8 @@ def play(pipe: Pipeline, tasks, agent, out: Path, where: str, concurrency: int) 
         make = lambda: family.make_env(env_cfg)  # noqa: E731
     else:
         model, _, buffer = pipe.dream()
-        actions = pipe.family().action_set()
-        make = lambda: DreamEnv(DreamConfig(), model, buffer, actions)  # noqa: E731
+        family = pipe.family()
+        make = lambda: DreamEnv(DreamConfig(), model, buffer, family)  # noqa: E731
     cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=pipe.cfg.eval_max_steps,
                     meta={"benchmark": "dream_vs_real", "where": where,
                           "agent": agent.name, "temperature": agent.temperature})

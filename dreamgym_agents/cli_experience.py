@@ -426,7 +426,7 @@ def dream_command(
         result = run_with_progress(
             console, len(tasks),
             lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg,
-                                 action_set=family.action_set(), on_episode=cb),
+                                 family=family, on_episode=cb),
         )
     finally:
         buffer.close()

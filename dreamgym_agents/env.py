@@ -105,6 +105,25 @@ def ends_by_type(action_set: ActionSet) -> Callable[[str], bool]:
     return ends
 
 
+class StateFormat(Protocol):
+    """How a family's abstract states read, for the core (the dream, fidelity).
+
+    ``initial_state`` is the state an episode of a task starts from when none was recorded;
+    ``start_key`` names where a task starts (tasks with the same key start in the same state;
+    "" when unknown); ``location`` is where the agent is in a state (a web page's URL; ""
+    for a family without one); ``strip_ids`` removes from a state line the ids a model cannot
+    know (a web element's ``[bid]``).
+    """
+
+    def initial_state(self, task: Task) -> str: ...
+
+    def start_key(self, task: Task) -> str: ...
+
+    def location(self, state: str) -> str: ...
+
+    def strip_ids(self, line: str) -> str: ...
+
+
 @runtime_checkable
 class Environment(Protocol):
     """The contract every environment (real or dream) implements."""
@@ -195,7 +214,8 @@ class TaskFamily(Protocol):
     task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
     the kinds the experience model can judge from what the state shows. ``experience_codec``
     is the family's part of the experience model's prompt and answer
-    (:mod:`dreamgym_agents.experience_codec`).
+    (:mod:`dreamgym_agents.experience_codec`), ``state_format`` how its states read
+    (:class:`StateFormat`).
     """
 
     name: str
@@ -223,6 +243,8 @@ class TaskFamily(Protocol):
     def task_eval_types(self, task: Task) -> list[str]: ...
 
     def experience_codec(self) -> Any: ...
+
+    def state_format(self) -> StateFormat: ...
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]: ...

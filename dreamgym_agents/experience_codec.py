@@ -143,23 +143,30 @@ class PlainCodec:
     Args:
         action_set: The family's action set (its actions' ``verb`` and ``answer``).
         environment: What the environment is, in a few words ("a household text game").
+        head_prefixes: The lines that name a state in a history (those starting so, joined
+            with `` | ``); none: its first line.
     """
 
     verdicts = (COMPLETE, FAILED, UNFINISHED)
     follows = ("The state stays", "As in demo", "A new state")
     prompt_file = "experience_model_plain.md"
 
-    def __init__(self, action_set: ActionSet, environment: str = "a text environment") -> None:
+    def __init__(self, action_set: ActionSet, environment: str = "a text environment",
+                 head_prefixes: tuple[str, ...] = ()) -> None:
         self.action_set = action_set
         self.environment = environment
+        self.head_prefixes = head_prefixes
 
     def describe(self) -> str:
         return self.environment
 
     # -- reading states and actions ----------------------------------------------------------
-    @staticmethod
-    def head(state: str) -> str:
-        return next((ln.strip() for ln in state.splitlines() if ln.strip()), "(empty)")
+    def head(self, state: str) -> str:
+        lines = [ln.strip() for ln in state.splitlines() if ln.strip()]
+        named = [ln for ln in lines if ln.startswith(self.head_prefixes)]
+        if self.head_prefixes and named:
+            return " | ".join(named)
+        return lines[0] if lines else "(empty)"
 
     def _parsed(self, action: str) -> list[Any]:
         try:

@@ -592,8 +592,7 @@ class Pipeline:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig()
-            actions = family.action_set()
-            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, actions), cfg.concurrency)
+            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
             if self.cfg.curriculum.enabled:
                 curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
                                                                                   self.cfg.seed),

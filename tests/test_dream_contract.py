@@ -16,6 +16,7 @@ from test_experience import HOME, LAPTOPS, FakeBuffer, ScriptedModel, answer
 
 from dreamgym_agents.adapters.webarena.actions import WebActionSet
 from dreamgym_agents.adapters.webarena.codec import WebCodec
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.dream import DreamConfig, DreamEnv
 from dreamgym_agents.env import Environment
@@ -31,6 +32,7 @@ PRICE = Task(task_id="price", family="webarena", intent="What is the price of th
              split="train", config={"start_url": "http://shop/"})
 SAY_HI = Task(task_id="hi", family="webarena", intent="Say hi", config={"start_url": "http://s/"})
 ACTIONS = WebActionSet()
+WEB_FAMILY = WebArenaFamily()
 
 
 def section(prompt: str, heading: str) -> str:
@@ -54,7 +56,7 @@ def world(messages: list[dict]) -> str:
 def make_env(answers=world, buffer=None, **cfg) -> tuple[DreamEnv, ScriptedModel]:
     scripted = ScriptedModel(answers)
     model = ExperienceModel(ExperienceConfig(), scripted, buffer, codec=WEB)
-    return DreamEnv(DreamConfig(**cfg), model, buffer, ACTIONS), scripted
+    return DreamEnv(DreamConfig(**cfg), model, buffer, WEB_FAMILY), scripted
 
 
 @pytest.fixture(params=["dream"])
@@ -159,7 +161,7 @@ def test_dream_episodes_through_the_episode_graph_and_runner(tmp_path):
                          config={"start_url": "http://shop/"})]
     cfg = RunConfig(out_dir=tmp_path, concurrency=2, max_steps=5, meta={"agent": "shop-agent"})
     result = asyncio.run(run_episodes(
-        tasks, lambda: DreamEnv(DreamConfig(), model, buffer, ACTIONS), ShopAgent(), cfg))
+        tasks, lambda: DreamEnv(DreamConfig(), model, buffer, WEB_FAMILY), ShopAgent(), cfg))
     summary = result.summary
     assert summary["synthetic_transitions"] > 0 and summary["real_transitions"] == 0
     assert summary["episodes"] == 2 and summary["success_rate"] == 0.5  # price2: no start state

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from test_experience import HOME, LAPTOPS, TASK, ScriptedModel
 
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.env import ends_by_type, make_family
 from dreamgym_agents.errors import ModelError
 from dreamgym_agents.experience import ExperienceOutput, ExperiencePrediction
@@ -52,7 +53,8 @@ def test_state_f1_edge_cases():
     # repeated lines count as often as they occur
     assert state_f1("StaticText 'a'\nStaticText 'a'", "StaticText 'a'") == pytest.approx(2 / 3)
     assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'") == 0.0
-    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'", ignore_bids=True) == 1.0
+    strip = WebArenaFamily.state_format().strip_ids
+    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'", strip_ids=strip) == 1.0
 
 
 def test_a_perfect_model_scores_one_on_every_metric():

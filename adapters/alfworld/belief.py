@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 _ITEM = re.compile(r"\ba ([a-z]+ \d+)")
 _ARRIVE = re.compile(r"^You arrive at ([a-z]+ \d+)\.")
@@ -276,3 +277,27 @@ def _kind(name: str) -> str:
 def _order(name: str) -> tuple[str, int]:
     kind, _, number = name.rpartition(" ")
     return (kind, int(number)) if number.isdigit() else (name, 0)
+
+
+class AlfworldStateFormat:
+    """:class:`~dreamgym_agents.env.StateFormat` of the rendered belief state."""
+
+    @staticmethod
+    def start_key(task: Any) -> str:
+        """A task's game: its episodes start from the game's opening."""
+        return str(task.config.get("game") or "")
+
+    @staticmethod
+    def initial_state(task: Any) -> str:
+        """The state before anything is seen (the room's receptacles unknown)."""
+        return Belief(task=str(task.intent).strip().rstrip(".") + ".",
+                      feedback="You are in the middle of a room.").render()
+
+    @staticmethod
+    def location(state: str) -> str:
+        return next((line[4:].strip() for line in state.splitlines() if line.startswith("At: ")),
+                    "")
+
+    @staticmethod
+    def strip_ids(line: str) -> str:
+        return line  # object numbers are the game's, and the model sees them

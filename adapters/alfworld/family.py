@@ -151,12 +151,20 @@ class AlfworldFamily:
         del task
         return ["goal"]
 
+    @staticmethod
+    def state_format() -> Any:
+        """Text-game states: no location, no ids; a task's start is its game."""
+        from dreamgym_agents.adapters.alfworld.belief import AlfworldStateFormat
+
+        return AlfworldStateFormat()
+
     def experience_codec(self) -> Any:
         """Short text states, written in full
         (:class:`~dreamgym_agents.experience_codec.PlainCodec`)."""
         from dreamgym_agents.experience_codec import PlainCodec
 
-        return PlainCodec(self.action_set(), "a household text game")
+        return PlainCodec(self.action_set(), "a household text game",
+                          head_prefixes=("At:", "Holding:"))
 
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -162,6 +163,31 @@ def _make_browsergym_task_class() -> type:
     return _WebArenaConfigTask
 
 
+class WebStateFormat:
+    """:class:`~dreamgym_agents.env.StateFormat` of web pages (``URL:``, ``Title:``, then
+    ``[bid] role 'name'`` lines)."""
+
+    @staticmethod
+    def start_key(task: Task) -> str:
+        return str(task.config.get("start_url") or "")
+
+    def initial_state(self, task: Task) -> str:
+        return f"URL: {self.start_key(task)}\nTitle: "
+
+    @staticmethod
+    def location(state: str) -> str:
+        from dreamgym_agents.state import parse_state
+
+        return parse_state(state).url
+
+    @staticmethod
+    def strip_ids(line: str) -> str:
+        return _BID_PREFIX.sub("", line)
+
+
+_BID_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+
+
 class WebArenaFamily:
     """Task family ``webarena`` (see the module docstring)."""
 
@@ -211,6 +237,11 @@ class WebArenaFamily:
         from dreamgym_agents.adapters.webarena.evaluation import task_eval_types
 
         return task_eval_types(task)
+
+    @staticmethod
+    def state_format() -> WebStateFormat:
+        """Web pages: ``URL:`` and ``Title:``, then one line per element."""
+        return WebStateFormat()
 
     @staticmethod
     def experience_codec() -> Any:
