@@ -36,7 +36,7 @@ def main() -> None:
     if args.checkpoint is None:
         from dreamgym_agents.embedded import ensure_embedded_experience_model
 
-        paths = ensure_embedded_experience_model(progress=print)
+        paths = ensure_embedded_experience_model("webarena", progress=print)
         args.checkpoint, args.buffer = paths["checkpoint"], paths["buffer"]
     buffer = ReplayBuffer(BufferConfig(path=args.buffer))
     model = ExperienceModel(ExperienceConfig(prompt_style="compact"), gateway=None, buffer=buffer,

@@ -76,7 +76,8 @@ class Keep(StrEnum):
 
 
 def resolve_experience_model(
-    name: str | None, *, ablations: dict[str, bool] | None = None, say: Any = None
+    name: str | None, family: str, *, ablations: dict[str, bool] | None = None,
+    say: Any = None,
 ) -> tuple[str, str | None]:
     """The experience model to use and the buffer that goes with it.
 
@@ -85,12 +86,17 @@ def resolve_experience_model(
     its buffer holds the data it was trained on. Ablation flags select the matching embedded
     ablation model (trained without history, retrieval or reasoning), as in the paper.
     """
-    from dreamgym_agents.embedded import EMBEDDED, EmbeddedRecipe, ensure_embedded_experience_model
+    from dreamgym_agents.embedded import (
+        EMBEDDED,
+        ensure_embedded_experience_model,
+        family_recipe,
+    )
 
     if name and name != EMBEDDED:
         return name, None
-    recipe = EmbeddedRecipe(**(ablations or {}))
-    paths = ensure_embedded_experience_model(recipe, progress=say)
+    prefix = family.split(".", 1)[0]
+    recipe = family_recipe(prefix, **(ablations or {}))
+    paths = ensure_embedded_experience_model(prefix, recipe, progress=say)
     return paths["model"], paths["buffer"]
 
 
@@ -346,10 +352,10 @@ def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) ->
                                     ("use_reasoning", no_reasoning)) if off}
 
 
-def _resolve(name: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
-             console: Any) -> tuple[str, str | None]:
+def _resolve(name: str | None, family: str, no_history: bool, no_retrieval: bool,
+             no_reasoning: bool, console: Any) -> tuple[str, str | None]:
     return resolve_experience_model(
-        name, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
+        name, family, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
         say=console.print)
 
 
@@ -395,7 +401,7 @@ def dream_command(
     from dreamgym_agents.graph import RunConfig
 
     setup_logging(verbose)
-    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
+    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
                                               no_reasoning, make_console())
     sections = Sections(config, overrides, DREAM_SECTIONS)
     dream_cfg = sections.configure(DreamConfig(), "dream")
@@ -497,7 +503,7 @@ def fidelity_command(
     )
 
     setup_logging(verbose)
-    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
+    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
                                               no_reasoning, make_console())
     sections = Sections(config, overrides, FIDELITY_SECTIONS)
     family = make_family(task)  # an unknown family fails here, before any model is built

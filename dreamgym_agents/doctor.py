@@ -44,19 +44,20 @@ def public_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def bundle_report() -> str:
-    """One line: the embedded bundle runs use, and whether it is this code's."""
+def bundle_report(family: str) -> str:
+    """One line: the embedded bundle runs of ``family`` use, and whether it is this code's."""
     from dreamgym_agents.bundle import shipped_bundle
-    from dreamgym_agents.embedded import EmbeddedRecipe
+    from dreamgym_agents.embedded import family_recipe
     from dreamgym_agents.errors import ConfigError
 
     try:
-        bundle = shipped_bundle()
+        bundle = shipped_bundle(family)
+        recipe = family_recipe(family)
     except ConfigError as exc:
         return f"[red]{exc}"
     if bundle is None:
-        return "[yellow]none: the defaults are built on first use (~2 h on 2 cores)"
-    stale = "" if bundle.experience_key == EmbeddedRecipe().key else \
+        return "[yellow]none: the defaults are built on first use (hours on 2 cores)"
+    stale = "" if bundle.experience_key == recipe.key else \
         " [red](stale: this code's recipe differs; rebuild with dg-agents build-embedded)"
     return f"[green]{bundle.id}[/] ({bundle.manifest['bytes'] / 1e6:.0f} MB){stale}"
 
@@ -82,7 +83,6 @@ def run_doctor(task: str = "webarena") -> int:
             f"[green]{version}" if version else f"[yellow]missing: pip install "
             f"'dreamgym-agents[{extra}]'",
         )
-    table.add_row("embedded bundle", bundle_report())
     for key in API_KEYS:
         table.add_row(key, "[green]set" if os.environ.get(key) else "not set")
     usable: dict[str, bool] = {}
@@ -98,6 +98,7 @@ def run_doctor(task: str = "webarena") -> int:
             table.add_row(f"family {name}", f"[red]{exc}")
             continue
         usable[name] = all(r.ok is not False for r in rows)
+        table.add_row(f"{name}: embedded bundle", bundle_report(name))
         for r in rows:
             colour = {True: "[green]", False: "[red]", None: ""}[r.ok]
             table.add_row(f"{name}: {r.name}", colour + r.detail)

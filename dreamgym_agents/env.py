@@ -205,7 +205,8 @@ class TaskFamily(Protocol):
     tasks first; one with ``min_steps`` gets episodes that long); ``requirements`` what
     ``dg-agents doctor`` reports for the family (cheap: no browser, no game is started).
 
-    The embedded experience model's data (:mod:`dreamgym_agents.embedded`): ``collection_plan``
+    The embedded experience model's data (:mod:`dreamgym_agents.embedded`):
+    ``embedded_recipe_defaults`` are the family's recipe fields, ``collection_plan``
     says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
     the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
     episodes labelled by the task's own evaluator (none where that is not exact).
@@ -245,6 +246,8 @@ class TaskFamily(Protocol):
     def experience_codec(self) -> Any: ...
 
     def state_format(self) -> StateFormat: ...
+
+    def embedded_recipe_defaults(self) -> dict[str, Any]: ...
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]: ...

@@ -134,11 +134,13 @@ def _likeness(a: str, b: str) -> float:
 class PlainCodec:
     """The experience codec of a family whose states are a few lines of plain text.
 
-    The prompt shows the task, the last steps (action → the first line of the state it led to),
-    the demonstrations (state, action → next state, outcome), the state and the action; the
-    answer writes the next state in full, or ``@state`` when nothing changes. Demonstrations are
-    ranked by the same action first (its verb, then its words), then by the words the states
-    share. Final answers (``action_set``'s actions with an ``answer``) are ranked the same way.
+    The prompt shows the task, the last steps (action → the lines naming the state it led to),
+    the demonstrations as what their action changed (``+``/``-`` lines and the outcome), the
+    current state in full and the action. The answer writes the next state as ``@state``
+    followed by edits when that is shorter than the state (:func:`line_edits`: a ``+ Key: …``
+    line replaces the line with that key, or is added; ``- line`` removes one), else in full.
+    Demonstrations are ranked by the same action first (its verb, then its words), then by the
+    words the states share; final answers (``action_set``'s actions with an ``answer``) too.
 
     Args:
         action_set: The family's action set (its actions' ``verb`` and ``answer``).
@@ -148,7 +150,7 @@ class PlainCodec:
     """
 
     verdicts = (COMPLETE, FAILED, UNFINISHED)
-    follows = ("The state stays", "As in demo", "A new state")
+    follows = ("The state stays", "As in demo", "A new state", "The state changes")
     prompt_file = "experience_model_plain.md"
 
     def __init__(self, action_set: ActionSet, environment: str = "a text environment",
@@ -192,13 +194,15 @@ class PlainCodec:
         if history is not None:
             steps = [f"{t.action} → {self.head(t.next_state) if t.valid else 'invalid'}"
                      for t in history[-history_steps:]] if history_steps > 0 else []
-            parts.append("last steps: " + (" | ".join(steps) if steps else "(none)"))
+            parts.append("last steps: " + (" || ".join(steps) if steps else "(none)"))
         if demos is not None:
             for i, d in enumerate(demos, 1):
+                edits = line_edits(d.state, d.next_state)
+                changed = "\n".join(edits) if edits else "(no change)"
                 parts.append(
-                    f"demo {i}:\n{d.state.strip()}\naction: {d.action}\nnext:\n"
-                    f"{d.next_state.strip()}\nreward {int(d.reward >= 1)} done "
-                    f"{str(d.terminated).lower()} success {str(d.success).lower()}")
+                    f"demo {i}: {d.action} (in {self.head(d.state)})\n{changed}\n"
+                    f"reward {int(d.reward >= 1)} done {str(d.terminated).lower()} "
+                    f"success {str(d.success).lower()}")
         parts.append(f"state:\n{state.strip()}")
         parts.append(f"action: {action.strip()}")
         parts.append("answer:" if use_reasoning else "answer without reasoning:")
@@ -209,9 +213,10 @@ class PlainCodec:
               k: int) -> list[Transition]:
         verb = self._verb(action)
 
-        def key(t: Transition) -> tuple[float, float, float]:
+        def key(t: Transition) -> tuple[float, float, float, str, int]:
             same_verb = float(bool(verb) and self._verb(t.action) == verb)
-            return (-same_verb, -_likeness(t.action, action), -_likeness(t.state, state))
+            return (-same_verb, -_likeness(t.action, action), -_likeness(t.state, state),
+                    t.episode_id, t.step)
 
         return sorted(candidates, key=key)[:k]
 
@@ -240,25 +245,79 @@ class PlainCodec:
     def encode_state(target: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
         del pages, previous, action
-        return SAME_STATE if target.strip() == state.strip() else target.strip()
+        edits = line_edits(state, target)
+        written = "\n".join([SAME_STATE, *edits])
+        if apply_edits(state, edits) == _norm(target) and len(written) < len(target.strip()):
+            return written
+        return target.strip()
 
     @staticmethod
     def expand_state(text: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
         del pages, previous, action
         body = text.strip()
-        if body.startswith("@"):
-            if body != SAME_STATE:
-                raise StateReferenceError(f"{body.splitlines()[0]!r}: only {SAME_STATE} "
-                                          "(the state unchanged) is a reference here")
-            return state
-        return body
+        if not body.startswith("@"):
+            return body
+        first, *rest = body.splitlines()
+        if first.strip() != SAME_STATE:
+            raise StateReferenceError(f"{first.strip()!r}: only {SAME_STATE} (the current "
+                                      "state, then edits) is a reference here")
+        bad = [ln for ln in rest if ln.strip() and not ln.startswith(("+ ", "- "))]
+        if bad:
+            raise StateReferenceError(f"{bad[0]!r} is not an edit (+ line or - line)")
+        return apply_edits(state, [ln for ln in rest if ln.strip()])
 
     def rationale(self, t: Transition, intent: str = "", *, written_as: str | None = None,
                   pages: list[str] | None = None) -> str:
         del intent, pages
-        if written_as is not None and written_as.strip() == SAME_STATE:
-            return f"The state stays as it is. {verdict(t)}"
         if self.answer_text(t.action) is not None:
             return f"{verdict(t)} Final answer."
+        if _norm(t.next_state) == _norm(t.state):
+            return f"The state stays as it is. {verdict(t)}"
+        if written_as is not None and written_as.strip() == SAME_STATE:
+            return f"The state changes: {self.head(t.next_state)}. {verdict(t)}"
         return f"A new state: {self.head(t.next_state)}. {verdict(t)}"
+
+
+def _norm(state: str) -> str:
+    return "\n".join(ln.rstrip() for ln in state.strip().splitlines() if ln.strip())
+
+
+def _key(line: str) -> str | None:
+    head, sep, _ = line.partition(": ")
+    return head if sep and head and len(head) <= 40 and "\n" not in head else None
+
+
+def line_edits(state: str, target: str) -> list[str]:
+    """The edits that turn ``state`` into ``target`` line by line: ``+ Key: value`` for a
+    keyed line whose value changed or that is new, ``- line`` for a line that went, ``+ line``
+    for a new unkeyed one (empty: no change)."""
+    old = [ln for ln in _norm(state).splitlines()]
+    new = [ln for ln in _norm(target).splitlines()]
+    old_keys = {_key(ln): ln for ln in old if _key(ln)}
+    new_keys = {_key(ln): ln for ln in new if _key(ln)}
+    edits = [f"- {ln}" for ln in old
+             if (_key(ln) and _key(ln) not in new_keys) or (not _key(ln) and ln not in new)]
+    for ln in new:
+        key = _key(ln)
+        if (key and old_keys.get(key) != ln) or (not key and ln not in old):
+            edits.append(f"+ {ln}")
+    return edits
+
+
+def apply_edits(state: str, edits: list[str]) -> str:
+    """``state`` with ``edits`` applied (see :func:`line_edits`): a ``+`` line replaces the
+    line with its key in place, or is added at the end; a ``-`` line removes that line."""
+    lines = _norm(state).splitlines()
+    for edit in edits:
+        sign, body = edit[:1], edit[2:].rstrip()
+        key = _key(body)
+        if sign == "-":
+            lines = [ln for ln in lines if ln != body]
+        elif sign == "+":
+            at = next((i for i, ln in enumerate(lines) if key and _key(ln) == key), None)
+            if at is None:
+                lines.append(body)
+            else:
+                lines[at] = body
+    return "\n".join(lines)

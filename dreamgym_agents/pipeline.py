@@ -410,10 +410,10 @@ class Pipeline:
     def stage_experience(self) -> dict[str, Any]:
         from dreamgym_agents.embedded import (
             EMBEDDED,
-            EmbeddedRecipe,
             demos_name,
             ensure_demos,
             ensure_embedded_experience_model,
+            family_recipe,
         )
 
         if self.cfg.experience_model != EMBEDDED:
@@ -422,8 +422,9 @@ class Pipeline:
                               "train-experience commands (experience_model: embedded)")
         ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
-        recipe = EmbeddedRecipe(**{**self.cfg.experience_recipe, **ablations})
-        paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
+        family = self.cfg.task.split(".", 1)[0]
+        recipe = family_recipe(family, **{**self.cfg.experience_recipe, **ablations})
+        paths = ensure_embedded_experience_model(family, recipe, progress=self.reporter.say)
         done = {"model": paths["model"], "buffer": paths["buffer"], "offline": paths["offline"],
                 "recipe": recipe.key, "collect": recipe.collect_key}
         bundle = self._bundle()
@@ -438,7 +439,7 @@ class Pipeline:
                 done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
             else:
                 tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
-                done["demos"] = str(ensure_demos(self.cfg.demo_tasks, seed=recipe.seed,
+                done["demos"] = str(ensure_demos(family, self.cfg.demo_tasks, seed=recipe.seed,
                                                  concurrency=self.cfg.eval_concurrency,
                                                  max_steps=self.cfg.eval_max_steps,
                                                  progress=self.reporter.say,
@@ -448,9 +449,9 @@ class Pipeline:
 
     def _bundle(self) -> Any:
         """The embedded bundle of the run's task family (None: none shipped or named)."""
-        from dreamgym_agents.bundle import SHIPPED_FAMILY, shipped_bundle
+        from dreamgym_agents.bundle import shipped_bundle
 
-        return shipped_bundle() if self.cfg.task == SHIPPED_FAMILY else None
+        return shipped_bundle(self.cfg.task.split(".", 1)[0])
 
     def offline_episodes(self) -> list[Any]:
         """The offline data the warm start learns from: the collection (its oracle episodes

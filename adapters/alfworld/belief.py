@@ -285,7 +285,10 @@ class AlfworldStateFormat:
     @staticmethod
     def start_key(task: Any) -> str:
         """A task's game: its episodes start from the game's opening."""
-        return str(task.config.get("game") or "")
+        import json
+
+        game = task.config.get("game")
+        return json.dumps(game, sort_keys=True) if game else ""
 
     @staticmethod
     def initial_state(task: Any) -> str:

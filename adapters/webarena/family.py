@@ -250,6 +250,12 @@ class WebArenaFamily:
 
         return WebCodec()
 
+    @staticmethod
+    def embedded_recipe_defaults() -> dict[str, Any]:
+        """The recipe's own defaults (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`) are
+        the web family's."""
+        return {}
+
     collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
 
