@@ -34,7 +34,7 @@ def policy_turns(checkpoint: Path, episodes: list) -> list[str]:
     policy = PolicyModel.load(checkpoint)
     jobs = []
     for episode in episodes:
-        written = written_actions(episode.transitions, policy.cfg)
+        written = written_actions(episode.task, episode.transitions, policy.cfg)
         for i, t in enumerate(episode.transitions):
             ids = policy.segment_ids(episode.task, t.state, written[:i],
                                      error_seen(episode.transitions, i))

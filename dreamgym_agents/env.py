@@ -216,7 +216,8 @@ class TaskFamily(Protocol):
     the kinds the experience model can judge from what the state shows. ``experience_codec``
     is the family's part of the experience model's prompt and answer
     (:mod:`dreamgym_agents.experience_codec`), ``state_format`` how its states read
-    (:class:`StateFormat`).
+    (:class:`StateFormat`), ``policy_view`` the policy's part (how a state reads to it, how
+    actions are written, the grammar of a turn: :class:`~dreamgym_agents.policy.PolicyView`).
     """
 
     name: str
@@ -244,6 +245,8 @@ class TaskFamily(Protocol):
     def task_eval_types(self, task: Task) -> list[str]: ...
 
     def experience_codec(self) -> Any: ...
+
+    def policy_view(self) -> Any: ...
 
     def state_format(self) -> StateFormat: ...
 

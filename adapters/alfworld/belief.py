@@ -20,6 +20,7 @@ from the state (the game's grammar); tests check it against textworld's own list
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,6 +278,19 @@ def _kind(name: str) -> str:
 def _order(name: str) -> tuple[str, int]:
     kind, _, number = name.rpartition(" ")
     return (kind, int(number)) if number.isdigit() else (name, 0)
+
+
+@functools.cache
+def _rules() -> Rules:
+    return Rules.alfred()
+
+
+def admissible_in(state: str) -> list[str]:
+    """The commands the game accepts in a rendered state (none for a text that is not one)."""
+    try:
+        return Belief.parse(state).admissible(_rules())
+    except (ValueError, KeyError):
+        return []
 
 
 class AlfworldStateFormat:

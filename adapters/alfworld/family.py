@@ -158,6 +158,16 @@ class AlfworldFamily:
 
         return AlfworldStateFormat()
 
+    @staticmethod
+    def policy_view() -> Any:
+        """The state as it is; decoding constrained to the commands the game accepts in it
+        (:meth:`~.belief.Belief.admissible`, derived from the state alone, so the dream's
+        states constrain the same way)."""
+        from dreamgym_agents.adapters.alfworld.belief import admissible_in
+        from dreamgym_agents.policy import PlainView
+
+        return PlainView(options=admissible_in)
+
     def experience_codec(self) -> Any:
         """Short text states, written in full
         (:class:`~dreamgym_agents.experience_codec.PlainCodec`)."""

@@ -244,6 +244,14 @@ class WebArenaFamily:
         return WebStateFormat()
 
     @staticmethod
+    def policy_view() -> Any:
+        """Compact pages, elements by name, the page's action grammar
+        (:class:`.policy_view.WebPolicyView`)."""
+        from dreamgym_agents.adapters.webarena.policy_view import WebPolicyView
+
+        return WebPolicyView()
+
+    @staticmethod
     def experience_codec() -> Any:
         """The experience model's web prompt and answer (:class:`.codec.WebCodec`)."""
         from dreamgym_agents.adapters.webarena.codec import WebCodec
