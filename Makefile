@@ -3,14 +3,19 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+ALFWORLD_STAMP := $(VENV)/.installed-alfworld
 # torch's CPU build: pip takes it from the local wheel folder when present, else from this index.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 RUN_DIR ?= runs/quick
 
-.PHONY: install browser run test lint clean
+.PHONY: install install-alfworld browser run test lint clean
 
 install: $(STAMP)
+
+# ALFWorld (--task alfworld, and its tests): its planner and jericho compile from source on a
+# machine that has not built them yet (pip caches the wheels), so only the tests need it.
+install-alfworld: $(ALFWORLD_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +23,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/pip install -q "$(TORCH_SPEC)" || $(VENV)/bin/pip install -q "$(TORCH_SPEC)" --index-url "$(TORCH_INDEX)"
 	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all]"
 	touch $(STAMP)
+
+$(ALFWORLD_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all,alfworld]"
+	touch $(ALFWORLD_STAMP)
 
 # A system Chromium (Playwright cannot download its own browser offline).
 browser:
@@ -28,7 +37,7 @@ browser:
 run: install browser
 	$(VENV)/bin/dg-agents run --task webarena --preset quick --out $(RUN_DIR)
 
-test: install browser
+test: install install-alfworld browser
 	$(PY) -m pytest -q
 
 lint: install

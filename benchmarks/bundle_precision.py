@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+from dreamgym_agents.env import make_family
 from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
 from dreamgym_agents.llm import Gateway, LLMConfig
 from dreamgym_agents.policy import PolicyModel, error_seen, written_actions
@@ -33,7 +34,7 @@ def policy_turns(checkpoint: Path, episodes: list) -> list[str]:
     policy = PolicyModel.load(checkpoint)
     jobs = []
     for episode in episodes:
-        written = written_actions(episode.transitions, policy.cfg)
+        written = written_actions(episode.task, episode.transitions, policy.cfg)
         for i, t in enumerate(episode.transitions):
             ids = policy.segment_ids(episode.task, t.state, written[:i],
                                      error_seen(episode.transitions, i))
@@ -53,7 +54,7 @@ def predictions(checkpoint: Path, buffer_dir: str, episodes: list) -> list[tuple
     buffer = ReplayBuffer(BufferConfig(path=buffer_dir))
     try:
         model = ExperienceModel(ExperienceConfig(**trained_settings(model_string)), gateway,
-                                buffer)
+                                buffer, codec=make_family("webarena").experience_codec())
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             pairs = [p for ep in pool.map(model.predict_trajectory, episodes) for p in ep]
     finally:

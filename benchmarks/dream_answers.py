@@ -5,9 +5,10 @@ task's reference (WebArena's ``string_match``); the dream has only its experienc
 verdict. This reads the dream rollouts of one or more run folders
 (``stages/dream_rl/rollouts.jsonl``), re-scores every episode that ended with an answer on a
 seed task whose only eval type is ``string_match`` with exact or must-include references (the
-WebArena string evaluator, :func:`dreamgym_agents.evaluation.evaluate_task`; synthetic variants
-are left out: their references come from the generator) and prints the dream's verdict against
-the site's, overall and per intent template.
+WebArena string evaluator,
+:func:`dreamgym_agents.adapters.webarena.evaluation.evaluate_task`; synthetic variants are left
+out: their references come from the generator) and prints the dream's verdict against the
+site's, overall and per intent template.
 
     .venv/bin/python benchmarks/dream_answers.py runs/bench-quick/seed*/dreamgym
 """
@@ -19,8 +20,8 @@ import collections
 import sys
 from pathlib import Path
 
-from dreamgym_agents.evaluation import evaluate_task, task_eval_types
-from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.adapters.webarena.evaluation import evaluate_task, task_eval_types
+from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
 from dreamgym_agents.training.grpo import ROLLOUTS_FILE
 from dreamgym_agents.types import read_trajectories
 

@@ -24,9 +24,9 @@ import statistics
 import time
 from pathlib import Path
 
+from dreamgym_agents.adapters.webarena.evaluation import task_eval_types
 from dreamgym_agents.config import apply_mapping
 from dreamgym_agents.env import spread_tasks
-from dreamgym_agents.evaluation import task_eval_types
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.pipeline import CONFIG_FILE, STATE_FILE, Pipeline, PipelineConfig
 from dreamgym_agents.policy import PolicyAgent, PolicyModel
@@ -45,7 +45,8 @@ def play(pipe: Pipeline, tasks, agent, out: Path, where: str, concurrency: int) 
         make = lambda: family.make_env(env_cfg)  # noqa: E731
     else:
         model, _, buffer = pipe.dream()
-        make = lambda: DreamEnv(DreamConfig(), model, buffer)  # noqa: E731
+        family = pipe.family()
+        make = lambda: DreamEnv(DreamConfig(), model, buffer, family)  # noqa: E731
     cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=pipe.cfg.eval_max_steps,
                     meta={"benchmark": "dream_vs_real", "where": where,
                           "agent": agent.name, "temperature": agent.temperature})

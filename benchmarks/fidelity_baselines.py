@@ -18,14 +18,17 @@ import argparse
 import json
 from pathlib import Path
 
+from dreamgym_agents.env import ends_by_type, make_family
 from dreamgym_agents.experience import transition_id
-from dreamgym_agents.fidelity import binary_scores, state_f1, web_terminal
+from dreamgym_agents.fidelity import binary_scores, state_f1
 from dreamgym_agents.types import read_trajectories
 
 
-def rescore(predictions: list[dict], real: dict[str, object]) -> dict[str, dict]:
+def rescore(predictions: list[dict], real: dict[str, object],
+            family: str = "webarena") -> dict[str, dict]:
     """Model and baseline scores of recorded predictions (``real``: transition id → the real
-    transition, for the copy baseline)."""
+    transition, for the copy baseline; ``family``: whose action set says which actions end an
+    episode)."""
     missing = [row["id"] for row in predictions if row["id"] not in real]
     if missing:
         raise SystemExit(f"{len(missing)} predicted transitions are not in the real runs given "
@@ -38,6 +41,11 @@ def rescore(predictions: list[dict], real: dict[str, object]) -> dict[str, dict]
         return None if p is None else (p["reward"] > 0.5 if key == "reward" else bool(p[key]))
 
     n = len(predictions)
+    tasks = make_family(family)
+    try:
+        ends = ends_by_type(tasks.action_set())
+    finally:
+        tasks.close()
     model_state = sum(row["state_f1"] or 0.0 for row in predictions) / n
     copies = [state_f1(real[row["id"]].state, real[row["id"]].next_state)  # type: ignore[attr-defined]
               for row in predictions]
@@ -46,7 +54,7 @@ def rescore(predictions: list[dict], real: dict[str, object]) -> dict[str, dict]
                    "baseline": binary_scores(reward_truth, [False] * n),
                    "baseline_name": "always 0"},
         "done": {"model": binary_scores(done_truth, [said(r, "done") for r in predictions]),
-                 "baseline": binary_scores(done_truth, [web_terminal(r["action"])
+                 "baseline": binary_scores(done_truth, [ends(r["action"])
                                                         for r in predictions]),
                  "baseline_name": "from the action's type"},
         "state_f1": {"model": round(model_state, 4), "baseline": round(sum(copies) / n, 4),

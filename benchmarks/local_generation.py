@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+from dreamgym_agents.env import make_family
 from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
 from dreamgym_agents.local_provider import _get_loaded, generate_local
 from dreamgym_agents.types import read_trajectories
@@ -35,10 +36,11 @@ def main() -> None:
     if args.checkpoint is None:
         from dreamgym_agents.embedded import ensure_embedded_experience_model
 
-        paths = ensure_embedded_experience_model(progress=print)
+        paths = ensure_embedded_experience_model("webarena", progress=print)
         args.checkpoint, args.buffer = paths["checkpoint"], paths["buffer"]
     buffer = ReplayBuffer(BufferConfig(path=args.buffer))
-    model = ExperienceModel(ExperienceConfig(prompt_style="compact"), gateway=None, buffer=buffer)
+    model = ExperienceModel(ExperienceConfig(prompt_style="compact"), gateway=None, buffer=buffer,
+                            codec=make_family("webarena").experience_codec())
     prompts = []
     for traj in read_trajectories(f"{args.real}/trajectories.jsonl"):
         for i, t in enumerate(traj.transitions):

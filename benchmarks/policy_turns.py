@@ -38,7 +38,7 @@ def main() -> None:
     policy = PolicyModel.load(args.checkpoint, view)
     jobs = []
     for episode in read_trajectories(args.episodes):
-        written = written_actions(episode.transitions, view)
+        written = written_actions(episode.task, episode.transitions, view)
         for i, t in enumerate(episode.transitions):
             ids = policy.segment_ids(episode.task, t.state, written[:i],
                                      error_seen(episode.transitions, i))

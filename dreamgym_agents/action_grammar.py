@@ -208,6 +208,47 @@ class ActionGrammar:
         return s is not None and s.phase == "done"
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """Where a :class:`ChoiceGrammar` is: ``cands`` the options the bytes so far begin,
+    ``complete`` whether they already spell one (it may go on to a longer one)."""
+
+    phase: str
+    cands: tuple[bytes, ...]
+    pos: int = 0
+    complete: bool = False
+
+
+class ChoiceGrammar:
+    """One of a finite list of actions, written exactly (a text game's admissible commands).
+
+    Options need not be prefix-free ("go to drawer 1", "go to drawer 10"): after a complete
+    option the turn may end or go on (:class:`Constraint` then allows the end tokens too).
+    """
+
+    def __init__(self, options: list[str]) -> None:
+        self.options = tuple(dict.fromkeys(o.encode() for o in options if o))
+        if not self.options:
+            raise ValueError("a choice grammar needs at least one option")
+
+    @property
+    def start(self) -> _Choice:
+        return _Choice("set", self.options)
+
+    def step(self, s: _Choice, byte: int) -> _Choice | None:
+        cands = tuple(c for c in s.cands if len(c) > s.pos and c[s.pos] == byte)
+        if not cands:
+            return None
+        pos = s.pos + 1
+        complete = any(len(c) == pos for c in cands)
+        if complete and len(cands) == 1:
+            return _Choice("done", cands, pos, True)
+        return _Choice("set", cands, pos, complete)
+
+    def accepts(self, text: str) -> bool:
+        return text.encode() in self.options
+
+
 class Vocabulary:
     """A byte-level tokenizer's tokens as bytes, in a trie (built once per tokenizer)."""
 
@@ -245,12 +286,13 @@ class Constraint:
     """One turn's constrained decoding: :meth:`allowed` lists the token ids that keep the
     action inside the grammar after the tokens generated so far (None: no restriction)."""
 
-    def __init__(self, grammar: ActionGrammar, vocab: Vocabulary, eos_ids: set[int]) -> None:
+    def __init__(self, grammar: ActionGrammar | ChoiceGrammar, vocab: Vocabulary,
+                 eos_ids: set[int]) -> None:
         self.grammar = grammar
         self.vocab = vocab
         self.eos = sorted(eos_ids)
         self._ids: list[int] = []
-        self._state: _State | None = grammar.start
+        self._state: Any = grammar.start
 
     def _advance(self, ids: list[int]) -> _State | None:
         if ids[:len(self._ids)] != self._ids:  # not an extension: start over
@@ -270,7 +312,8 @@ class Constraint:
             return None  # left the grammar (only a text written without the constraint)
         if state.phase == "done":
             return list(self.eos)
-        out: list[int] = []
+        # a complete choice that may also go on: the turn may end here
+        out: list[int] = list(self.eos) if getattr(state, "complete", False) else []
         step = self.grammar.step
         if state.phase == "lit" and state.pos > 0 and not state.escape and \
                 self.grammar.verbs[state.verb][state.piece] == _FREE:

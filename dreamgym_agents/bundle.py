@@ -52,7 +52,6 @@ POLICY_DIR = "policy"
 COLLECT_FILE = "episodes/collect.jsonl.gz"
 DEMOS_FILE = "episodes/demos.jsonl.gz"
 BUNDLE_ENV = "DG_BUNDLE"
-SHIPPED_FAMILY = "webarena"
 TRANSITION_INFO_KEPT = ("truncated", "eval", "em_failure")
 """The ``Transition.info`` keys a compact episode keeps (the browser's action code, ~20 KB a
 step, and timings go)."""
@@ -89,6 +88,12 @@ class Bundle:
         return cls(root, manifest)
 
     @property
+    def family(self) -> str:
+        """The task family the bundle was built for (bundles before families were named
+        were the web family's)."""
+        return str(self.manifest.get("family", "webarena"))
+
+    @property
     def id(self) -> str:
         """Names this bundle's content (its caches are kept under it)."""
         return str(self.manifest["id"])
@@ -121,7 +126,7 @@ class Bundle:
 
     def buffer_dir(self) -> Path:
         """Where the replay buffer made from the seed episodes is cached."""
-        from dreamgym_agents.embedded import cache_root
+        from dreamgym_agents.cache import cache_root
 
         return cache_root() / f"bundle-{self.id}" / "buffer"
 
@@ -147,14 +152,16 @@ class Bundle:
         return bad
 
 
-def shipped_bundle(family: str = SHIPPED_FAMILY) -> Bundle | None:
-    """The bundle ``dg-agents`` uses: ``$DG_BUNDLE`` if set (``none``: no bundle), else the one
-    shipped in the package (None when the package holds none)."""
+def shipped_bundle(family: str) -> Bundle | None:
+    """The bundle ``dg-agents`` uses for the task ``family``: ``$DG_BUNDLE`` if set (``none``:
+    no bundle; a bundle of another family: none for this one), else the family's bundle shipped
+    in the package (None when the package holds none)."""
     named = os.environ.get(BUNDLE_ENV, "").strip()
     if named.lower() == "none":
         return None
     if named:
-        return Bundle.open(named)
+        bundle = Bundle.open(named)
+        return bundle if bundle.family == family else None
     root = Path(str(resources.files("dreamgym_agents.bundles"))) / family
     if not (root / MANIFEST_FILE).is_file():
         return None
@@ -167,7 +174,7 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
     same transitions, in the same order, the experience model's training retrieved from);
     an episode of a held-out (validation or test) task is left out and counted."""
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-    from dreamgym_agents.embedded import build_lock
+    from dreamgym_agents.cache import build_lock
     from dreamgym_agents.env import make_family
     from dreamgym_agents.heldout import HeldOut
 
@@ -178,7 +185,7 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
         if ready.exists():
             return folder
         say = progress or (lambda msg: logger.info("%s", msg))
-        family = make_family(str(bundle.manifest.get("family", SHIPPED_FAMILY)))
+        family = make_family(bundle.family)
         try:
             held_out = HeldOut.for_family(family)
         finally:

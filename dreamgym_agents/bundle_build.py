@@ -43,7 +43,6 @@ from dreamgym_agents.bundle import (
     DEMOS_FILE,
     EXPERIENCE_DIR,
     POLICY_DIR,
-    SHIPPED_FAMILY,
     Bundle,
     content_id,
     file_table,
@@ -54,13 +53,13 @@ from dreamgym_agents.bundle import (
 )
 from dreamgym_agents.embedded import (
     COLLECT_VERSION,
-    COLLECTORS,
     DEMOS_VERSION,
     RECIPE_VERSION,
     EmbeddedRecipe,
     collect,
     demos_name,
     ensure_demos,
+    family_recipe,
     read_collected,
     train_embedded,
 )
@@ -149,20 +148,18 @@ class BuildConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
 
-    @property
-    def recipe(self) -> EmbeddedRecipe:
-        return EmbeddedRecipe(**self.experience_recipe)
 
 
 class _Build:
     """One build folder and its phases."""
 
     def __init__(self, cfg: BuildConfig, out: Path, reporter: Reporter,
-                 time_budget_s: float | None) -> None:
+                 time_budget_s: float | None, family: str) -> None:
         self.cfg = cfg
         self.out = out
         self.reporter = reporter
-        self.recipe = cfg.recipe
+        self.family = family
+        self.recipe = family_recipe(family, **cfg.experience_recipe)
         self.deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
         self.record: dict[str, Any] = {"phases": {}}
 
@@ -177,7 +174,11 @@ class _Build:
             if self.record.get("config") != config:
                 raise ConfigError(f"{self.out} holds a build with other settings: rerun with "
                                   "the same ones to resume, or use another --out folder")
+            if self.record.get("family", self.family) != self.family:
+                raise ConfigError(f"{self.out} holds a build of the {self.record['family']} "
+                                  f"family, not {self.family}: use another --out folder")
         self.record["config"] = config
+        self.record["family"] = self.family
         # the code that runs this (resumed) build, taken now: later edits do not run here
         from dreamgym_agents.version import code_version
 
@@ -217,16 +218,22 @@ class _Build:
     def phase_collect(self) -> dict[str, Any]:
         folder = self.out / "collect"
         if not (folder / "COMPLETE").exists():
-            collect(self.recipe, folder, say=self.reporter.say, bar=self.reporter.bar)
-        pairs = [(name, traj) for name in COLLECTORS for traj in read_collected(folder, [name])]
+            collect(self.recipe, folder, self.family, say=self.reporter.say,
+                    bar=self.reporter.bar)
+        from dreamgym_agents.env import make_family
+
+        family = make_family(self.family)
+        collectors = family.collectors
+        family.close()
+        pairs = [(name, traj) for name in collectors for traj in read_collected(folder, [name])]
         count = write_episodes(self.out / COLLECT_FILE, pairs)
         return {"episodes": count, "transitions": sum(len(t.transitions) for _, t in pairs),
-                "by_collector": {n: sum(1 for c, _ in pairs if c == n) for n in COLLECTORS}}
+                "by_collector": {n: sum(1 for c, _ in pairs if c == n) for n in collectors}}
 
     def phase_experience(self) -> dict[str, Any]:
         episodes = read_episodes(self.out / COLLECT_FILE)  # in the collectors' order
         tick = self.reporter.bar("experience SFT steps", self.recipe.sft_steps)
-        manifest = train_embedded(self.recipe, episodes, self.out / "experience",
+        manifest = train_embedded(self.recipe, episodes, self.out / "experience", self.family,
                                   say=self.reporter.say, on_step=tick,
                                   time_budget_s=self.remaining())
         keep = ("episodes", "transitions", "examples", "dropped_too_long", "steps",
@@ -237,7 +244,7 @@ class _Build:
     def phase_demos(self) -> dict[str, Any]:
         folder = self.out / "demos"
         tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
-        ensure_demos(self.cfg.demo_tasks, seed=self.recipe.seed,
+        ensure_demos(self.family, self.cfg.demo_tasks, seed=self.recipe.seed,
                      concurrency=self.cfg.demo_concurrency, max_steps=self.cfg.demo_max_steps,
                      progress=self.reporter.say, on_episode=lambda t: tick(1, t), folder=folder)
         demos = read_collected(folder, ["oracle"])
@@ -255,7 +262,7 @@ class _Build:
         from dreamgym_agents.heldout import HeldOut
         from dreamgym_agents.training.policy_sft import train_policy_sft
 
-        family = make_family(SHIPPED_FAMILY)
+        family = make_family(self.family)
         try:
             held_out = HeldOut.for_family(family)
         finally:
@@ -292,13 +299,13 @@ class _Build:
             (bundle / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(self.out / name, bundle / name)
         files = file_table(bundle)
-        ident = content_id(SHIPPED_FAMILY, RECIPE_VERSION, WARM_START_VERSION, files)
+        ident = content_id(self.family, RECIPE_VERSION, WARM_START_VERSION, files)
         return {"id": ident, "bytes": sum(f["bytes"] for f in files.values())}
 
     def phase_measure(self) -> dict[str, Any]:
         began = time.perf_counter()
         draft = Bundle(self.out / "bundle", self.manifest(figures={}))
-        figures = measure(draft, self.cfg, self.out / "measure", self.reporter) \
+        figures = measure(draft, self.cfg, self.out / "measure", self.reporter, self.family) \
             if self.cfg.measure else {}
         manifest = self.manifest(figures)
         manifest["built"]["phase_seconds"]["measure"] = round(time.perf_counter() - began, 1)
@@ -318,7 +325,7 @@ class _Build:
         return {
             "format": BUNDLE_FORMAT,
             "id": phases["package"]["id"],
-            "family": SHIPPED_FAMILY,
+            "family": self.family,
             "built": {**self.record["code"][0], "resumed_by": self.record["code"][1:],
                       "date": _dt.datetime.now(_dt.UTC).isoformat(
                 timespec="seconds"), "machine": f"{platform.machine()}, "
@@ -345,16 +352,16 @@ class _Build:
         }
 
 
-def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) -> dict[str, Any]:
+def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
+            family_name: str) -> dict[str, Any]:
     """The figures of a packaged bundle, as users get it (weights as stored, the buffer made
     from the shipped seed episodes): the experience model's fidelity on the real test split
     (against the oracle's and a random agent's real runs) and the warm start's greedy test
     success. Resumable: finished runs in ``folder`` are kept."""
-    from dreamgym_agents.agent import OracleAgent, RandomAgent
     from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.graph import RunConfig, run_episodes
 
-    family = make_family(SHIPPED_FAMILY)
+    family = make_family(family_name)
     env_cfg = EnvConfig(max_steps=cfg.eval_max_steps)
     figures: dict[str, Any] = {}
     try:
@@ -362,7 +369,8 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) 
         held_out = spread_tasks(tests, cfg.fidelity_limit)
         reporter.say(f"measuring on the test split ({family.prepare(env_cfg, tests)})")
         runs = []
-        for name, agent in (("oracle", OracleAgent()), ("random", RandomAgent(seed=0))):
+        agents = family.offline_agents(seed=0)
+        for name, agent in (("oracle", agents["oracle"]), ("random", agents["random"])):
             tick = reporter.bar(f"real {name} episodes", len(held_out))
             run_cfg = RunConfig(out_dir=folder / f"test-{name}",
                                 concurrency=cfg.real_concurrency, max_steps=cfg.eval_max_steps,
@@ -374,7 +382,7 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter) 
                 raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
                                   f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
             runs.append(run_cfg.out_dir)
-        figures["fidelity"] = _fidelity(bundle, cfg, runs, folder, reporter)
+        figures["fidelity"] = _fidelity(bundle, cfg, runs, folder, family_name, reporter)
         evaluated = spread_tasks(tests, cfg.eval_limit)
         tick = reporter.bar("warm start episodes", len(evaluated))
         meta = {"command": "build-embedded", "stage": "warm_start", "tasks": len(evaluated),
@@ -397,7 +405,7 @@ FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "do
                  "random_dream_success", "baselines")
 
 
-def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path,
+def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path, family: str,
               reporter: Reporter) -> dict[str, Any]:
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.dream import DreamConfig
@@ -411,9 +419,11 @@ def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path,
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
     buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
     try:
+        from dreamgym_agents.env import make_family
+
         model = ExperienceModel(ExperienceConfig(**trained_settings(paths["model"])), gateway,
-                                buffer)
-        fid_cfg = FidelityConfig(out_dir=folder / "fidelity", family=SHIPPED_FAMILY,
+                                buffer, codec=make_family(family).experience_codec())
+        fid_cfg = FidelityConfig(out_dir=folder / "fidelity", family=family,
                                  limit=cfg.fidelity_limit,
                                  concurrency=cfg.fidelity_concurrency)
 
@@ -460,8 +470,9 @@ def _cpu_count() -> int:
 
 
 def build_embedded(cfg: BuildConfig, out: str | Path, reporter: Reporter | None = None, *,
-                   time_budget_s: float | None = None) -> Bundle:
-    """Make the embedded bundle in ``out`` (``out/bundle``), resuming what ``out`` holds.
+                   family: str, time_budget_s: float | None = None) -> Bundle:
+    """Make the task ``family``'s embedded bundle in ``out`` (``out/bundle``), resuming what
+    ``out`` holds.
 
     Raises:
         PartialBuildError: ``time_budget_s`` ran out before the build finished (what was
@@ -470,4 +481,4 @@ def build_embedded(cfg: BuildConfig, out: str | Path, reporter: Reporter | None 
     """
     if time_budget_s is not None and time_budget_s <= 0:
         raise ConfigError(f"--time-budget-s must be positive, got {time_budget_s}")
-    return _Build(cfg, Path(out), reporter or SilentReporter(), time_budget_s).run()
+    return _Build(cfg, Path(out), reporter or SilentReporter(), time_budget_s, family).run()

@@ -6,12 +6,9 @@ Every failure the user can fix ends as one line on stderr and a non-zero exit, n
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import os
 import sys
-import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,6 +36,14 @@ from dreamgym_agents.cli_common import (
     TaskOpt,
     TasksFileOpt,
     VerboseOpt,
+    build_agent,
+)
+from dreamgym_agents.cli_output import (
+    make_console,
+    print_summary,
+    raise_if_failed,
+    run_with_progress,
+    setup_logging,
 )
 from dreamgym_agents.errors import ConfigError, DreamGymError
 
@@ -52,34 +57,6 @@ app = typer.Typer(
 
 
 BUILTIN_AGENTS = ("oracle", "random")
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3",
-                  "browsergym"):
-        logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
-    if not verbose:
-        # Deprecation notices of the training stack that a user cannot act on: our GRPO uses
-        # TRL's rollout_func deliberately (pinned TRL), and TRL passes transformers' renamed
-        # gradient-checkpointing arguments. -v shows them.
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-        warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.*",
-                                category=FutureWarning)
-
-
-def build_agent(agent: str, *, seed: int, action_space: str, sections: Sections) -> Any:
-    """``oracle``, ``random`` or a model string (configured by the ``llm`` section) → an agent."""
-    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
-
-    if agent == "oracle":
-        return OracleAgent()
-    if agent == "random":
-        return RandomAgent(seed=seed)
-    return LLMAgent(sections.gateway(agent, "llm"), action_space=action_space)
 
 
 @app.command("eval")
@@ -105,10 +82,9 @@ def eval_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run an agent on real environments and record its trajectories."""
-    from dreamgym_agents.adapters.web_action import WebActionSet
     from dreamgym_agents.env import EnvConfig, make_family
 
-    _setup_logging(verbose)
+    setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
     # Precedence: --set, then explicit flags, then the config file, then defaults.
     flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
@@ -120,27 +96,20 @@ def eval_command(
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
-    runner = build_agent(agent, seed=seed, action_space=WebActionSet().describe(),
-                         sections=sections)
+    runner = build_agent(agent, seed=seed, family=family, sections=sections)
     meta = {
         "command": "eval", "task": task, "agent": agent,
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
         "limit": limit, "max_steps": env_cfg.max_steps, "seed": seed,
     }
-    console = _console()
+    console = make_console()
     try:
         console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
         result = _run(console, family, env_cfg, tasks, runner, out, concurrency, meta)
     finally:
         family.close()
-    _print_summary(console, result.summary, out)
-    _raise_if_failed(result, out)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True)
+    print_summary(console, result.summary, out)
+    raise_if_failed(result, out)
 
 
 def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: Path,
@@ -151,25 +120,11 @@ def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: 
     console.print(f"{len(tasks)} task(s), agent {agent.name}, concurrency {concurrency} → {out}")
     run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=env_cfg.max_steps,
                         meta=meta)
-    return _run_with_progress(
+    return run_with_progress(
         console, len(tasks),
         lambda cb: run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
                                 on_episode=cb),
     )
-
-
-def _raise_if_failed(result: Any, out: Path) -> None:
-    if result.failed:
-        raise DreamGymError(
-            f"{len(result.failed)} episode(s) failed (see {out / 'errors.jsonl'}); "
-            "rerun the same command to retry them"
-        )
-
-
-COLLECT_AGENTS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
-EXPLORER_STEPS = 27
-"""Steps an explorer episode needs on the bundled shop: a section, two "Next page", then 12 items
-opened and left (2 steps each)."""
 
 
 @app.command("collect")
@@ -178,12 +133,12 @@ def collect_command(
     task: TaskOpt = "webarena",
     split: SplitOpt = Split.train,
     agents: Annotated[
-        str, typer.Option("--agents", help=(
-            "Comma list of oracle, noisy, quitter, random, explorer (walks every listing page "
-            "and item), orders (walks My Orders and opens every order, on tasks that start "
-            "signed in); explorers' episodes run up to "
-            f"max(--max-steps, {EXPLORER_STEPS}) steps)."))
-    ] = "oracle,noisy,quitter,random",
+        str | None, typer.Option("--agents", help=(
+            "Comma list of the family's offline agents (webarena: oracle, noisy, quitter, "
+            "random, explorer: every listing page and item, orders: every order of My Orders; "
+            "alfworld: oracle, noisy, random). Default: all of them but the explorers. An "
+            "agent that needs longer episodes (the explorers: 27 steps) gets them."))
+    ] = None,
     noise: Annotated[
         float, typer.Option("--noise", min=0.0, max=1.0, help="Exploration rate of noisy.")
     ] = 0.3,
@@ -193,39 +148,31 @@ def collect_command(
     seed: SeedOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Gather offline data on real environments: oracle, noisy-oracle, quitter, random, explorer
-    and order-explorer episodes.
+    """Gather offline data on real environments with the family's offline agents (oracle,
+    noisy oracle, random, …).
 
     Each agent's run goes to OUT/<agent>/ (resumable like eval); all their transitions are then
     written, relabelled ``offline``, to OUT/offline.jsonl (what seeds the buffer and trains the
     experience model).
     """
-    from dreamgym_agents.agent import (
-        ORDER_ITEMS,
-        ORDERS_ROUTE,
-        ExplorerAgent,
-        NoisyOracleAgent,
-        OracleAgent,
-        QuitterAgent,
-        RandomAgent,
-    )
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.types import read_trajectories, write_trajectories
 
-    _setup_logging(verbose)
-    names = [a.strip() for a in agents.split(",") if a.strip()]
-    unknown = sorted(set(names) - set(COLLECT_AGENTS))
-    if unknown or not names:
-        raise ConfigError(f"--agents takes a comma list of {', '.join(COLLECT_AGENTS)}, "
-                          f"got {agents!r}")
-    makers = {"oracle": OracleAgent, "noisy": lambda: NoisyOracleAgent(seed=seed, noise=noise),
-              "quitter": lambda: QuitterAgent(seed=seed), "random": lambda: RandomAgent(seed=seed),
-              "explorer": ExplorerAgent,
-              "orders": lambda: ExplorerAgent(route=ORDERS_ROUTE, item_pattern=ORDER_ITEMS)}
+    setup_logging(verbose)
     env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
     family = make_family(task)
+    offline = family.offline_agents(seed=seed, noise=noise)
+    if agents is None:
+        names = [n for n, agent in offline.items() if not hasattr(agent, "assign")]
+    else:
+        names = [a.strip() for a in agents.split(",") if a.strip()]
+    unknown = sorted(set(names) - set(offline))
+    if unknown or not names:
+        family.close()
+        raise ConfigError(f"--agents takes a comma list of {', '.join(offline)} "
+                          f"(the {family.name} family's offline agents), got {agents!r}")
     tasks = family.load_tasks(split.value)[:limit]
-    console = _console()
+    console = make_console()
     results = {}
     try:
         console.print(f"[bold]{task}[/]: {family.prepare(env_cfg, tasks)}")
@@ -233,14 +180,15 @@ def collect_command(
             meta = {"command": "collect", "task": task, "agent": name, "split": split.value,
                     "limit": limit, "max_steps": max_steps, "seed": seed,
                     **({"noise": noise} if name == "noisy" else {})}
-            agent, agent_env = makers[name](), env_cfg
-            if isinstance(agent, ExplorerAgent):  # each task is one (section, listing page) slot
+            agent, agent_env = offline[name], env_cfg
+            if hasattr(agent, "assign"):  # an explorer: each task is one slot of its walk
                 agent.assign(tasks)
-                agent_env = replace(env_cfg, max_steps=max(max_steps, EXPLORER_STEPS))
+            if getattr(agent, "min_steps", 0) > max_steps:
+                agent_env = replace(env_cfg, max_steps=agent.min_steps)
                 meta["max_steps"] = agent_env.max_steps
             results[name] = _run(console, family, agent_env, tasks, agent, out / name,
                                  concurrency, meta)
-            _print_summary(console, results[name].summary, out / name)
+            print_summary(console, results[name].summary, out / name)
     finally:
         family.close()
     merged = []
@@ -254,70 +202,16 @@ def collect_command(
     steps = sum(len(t.transitions) for t in merged)
     console.print(f"wrote {out / 'offline.jsonl'}: {count} episodes, {steps} transitions")
     for name in names:
-        _raise_if_failed(results[name], out / name)
-
-
-def _run_with_progress(console: Any, total: int, start: Any) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    counts = {"ok": 0, "done": 0}
-    with Progress(
-        TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("success {task.fields[ok]}"), TimeElapsedColumn(),
-        console=console, transient=False, disable=not console.is_terminal,
-    ) as progress:
-        bar = progress.add_task("episodes", total=total, ok=0)
-
-        def on_episode(traj: Any) -> None:
-            counts["done"] += 1
-            if traj is not None and traj.success:
-                counts["ok"] += 1
-            progress.update(bar, advance=1, ok=counts["ok"])
-
-        return asyncio.run(start(on_episode))
-
-
-def _print_summary(console: Any, summary: dict[str, Any], out: Path) -> None:
-    keys = ("episodes", "success_rate", "real_transitions", "synthetic_transitions",
-            "invalid_actions", "mean_env_step_seconds", "wall_seconds")
-    line = "  ".join(f"{k}={summary.get(k)}" for k in keys)
-    console.print(line)
-    console.print(f"wrote {out / 'trajectories.jsonl'} and {out / 'summary.json'}")
-    print(json.dumps({k: summary.get(k) for k in keys}))
+        raise_if_failed(results[name], out / name)
 
 
 @app.command("doctor")
-def doctor_command() -> None:
-    """Report the browser, the installed extras, and which API keys are set (never their values)."""
+def doctor_command(task: TaskOpt = "webarena") -> None:
+    """Report the installed extras, the embedded bundle, which API keys are set (never their
+    values) and what each task family needs; exit 1 when --task's family cannot run."""
     from dreamgym_agents.doctor import run_doctor
 
-    raise typer.Exit(run_doctor())
-
-
-@app.command("site")
-def site_command(
-    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 7770,
-    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-) -> None:
-    """Serve the bundled shopping site (WebArena's SHOPPING) until interrupted."""
-    from dreamgym_agents.adapters.shopping.server import ShoppingSite
-
-    site = ShoppingSite(seed=seed)
-    try:
-        root = site.start(host=host, port=port)
-    except OSError as exc:
-        raise DreamGymError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
-    typer.echo(f"bundled shopping site at {root} (seed {seed}); Ctrl-C to stop")
-    try:
-        import time
-
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        site.stop()
+    raise typer.Exit(run_doctor(task))
 
 
 from dreamgym_agents.cli_experience import register as _register_experience_commands  # noqa: E402
@@ -366,6 +260,22 @@ def main(argv: list[str] | None = None) -> int:
               "(set DG_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _register_family_commands() -> None:
+    """Commands that families add (entry points ``dreamgym_agents.commands``: a function taking
+    the typer app), e.g. the web family's ``site``. One that fails to load is skipped with a
+    warning: the rest of the CLI stays usable."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="dreamgym_agents.commands"):
+        try:
+            ep.load()(app)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            logging.getLogger(__name__).warning("commands of %s not loaded: %s", ep.name, exc)
+
+
+_register_family_commands()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from dreamgym_agents.cli_common import ConfigOpt, SetOpt, VerboseOpt
+from dreamgym_agents.cli_common import ConfigOpt, SetOpt, TaskOpt, VerboseOpt
+from dreamgym_agents.cli_output import make_console, progress_reporter, setup_logging
 from dreamgym_agents.errors import ConfigError
 
 
@@ -21,24 +22,24 @@ def build_embedded_command(
                                    help="Stop after this many seconds: what was trained is kept "
                                         "but marked partial, no bundle is written, exit 3.")
     ] = None,
+    task: TaskOpt = "webarena",
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Make the embedded bundle from nothing with the recipe: collect on the bundled site's
-    train split, train the experience model, demonstrate, warm-start the policy, package,
-    measure (fidelity, the warm start's test success). How the shipped bundle was made; rerun
-    the same command to resume. Ship it: copy OUT/bundle to bundles/webarena/.
+    """Make a task family's embedded bundle from nothing with its recipe: collect on its train
+    split, train the experience model, demonstrate, warm-start the policy, package, measure
+    (fidelity, the warm start's test success). How the shipped bundles were made; rerun the
+    same command to resume. Ship it: copy OUT/bundle to bundles/<family>/.
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.bundle_build import BuildConfig, build_embedded
-    from dreamgym_agents.cli_policy import _reporter
     from dreamgym_agents.config import load_config
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     cfg = load_config(BuildConfig(), config, overrides)
-    with _reporter() as reporter:
-        bundle = build_embedded(cfg, out, reporter, time_budget_s=time_budget_s)
+    with progress_reporter() as reporter:
+        bundle = build_embedded(cfg, out, reporter, family=task.split(".", 1)[0],
+                                time_budget_s=time_budget_s)
         reporter.say(f"bundle {bundle.id}: {bundle.root} "
                      f"({bundle.manifest['bytes'] / 1e6:.1f} MB)")
     figures = bundle.manifest.get("figures", {})
@@ -55,17 +56,18 @@ def bundle_command(
     verify: Annotated[
         bool, typer.Option("--verify", help="Check every file's sha256 against the manifest.")
     ] = False,
+    task: TaskOpt = "webarena",
 ) -> None:
-    """Show the embedded bundle: what it is, how it was built, what was measured on it."""
-    from dreamgym_agents import cli
+    """Show a family's embedded bundle: what it is, how it was built, what was measured on it."""
     from dreamgym_agents.bundle import Bundle, shipped_bundle
 
-    bundle = Bundle.open(path) if path else shipped_bundle()
+    bundle = Bundle.open(path) if path else shipped_bundle(task.split(".", 1)[0])
     if bundle is None:
-        raise ConfigError("no embedded bundle: this package ships none and DG_BUNDLE is "
-                          "not set (make one with dg-agents build-embedded)")
+        raise ConfigError(f"no embedded bundle for {task}: this package ships none and "
+                          "DG_BUNDLE does not name one (make one with dg-agents "
+                          f"build-embedded --task {task})")
     m = bundle.manifest
-    console = cli._console()
+    console = make_console()
     built = m["built"]
     console.print(f"[bold]{bundle.id}[/] at {bundle.root} ({m['bytes'] / 1e6:.1f} MB, weights "
                   f"{m['weights_dtype']})")

@@ -123,3 +123,16 @@ class Sections:
         cfg = self.configure(LLMConfig(model=model), section, {"model": model})
         check_model_string(cfg.model)
         return Gateway(cfg)
+
+
+def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
+                section: str = "llm") -> Any:
+    """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
+    gateway configured by the ``section`` section) → an agent."""
+    from dreamgym_agents.agent import LLMAgent
+
+    offline = family.offline_agents(seed)
+    if agent in offline:
+        return offline[agent]
+    return LLMAgent(sections.gateway(agent, section),
+                    action_space=family.action_set().describe())

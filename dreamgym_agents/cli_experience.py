@@ -48,6 +48,14 @@ from dreamgym_agents.cli_common import (
     TaskOpt,
     TasksFileOpt,
     VerboseOpt,
+    build_agent,
+)
+from dreamgym_agents.cli_output import (
+    make_console,
+    print_summary,
+    raise_if_failed,
+    run_with_progress,
+    setup_logging,
 )
 from dreamgym_agents.embedded import EmbeddedRecipe
 from dreamgym_agents.errors import ConfigError
@@ -68,7 +76,8 @@ class Keep(StrEnum):
 
 
 def resolve_experience_model(
-    name: str | None, *, ablations: dict[str, bool] | None = None, say: Any = None
+    name: str | None, family: str, *, ablations: dict[str, bool] | None = None,
+    say: Any = None,
 ) -> tuple[str, str | None]:
     """The experience model to use and the buffer that goes with it.
 
@@ -77,12 +86,17 @@ def resolve_experience_model(
     its buffer holds the data it was trained on. Ablation flags select the matching embedded
     ablation model (trained without history, retrieval or reasoning), as in the paper.
     """
-    from dreamgym_agents.embedded import EMBEDDED, EmbeddedRecipe, ensure_embedded_experience_model
+    from dreamgym_agents.embedded import (
+        EMBEDDED,
+        ensure_embedded_experience_model,
+        family_recipe,
+    )
 
     if name and name != EMBEDDED:
         return name, None
-    recipe = EmbeddedRecipe(**(ablations or {}))
-    paths = ensure_embedded_experience_model(recipe, progress=say)
+    prefix = family.split(".", 1)[0]
+    recipe = family_recipe(prefix, **(ablations or {}))
+    paths = ensure_embedded_experience_model(prefix, recipe, progress=say)
     return paths["model"], paths["buffer"]
 
 
@@ -302,11 +316,12 @@ def buffer_import(
 
 
 def _build_experience(
-    sections: Sections, experience_model: str, buffer_path: Path | None,
+    sections: Sections, family: Any, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
     model_buffer: str | None = None,
 ) -> tuple[Any, Any, Any]:
-    """(experience model, its gateway, the replay buffer), configured from flags and sections.
+    """(experience model, its gateway, the replay buffer) of the task ``family``, configured
+    from flags and sections.
 
     ``model_buffer`` is the buffer that comes with the model (the embedded default's), used when
     no buffer is named.
@@ -328,7 +343,8 @@ def _build_experience(
     except BaseException:
         gateway.close()
         raise
-    return ExperienceModel(exp_cfg, gateway, buffer), gateway, buffer
+    return (ExperienceModel(exp_cfg, gateway, buffer, codec=family.experience_codec()),
+            gateway, buffer)
 
 
 def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) -> dict[str, bool]:
@@ -336,10 +352,10 @@ def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) ->
                                     ("use_reasoning", no_reasoning)) if off}
 
 
-def _resolve(name: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
-             console: Any) -> tuple[str, str | None]:
+def _resolve(name: str | None, family: str, no_history: bool, no_retrieval: bool,
+             no_reasoning: bool, console: Any) -> tuple[str, str | None]:
     return resolve_experience_model(
-        name, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
+        name, family, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
         say=console.print)
 
 
@@ -379,26 +395,25 @@ def dream_command(
     em_failures and the ablation flags. --set llm.* configures the experience model's gateway,
     agent.* the agent's (when --agent is a model).
     """
-    from dreamgym_agents import cli
-    from dreamgym_agents.adapters.web_action import WebActionSet
     from dreamgym_agents.dream import DreamConfig
     from dreamgym_agents.env import make_family
     from dreamgym_agents.fidelity_run import run_dream
     from dreamgym_agents.graph import RunConfig
 
-    cli._setup_logging(verbose)
-    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
-                                              no_reasoning, cli._console())
+    setup_logging(verbose)
+    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
+                                              no_reasoning, make_console())
     sections = Sections(config, overrides, DREAM_SECTIONS)
     dream_cfg = sections.configure(DreamConfig(), "dream")
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
-    runner = _build_agent(agent, seed, WebActionSet().describe(), sections)
-    model, gateway, buffer = _build_experience(sections, experience_model, buffer_path,
+    runner = build_agent(agent, seed=seed, family=family, sections=sections,
+                             section="agent")
+    model, gateway, buffer = _build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer)
-    console = cli._console()
+    console = make_console()
     try:
         meta = {"command": "dream", "task": task, "agent": agent,
                 "split": split.value if not tasks_file else "",
@@ -414,9 +429,10 @@ def dream_command(
         console.print(f"{len(tasks)} task(s), agent {runner.name}, concurrency {concurrency} "
                       f"→ {out}")
         run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
-        result = cli._run_with_progress(
+        result = run_with_progress(
             console, len(tasks),
-            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg, on_episode=cb),
+            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg,
+                                 family=family, on_episode=cb),
         )
     finally:
         buffer.close()
@@ -424,20 +440,9 @@ def dream_command(
         family.close()
         if hasattr(runner, "gateway"):  # an LLM agent
             runner.gateway.close()
-    cli._print_summary(console, result.summary, out)
+    print_summary(console, result.summary, out)
     console.print(f"em_failures={result.summary['em_failures']}")
-    cli._raise_if_failed(result, out)
-
-
-def _build_agent(agent: str, seed: int, action_space: str, sections: Sections) -> Any:
-    """``oracle``, ``random`` or a model string (its gateway configured by ``agent.*``)."""
-    from dreamgym_agents.agent import LLMAgent, OracleAgent, RandomAgent
-
-    if agent == "oracle":
-        return OracleAgent()
-    if agent == "random":
-        return RandomAgent(seed=seed)
-    return LLMAgent(sections.gateway(agent, "agent"), action_space=action_space)
+    raise_if_failed(result, out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,7 +493,6 @@ def fidelity_command(
     success real vs dream, and with --judge an LLM judge's rubric; writes OUT/fidelity.json.
     --set llm.* configures the experience model's gateway, judge.* the judge's.
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.dream import DreamConfig
     from dreamgym_agents.env import make_family
     from dreamgym_agents.fidelity_run import (
@@ -498,11 +502,11 @@ def fidelity_command(
         run_fidelity,
     )
 
-    cli._setup_logging(verbose)
-    experience_model, model_buffer = _resolve(experience_model, no_history, no_retrieval,
-                                              no_reasoning, cli._console())
+    setup_logging(verbose)
+    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
+                                              no_reasoning, make_console())
     sections = Sections(config, overrides, FIDELITY_SECTIONS)
-    make_family(task)  # an unknown family fails here, before any model is built
+    family = make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
         FidelityConfig(out_dir=out, family=task, concurrency=concurrency, seed=seed,
                        judge_samples=judge_samples),
@@ -512,11 +516,11 @@ def fidelity_command(
     dream_cfg = sections.configure(DreamConfig(), "dream")
     runs = load_real_runs(real)
     judge_gateway = sections.gateway(judge, "judge") if judge else None
-    console = cli._console()
+    console = make_console()
     try:
         model, gateway, buffer = _build_experience(
-            sections, experience_model, buffer_path, buffer_url, no_history, no_retrieval,
-            no_reasoning, model_buffer)
+            sections, family, experience_model, buffer_path, buffer_url, no_history,
+            no_retrieval, no_reasoning, model_buffer)
     except BaseException:
         if judge_gateway is not None:
             judge_gateway.close()
@@ -630,7 +634,6 @@ def train_experience_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Train an experience model (SFT, paper Eq. 5) on recorded trajectories."""
-    from dreamgym_agents import cli
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
     from dreamgym_agents.llm import Gateway, LLMConfig, check_model_string
     from dreamgym_agents.training.experience_data import ExampleConfig
@@ -638,7 +641,7 @@ def train_experience_command(
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
     from dreamgym_agents.types import read_trajectories
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     trajectories = []
     for path in data:
         if not path.is_file():
@@ -656,7 +659,7 @@ def train_experience_command(
                                   decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
     buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))
-    console = cli._console()
+    console = make_console()
     try:
         console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")
         manifest = train_from_trajectories(

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from dreamgym_agents.cli_common import ConfigOpt, OutOpt, SetOpt, TaskOpt, VerboseOpt
+from dreamgym_agents.cli_output import progress_reporter, setup_logging
 from dreamgym_agents.errors import ConfigError
 
 PresetOpt = Annotated[str, typer.Option("--preset", help="quick (~15 min) or full.")]
@@ -20,109 +17,6 @@ PolicyOpt = Annotated[
     str, typer.Option("--policy", help="embedded (trained here), hf/<checkpoint>, or a hosted "
                       "model string (refused: run cannot update its weights).")
 ]
-
-
-class RichReporter:
-    """Progress as rich bars (one per stage's work, under a stage header) with the time left
-    and the clock time each bar will finish at. Where the console is no terminal (a log file),
-    a line every 10 % of a bar says the same."""
-
-    def __init__(self, console: Any, progress: Any) -> None:
-        self.console = console
-        self.progress = progress
-
-    def stage(self, name: str, index: int, total: int) -> None:
-        self.console.print(f"[bold cyan]stage {index}/{total}: {name}[/]")
-
-    def bar(self, label: str, total: int) -> Callable[..., None]:
-        bar = self.progress.add_task(label, total=total or None, info="")
-        pace = _Pace(label, total, self.console)
-
-        def tick(advance: int = 1, item: Any = None) -> None:
-            info = ""
-            if isinstance(item, dict) and "rollout/success" in item:
-                info = (f"rollout success {item['rollout/success']:.2f}, real "
-                        f"{item['rollout/real_transitions']}, synthetic "
-                        f"{item['rollout/synthetic_transitions']}")
-            elif item is not None and hasattr(item, "success"):
-                info = "ok" if item.success else "fail"
-            self.progress.update(bar, advance=advance, info=info or pace.finish_at())
-            pace.advance(advance)
-
-        return tick
-
-    def say(self, message: str) -> None:
-        self.console.print(message)
-
-
-class _Pace:
-    """A bar's pace: the time left and when it will finish; where the console is no terminal,
-    a line at every 10 % (a slow machine says when it will be done, even in a log file)."""
-
-    def __init__(self, label: str, total: int, console: Any) -> None:
-        self.label, self.total, self.console = label, total, console
-        self.done = 0
-        self.start = time.monotonic()
-        self.first: int | None = None  # units already done when the bar started (a resume)
-        self.reported = 0
-
-    def advance(self, n: int) -> None:
-        if self.first is None and n > 1:
-            self.first = n  # a resumed SFT's bar starts at its checkpoint's step
-        self.done += n
-        if self.console.is_terminal or not self.total:
-            return
-        tenth = self.done * 10 // self.total
-        if tenth > self.reported:
-            self.reported = tenth
-            self.console.print(f"  {self.label}: {self.done}/{self.total} "
-                               f"({100 * self.done // self.total}%){self.eta_text()}")
-
-    def seconds_left(self) -> float | None:
-        fresh = self.done - (self.first or 0)
-        if not self.total or fresh <= 0 or self.done >= self.total:
-            return None
-        return (time.monotonic() - self.start) / fresh * (self.total - self.done)
-
-    def finish_at(self) -> str:
-        left = self.seconds_left()
-        if left is None:
-            return ""
-        return "done ~" + (datetime.now() + timedelta(seconds=left)).strftime("%H:%M")
-
-    def eta_text(self) -> str:
-        left = self.seconds_left()
-        if left is None:
-            return ""
-        return f", {_duration(left)} left, {self.finish_at()}"
-
-
-def _duration(seconds: float) -> str:
-    minutes = round(seconds / 60)
-    if minutes < 1:
-        return f"{seconds:.0f} s"
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
-
-
-@contextmanager
-def _reporter() -> Iterator[RichReporter]:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from dreamgym_agents import cli
-
-    console = cli._console()
-    with Progress(TextColumn("  {task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                  TextColumn("{task.fields[info]}"), console=console,
-                  disable=not console.is_terminal) as progress:
-        yield RichReporter(console, progress)
 
 
 def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
@@ -164,13 +58,12 @@ def run_command(
     curriculum → real evaluation → sim-to-real → evaluation → report. Rerun the same command to
     resume; --set reaches every setting (sft.max_steps=400, dream.max_steps=40, eval_limit=31 …).
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.pipeline import Pipeline
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides)
     cfg.task = task
-    with _reporter() as reporter:
+    with progress_reporter() as reporter:
         summary = Pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
         keys = ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
                 "synthetic_transitions", "wall_seconds")
@@ -209,10 +102,9 @@ def bench_command(
     DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds. Writes table.json
     and table.md; rerun the same command to resume.
     """
-    from dreamgym_agents import cli
     from dreamgym_agents.bench import ABLATIONS, BenchConfig, run_bench
 
-    cli._setup_logging(verbose)
+    setup_logging(verbose)
     base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
     base.task = task
     if ablation and not ablations:
@@ -220,7 +112,7 @@ def bench_command(
     chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
     bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
                             shared_warm_start=shared_warm_start)
-    with _reporter() as reporter:
+    with progress_reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)
         reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")
     print(json.dumps({row["row"]: row["success_mean"] for row in table["rows"]}))

@@ -2,8 +2,10 @@
 contract, so the same episode graph, agents and runner play synthetic episodes (DreamGym, Sec. 4).
 
 - ``reset(task)`` starts from the task's recorded initial state in the replay buffer (a
-  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or, when the buffer has
-  none, from a minimal state built from the task (``URL: <start_url>``, ``Title: ``);
+  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or of a task that starts
+  in the same place (the family's ``StateFormat.start_key``), or, when the buffer has none, from
+  a minimal state the family builds from the task (``StateFormat.initial_state``; a web page:
+  ``URL: <start_url>``, ``Title: ``);
   ``Observation.info["start_state"]`` says which (``recorded`` or ``synthesised``).
 - ``step(action)`` parses the action with the action set, then asks the experience model for the
   next state, reward, done and success, with the episode's own history.
@@ -17,9 +19,10 @@ Where the dream differs from a real environment, on purpose:
 - An experience-model failure (no readable answer after the parse retries) ends the episode with
   reward 0, ``info["em_failure"] = True`` and ``error="experience model failure: …"``; trainers
   keep such steps out of the data.
-- A terminal agent action (``send_msg_to_user``, ``stop [...]``) is judged by the model like any
-  action, but the episode ends after it even if the model says not done (the agent has stopped),
-  with reward 0 in that case.
+- A terminal agent action (one the family's action set says ends the episode by its type: a
+  web answer, ``send_msg_to_user`` or ``stop [...]``) is judged by the model like any action,
+  but the episode ends after it even if the model says not done (the agent has stopped), with
+  reward 0 in that case.
 
 One environment serves one episode at a time; a run makes one per concurrent episode, all sharing
 one (thread-safe) experience model.
@@ -33,9 +36,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dreamgym_agents.env import ActionSet, Observation, StepResult
+from dreamgym_agents.env import Observation, StepResult, TaskFamily
 from dreamgym_agents.experience import ExperienceModel, Retriever
-from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Task, Transition
 
 logger = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class DreamBuffer(Retriever, Protocol):
         self, task_id: str | None = None, *, start_url: str | None = None,
         family: str | None = None,
     ) -> str | None:
-        """The recorded initial state of a task (by id, else by start URL), or None."""
+        """The recorded initial state of a task (by id, else by where it starts), or None."""
         ...
 
 
@@ -59,18 +61,13 @@ class DreamConfig:
     Attributes:
         invalid_action_ends_episode: An unparseable action moves the episode to a failure state
             (Sec. 4.1). False keeps the episode running as a real environment does.
-        synthesise_start: When the buffer holds no start state for a task, start from
-            ``URL: <start_url>`` / ``Title: ``. False makes ``reset`` raise instead.
+        synthesise_start: When the buffer holds no start state for a task, start from the
+            family's minimal state for it (``StateFormat.initial_state``). False makes
+            ``reset`` raise instead.
     """
 
     invalid_action_ends_episode: bool = True
     synthesise_start: bool = True
-
-
-def _is_terminal(parsed: Any) -> bool:
-    """True when a parsed action (or any of a list of them) has ``is_terminal`` set."""
-    items = parsed if isinstance(parsed, list) else [parsed]
-    return any(bool(getattr(item, "is_terminal", False)) for item in items)
 
 
 class DreamEnv:
@@ -80,7 +77,8 @@ class DreamEnv:
         cfg: Its settings.
         experience_model: The model that predicts each step.
         buffer: The replay buffer (start states); None always synthesises the start state.
-        action_set: Parses the agent's actions; defaults to the web action set.
+        family: The tasks' family: its action set parses the agent's actions, its state format
+            says where an episode starts and where the agent is.
     """
 
     provenance = "synthetic"
@@ -89,17 +87,14 @@ class DreamEnv:
         self,
         cfg: DreamConfig,
         experience_model: ExperienceModel,
-        buffer: DreamBuffer | None = None,
-        action_set: ActionSet | None = None,
+        buffer: DreamBuffer | None,
+        family: TaskFamily,
     ) -> None:
-        if action_set is None:
-            from dreamgym_agents.adapters.web_action import WebActionSet
-
-            action_set = WebActionSet()
         self.cfg = cfg
         self.model = experience_model
         self.buffer = buffer
-        self.action_set = action_set
+        self.action_set = family.action_set()
+        self.format = family.state_format()
         self._lock = threading.Lock()
         self._task: Task | None = None
         self._state = ""
@@ -115,13 +110,12 @@ class DreamEnv:
 
     def reset(self, task: Task) -> Observation:
         """Start an episode of ``task`` from its recorded (or synthesised) initial state."""
-        start_url = str(task.config.get("start_url") or "")
+        start = self.format.start_key(task)
         state = None
         if self.buffer is not None:
             # a curriculum's synthetic task starts where its seed task starts
             seed = str(task.config.get("synthetic_of") or task.task_id)
-            state = self.buffer.start_state(seed, start_url=start_url or None,
-                                            family=task.family)
+            state = self.buffer.start_state(seed, start_url=start or None, family=task.family)
         source = "recorded"
         if not state:
             if not self.cfg.synthesise_start:
@@ -131,12 +125,13 @@ class DreamEnv:
                     f"no recorded start state for task {task.task_id} in the buffer: add real "
                     "episodes of it, or set dream.synthesise_start: true"
                 )
-            state, source = f"URL: {start_url}\nTitle: ", "synthesised"
+            state, source = self.format.initial_state(task), "synthesised"
         with self._lock:
             self._task, self._state, self._history, self._done = task, state, [], False
             self._episode_id = f"dream-{uuid.uuid4().hex[:12]}"
         logger.debug("dream reset of %s from a %s start state", task.task_id, source)
-        return Observation(state=state, url=parse_state(state).url, info={"start_state": source})
+        return Observation(state=state, url=self.format.location(state),
+                           info={"start_state": source})
 
     def step(self, action: str) -> StepResult:
         """Play one action in the dream (see the module docstring for the failure rules)."""
@@ -156,7 +151,7 @@ class DreamEnv:
             ends = self.cfg.invalid_action_ends_episode
             info = {"em_failure": False, "failure_state": ends}
             self._record(action, state, 0.0, ends, False, valid=False, error=error, info=info)
-            obs = Observation(state=state, url=parse_state(state).url, error=error)
+            obs = Observation(state=state, url=self.format.location(state), error=error)
             return StepResult(obs, reward=0.0, done=ends, success=False, valid=False, error=error,
                               info=info)
         prediction = self.model.predict(task, list(self._history), state, action)
@@ -166,18 +161,18 @@ class DreamEnv:
         if prediction.output is None:
             error = f"experience model failure: {prediction.failure}"
             self._record(action, state, 0.0, True, False, error=error, info=info)
-            return StepResult(Observation(state=state, url=parse_state(state).url), reward=0.0,
+            return StepResult(Observation(state=state, url=self.format.location(state)), reward=0.0,
                               done=True, success=False, error=error, info=info)
         out = prediction.output
         info["reasoning"] = out.reasoning
         reward, done, success = out.reward, out.done, out.success
-        if _is_terminal(parsed) and not done:
+        if any(a.is_terminal for a in parsed) and not done:
             # The agent has stopped: nothing more can happen, whatever the model thinks.
             reward, done, success = 0.0, True, False
             info["forced_done"] = "terminal action judged not done"
         self._state = out.next_state
         self._record(action, state, reward, done, success, info=info)
-        obs = Observation(state=out.next_state, url=parse_state(out.next_state).url)
+        obs = Observation(state=out.next_state, url=self.format.location(out.next_state))
         return StepResult(obs, reward=reward, done=done, success=success, info=info)
 
     def _record(

@@ -1,16 +1,19 @@
-"""The embedded default experience model's recipe: collect on the bundled site, then train.
+"""The embedded default experience model's recipe: collect on a family's train split, then train.
 
-The shipped bundle (:mod:`dreamgym_agents.bundle`, made by ``dg-agents build-embedded``) holds
-the model this recipe trains; a recipe the bundle was not built with (an ablation, a changed
-field) is built here on first use, offline, on two CPU cores, and cached.
+A family's shipped bundle (:mod:`dreamgym_agents.bundle`, made by ``dg-agents build-embedded``)
+holds the model this recipe trains; a recipe the bundle was not built with (an ablation, a
+changed field) is built here on first use, offline, on two CPU cores, and cached.
 
-Recipe (:class:`EmbeddedRecipe`): collect offline data on the bundled shopping site's *train*
-split (oracle, noisy-oracle, quitter and random episodes — the paper's "oracle + random" sets, plus
-wrong and premature answers so the model learns what failure looks like), annotate it
-with deterministic rationales, seed a replay buffer with it, and train a small causal LM from
-scratch (tokenizer trained on the site's text, small Qwen2) with TRL's SFTTrainer on the compact
-experience prompt, with counterfactual final answers labelled by each task's own evaluator.
-Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``: the model under a name
+Recipe (:class:`EmbeddedRecipe`, a family's defaults from ``TaskFamily.embedded_recipe_defaults``):
+collect offline data on the family's *train* split with its offline agents
+(``TaskFamily.collection_plan``; the web family: oracle, noisy-oracle, quitter, random and the
+explorers — the paper's "oracle + random" sets, plus wrong and premature answers so the model
+learns what failure looks like), annotate it with derived rationales (the family's experience
+codec), seed a replay buffer with it, and train a small causal LM from scratch (tokenizer trained
+on the family's text, small Qwen2) with TRL's SFTTrainer on the compact experience prompt, with
+counterfactual endings labelled by each task's own evaluator where the family can
+(``TaskFamily.relabel``). Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``,
+one folder per family: the model under a name
 that changes with the recipe (a new recipe never reuses an old model), the collected episodes
 under a name that changes only with what is collected (so the ablation models, which differ only
 in training, share one collection). Every phase is resumable: collection episodes already
@@ -22,18 +25,16 @@ early, and then the model is marked ``PARTIAL``, never ``READY``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.cache import build_lock, cache_root
 from dreamgym_agents.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -66,11 +67,11 @@ class EmbeddedRecipe:
             customer's My Orders; it opens every order and goes back): the order pages that
             the catalogue explorer never reaches.
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
-            own evaluator (see :mod:`dreamgym_agents.training.counterfactual`).
+            own evaluator (see :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
             task's evaluator (answer-only and URL-only tasks; see
-            :func:`~dreamgym_agents.training.counterfactual.stop_trajectories`).
+            :func:`~dreamgym_agents.adapters.webarena.counterfactual.stop_trajectories`).
         judge_repeat: Short verdict-only copies of each final-answer example (see
             :class:`~dreamgym_agents.training.experience_data.ExampleConfig`).
         decision_weight: Loss weight of the decision tokens (verdict, outcome, next page's
@@ -146,32 +147,40 @@ COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "rando
 """The recipe fields that decide which episodes are collected."""
 
 
-def cache_root() -> Path:
-    """Where built models live: ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``."""
-    return Path(os.environ.get("DG_CACHE_DIR") or Path.home() / ".cache" / "dreamgym-agents")
+def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
+    """The task ``family``'s embedded recipe (its ``embedded_recipe_defaults`` over the
+    dataclass's defaults), with ``fields`` changed.
+
+    Raises:
+        ConfigError: A field the recipe does not have (the message lists them).
+    """
+    from dreamgym_agents.env import make_family
+
+    known = set(EmbeddedRecipe.__dataclass_fields__)
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(sorted(known))}")
+    made = make_family(family)
+    try:
+        defaults = made.embedded_recipe_defaults()
+    finally:
+        made.close()
+    return EmbeddedRecipe(**{**defaults, **fields})
 
 
-def embedded_dir(recipe: EmbeddedRecipe | None = None) -> Path:
-    return cache_root() / (recipe or EmbeddedRecipe()).key
+def embedded_dir(recipe: EmbeddedRecipe, family: str) -> Path:
+    """Where ``family``'s embedded experience model of ``recipe`` is built and cached."""
+    return cache_root() / family / recipe.key
 
 
-def collect_dir(recipe: EmbeddedRecipe | None = None) -> Path:
-    return cache_root() / (recipe or EmbeddedRecipe()).collect_key
+def collect_dir(recipe: EmbeddedRecipe, family: str) -> Path:
+    """Where ``family``'s collection of ``recipe`` is cached (shared by the ablations)."""
+    return cache_root() / family / recipe.collect_key
 
 
-def is_ready(recipe: EmbeddedRecipe | None = None) -> bool:
-    return (embedded_dir(recipe) / "READY").exists()
-
-
-@contextlib.contextmanager
-def build_lock(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # a second process waits for the first build
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def is_ready(recipe: EmbeddedRecipe, family: str) -> bool:
+    return (embedded_dir(recipe, family) / "READY").exists()
 
 
 Progress = Callable[[str], None]
@@ -180,12 +189,13 @@ Tick = Callable[..., None]
 
 
 def ensure_embedded_experience_model(
-    recipe: EmbeddedRecipe | None = None, *, progress: Progress | None = None,
+    family: str, recipe: EmbeddedRecipe | None = None, *, progress: Progress | None = None,
     on_episode: Callable[[Any], None] | None = None,
 ) -> dict[str, str]:
-    """The embedded experience model of ``recipe`` (default: the recipe's defaults): the
-    shipped bundle's when it was built with this recipe (the buffer made from its seed
-    episodes on first use, in seconds), else built here on first use and cached.
+    """The embedded experience model of the task ``family`` and ``recipe`` (default: the
+    family's recipe, :func:`family_recipe`): the family's shipped bundle's when it was built
+    with this recipe (the buffer made from its seed episodes on first use, in seconds), else
+    built here on first use and cached.
 
     Returns:
         ``{"model": "hf/<checkpoint>", "checkpoint": ..., "buffer": <buffer dir>,
@@ -197,33 +207,33 @@ def ensure_embedded_experience_model(
     """
     from dreamgym_agents.bundle import shipped_bundle
 
-    recipe = recipe or EmbeddedRecipe()
+    recipe = recipe or family_recipe(family)
     say = progress or (lambda msg: logger.info("%s", msg))
-    bundle = shipped_bundle()
+    bundle = shipped_bundle(family)
     if bundle is not None and bundle.experience_key == recipe.key:
         return bundle.experience_paths(progress=say)
-    folder = embedded_dir(recipe)
+    folder = embedded_dir(recipe, family)
     paths = {"checkpoint": str(folder / "model"), "model": f"hf/{folder / 'model'}",
-             "buffer": str(folder / "buffer"), "offline": str(collect_dir(recipe))}
-    if is_ready(recipe):
+             "buffer": str(folder / "buffer"), "offline": str(collect_dir(recipe, family))}
+    if is_ready(recipe, family):
         return paths
-    if bundle is not None and recipe == EmbeddedRecipe(seed=recipe.seed):
+    if bundle is not None and recipe == family_recipe(family, seed=recipe.seed):
         say(f"the shipped bundle {bundle.id} was built with another recipe "
             f"({bundle.experience_key}, this code's is {recipe.key}): building this one "
             "(rebuild the bundle with dg-agents build-embedded)")
     with build_lock(folder):
-        if is_ready(recipe):
+        if is_ready(recipe, family):
             return paths
         start = time.perf_counter()
-        shared = collect_dir(recipe)
+        shared = collect_dir(recipe, family)
         with build_lock(shared):
             if (shared / "COMPLETE").exists():
                 say(f"embedded experience model: reusing the episodes collected in {shared}")
             else:
-                collect(recipe, shared, say=say, on_episode=on_episode)
-        episodes = collected_episodes(recipe, shared)
+                collect(recipe, shared, family, say=say, on_episode=on_episode)
+        episodes = collected_episodes(recipe, shared, family)
         collect_s = time.perf_counter() - start
-        manifest = train_embedded(recipe, episodes, folder, say=say)
+        manifest = train_embedded(recipe, episodes, folder, family, say=say)
         (folder / "READY").write_text(json.dumps(
             {"recipe": asdict(recipe),
              "timings": {"collect_s": round(collect_s, 1), **manifest["timings"],
@@ -232,63 +242,22 @@ def ensure_embedded_experience_model(
     return paths
 
 
-def collection_plan(recipe: EmbeddedRecipe, tasks: list[Any]) -> list[tuple[str, Any, list, int]]:
-    """(collector, agent, its train tasks, step limit) for every collector of the recipe, each
-    spread over the whole split (every template), deterministically."""
-    from dreamgym_agents.agent import (
-        ORDER_ITEMS,
-        ORDERS_ROUTE,
-        ExplorerAgent,
-        NoisyOracleAgent,
-        OracleAgent,
-        QuitterAgent,
-        RandomAgent,
-    )
-
-    # The explorers start from the home page, where the section links are (the order explorer
-    # signed in: tasks that require a login start so).
-    at_root = [t for t in tasks if _starts_at_root(t)]
-    plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
-            ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
-             tasks, recipe.max_steps),
-            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks, tasks,
-             recipe.max_steps),
-            ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
-             recipe.max_steps),
-            ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
-             at_root, recipe.explorer_steps),
-            ("orders", ExplorerAgent(pages=recipe.explorer_pages, route=ORDERS_ROUTE,
-                                     item_pattern=ORDER_ITEMS),
-             recipe.order_explorer_tasks,
-             [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
-    out = []
-    for name, agent, count, pool, max_steps in plan:
-        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
-        if hasattr(agent, "assign"):  # the explorer: one slot per task
-            agent.assign(chosen)
-        out.append((name, agent, chosen, max_steps))
-    return out
-
-
-COLLECTORS = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
-"""The collectors of :func:`collection_plan`, in the order their episodes are read."""
-
-
-def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
+def collect(recipe: EmbeddedRecipe, folder: Path, family: str, *, say: Progress,
             on_episode: Callable[[Any], None] | None = None,
             bar: Callable[[str, int], Tick] | None = None) -> None:
-    """Play every collector of the recipe on the bundled site's train split into
-    ``folder/<collector>`` (resumable: recorded episodes stay), then mark ``COMPLETE``."""
+    """Play every collector of the recipe (the ``family``'s ``collection_plan``) on the
+    family's train split into ``folder/<collector>`` (resumable: recorded episodes stay), then
+    mark ``COMPLETE``."""
     from dreamgym_agents.env import EnvConfig, make_family
     from dreamgym_agents.graph import RunConfig, run_episodes
 
-    family = make_family("webarena")
+    made = make_family(family)
     env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
     try:
-        plan = collection_plan(recipe, family.load_tasks("train"))
+        plan = made.collection_plan(recipe, made.load_tasks("train"))
         everything = list({t.task_id: t for _, _, pool, _ in plan for t in pool}.values())
         say(f"embedded experience model: collecting {len(everything)} train tasks' episodes "
-            f"on the bundled site ({family.prepare(env_cfg, everything)})")
+            f"({made.prepare(env_cfg, everything)})")
         for name, agent, chosen, max_steps in plan:
             say(f"  {name}: {len(chosen)} episodes")
             tick = bar(f"collect {name}", len(chosen)) if bar else None
@@ -303,20 +272,27 @@ def collect(recipe: EmbeddedRecipe, folder: Path, *, say: Progress,
                 if on_episode is not None:
                     on_episode(traj)
 
-            result = asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg), agent,
+            result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg), agent,
                                               run_cfg, on_episode=done))
             if result.failed:  # never a collection with episodes quietly missing
                 raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
                                   f"{folder / name / 'errors.jsonl'}); rerun to retry them")
     finally:
-        family.close()
+        made.close()
     (folder / "COMPLETE").write_text(json.dumps({"collect": recipe.collect_key}, sort_keys=True))
 
 
-def collected_episodes(recipe: EmbeddedRecipe, folder: Path) -> list[Any]:
-    """The collection's episodes, every collector's in a fixed order, as offline data."""
-    del recipe  # every recipe has the same collectors; the argument names whose folder it is
-    episodes = read_collected(folder, list(COLLECTORS))
+def collected_episodes(recipe: EmbeddedRecipe, folder: Path, family: str) -> list[Any]:
+    """The collection's episodes, every collector's (the ``family``'s) in a fixed order, as
+    offline data."""
+    from dreamgym_agents.env import make_family
+
+    del recipe  # a family's recipes have the same collectors; it names whose folder it is
+    made = make_family(family)
+    try:
+        episodes = read_collected(folder, list(made.collectors))
+    finally:
+        made.close()
     for traj in episodes:
         traj.provenance = "offline"
         for t in traj.transitions:
@@ -324,7 +300,7 @@ def collected_episodes(recipe: EmbeddedRecipe, folder: Path) -> list[Any]:
     return episodes
 
 
-def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, *,
+def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, family: str, *,
                    say: Progress, on_step: Tick | None = None,
                    time_budget_s: float | None = None) -> dict[str, Any]:
     """Annotate the episodes, seed ``folder/buffer`` with them and train the experience model
@@ -342,11 +318,11 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, *,
     from dreamgym_agents.training.experience_pipeline import train_from_trajectories
     from dreamgym_agents.training.experience_sft import ExperienceSFTConfig
 
-    family = make_family("webarena")
+    made = make_family(family)
     try:
-        held_out = HeldOut.for_family(family)
+        held_out = HeldOut.for_family(made)
     finally:
-        family.close()
+        made.close()
     episodes = held_out.keep(episodes, "experience_data")  # none, on the train split
     steps = sum(len(t.transitions) for t in episodes)
     say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
@@ -394,9 +370,10 @@ DEMOS_VERSION = 1
 """Bumped whenever what a cached set of oracle demonstrations holds changes."""
 
 
-def demos_dir(tasks: int | None, seed: int = 0) -> Path:
-    """Where the oracle demonstrations on ``tasks`` train tasks (None: all) are cached."""
-    return cache_root() / demos_name(tasks, seed)
+def demos_dir(family: str, tasks: int | None, seed: int = 0) -> Path:
+    """Where ``family``'s oracle demonstrations on ``tasks`` train tasks (None: all) are
+    cached."""
+    return cache_root() / family / demos_name(tasks, seed)
 
 
 def demos_name(tasks: int | None, seed: int = 0) -> str:
@@ -405,12 +382,13 @@ def demos_name(tasks: int | None, seed: int = 0) -> str:
     return f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
 
 
-def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 4,
-                 max_steps: int = 15, progress: Progress | None = None,
+def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
+                 concurrency: int = 4, max_steps: int = 15, progress: Progress | None = None,
                  on_episode: Callable[[Any], None] | None = None,
                  folder: Path | None = None) -> Path:
-    """Play the oracle on ``tasks`` train tasks of the bundled site, spread over the templates
-    (None: every train task with an oracle program), unless done; return the folder (default:
+    """Play the ``family``'s oracle on ``tasks`` of its train tasks, spread over the templates
+    (None: every train task the oracle can play: one with an oracle program, or any with an
+    oracle that follows the environment's expert), unless done; return the folder (default:
     cached under :func:`demos_dir`).
 
     These are the policy's demonstrations (what the warm start imitates): the experience
@@ -418,29 +396,30 @@ def ensure_demos(tasks: int | None = None, *, seed: int = 0, concurrency: int = 
     scratch on so few memorises their strings instead of learning to copy them. Resumable:
     recorded episodes stay when a collection is interrupted.
     """
-    from dreamgym_agents.agent import OracleAgent
     from dreamgym_agents.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.graph import RunConfig, run_episodes
 
-    folder = folder or demos_dir(tasks, seed)
+    folder = folder or demos_dir(family, tasks, seed)
     say = progress or (lambda msg: logger.info("%s", msg))
     with build_lock(folder):
         if (folder / "COMPLETE").exists():
             return folder
-        family = make_family("webarena")
+        made = make_family(family)
         env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
         try:
-            pool = [t for t in family.load_tasks("train") if t.oracle]
+            oracle = made.offline_agents(seed=seed)["oracle"]
+            expert = bool(getattr(oracle, "needs_expert", False))
+            pool = [t for t in made.load_tasks("train") if t.oracle or expert]
             chosen = spread_tasks(pool, tasks) if tasks is not None else pool
             say(f"policy demonstrations: the oracle on {len(chosen)} train tasks "
-                f"({family.prepare(env_cfg, chosen)}) → {folder}")
+                f"({made.prepare(env_cfg, chosen)}) → {folder}")
             run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
                                 max_steps=max_steps,
                                 meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
-            result = asyncio.run(run_episodes(chosen, lambda: family.make_env(env_cfg),
-                                              OracleAgent(), run_cfg, on_episode=on_episode))
+            result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg),
+                                              oracle, run_cfg, on_episode=on_episode))
         finally:
-            family.close()
+            made.close()
         if result.failed:
             raise ConfigError(f"{len(result.failed)} demonstration episode(s) failed (see "
                               f"{folder / 'oracle' / 'errors.jsonl'}); rerun to retry them")
@@ -461,10 +440,3 @@ def read_collected(folder: Path, names: list[str]) -> list[Any]:
         if path.exists():
             out.extend(sorted(read_trajectories(path), key=lambda t: t.episode_id))
     return out
-
-
-def _starts_at_root(task: Any) -> bool:
-    """True for a task that starts on the site's home page (no path after the host)."""
-    url = str(task.config.get("start_url", ""))
-    rest = url.split("://", 1)[-1]
-    return bool(url) and rest.rstrip("/").count("/") == 0

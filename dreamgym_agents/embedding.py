@@ -182,7 +182,7 @@ def state_features(state: str) -> tuple[Counter[str], dict[str, tuple[str, str]]
 
 
 _SENT_FIELDS = ("textbox", "searchbox", "combobox")
-"""Fields a submit sends (a combobox too, unlike :func:`~dreamgym_agents.state_delta.typed_text`,
+"""Fields a submit sends (a combobox too, unlike the web codec's ``state_delta.typed_text``,
 which looks for typed text only)."""
 
 

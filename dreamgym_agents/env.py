@@ -13,9 +13,8 @@ code never special-cases a family.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,15 +65,63 @@ class StepResult:
 
 
 @runtime_checkable
+@runtime_checkable
+class Action(Protocol):
+    """One parsed action, whatever the family: its verb, whether it ends the episode by its
+    type alone (an answer, a stop), and the final answer it gives (None: it gives none)."""
+
+    @property
+    def verb(self) -> str: ...
+
+    @property
+    def is_terminal(self) -> bool: ...
+
+    @property
+    def answer(self) -> str | None: ...
+
+
 class ActionSet(Protocol):
     """Describes the actions for a prompt and parses an agent's action text.
 
-    ``parse`` raises ``ValueError`` (or a subclass) with a message saying what was expected.
+    ``parse`` returns the actions the text holds (usually one; a family may allow several per
+    turn) and raises ``ValueError`` (or a subclass) with a message saying what was expected.
     """
 
     def describe(self) -> str: ...
 
-    def parse(self, text: str) -> Any: ...
+    def parse(self, text: str) -> Sequence[Action]: ...
+
+
+def ends_by_type(action_set: ActionSet) -> Callable[[str], bool]:
+    """``text`` → whether the action ends the episode by its type alone (an unparseable text
+    does not): the "done from the action's type" baseline of fidelity, and the dream's rule."""
+
+    def ends(text: str) -> bool:
+        try:
+            return any(action.is_terminal for action in action_set.parse(text))
+        except ValueError:
+            return False
+
+    return ends
+
+
+class StateFormat(Protocol):
+    """How a family's abstract states read, for the core (the dream, fidelity).
+
+    ``initial_state`` is the state an episode of a task starts from when none was recorded;
+    ``start_key`` names where a task starts (tasks with the same key start in the same state;
+    "" when unknown); ``location`` is where the agent is in a state (a web page's URL; ""
+    for a family without one); ``strip_ids`` removes from a state line the ids a model cannot
+    know (a web element's ``[bid]``).
+    """
+
+    def initial_state(self, task: Task) -> str: ...
+
+    def start_key(self, task: Task) -> str: ...
+
+    def location(self, state: str) -> str: ...
+
+    def strip_ids(self, line: str) -> str: ...
 
 
 @runtime_checkable
@@ -109,6 +156,8 @@ class EnvConfig:
         judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
         seed: Seed of the bundled site's data.
         screenshots: Capture a screenshot at every browser step (for vision agents; slower).
+        expert: Families with an expert planner (ALFWorld) offer its plan in each observation
+            (what the oracle follows); False saves the planning when no agent needs it.
     """
 
     max_steps: int = 15
@@ -119,6 +168,7 @@ class EnvConfig:
     judge_model: str | None = None
     seed: int = 0
     screenshots: bool = False
+    expert: bool = True
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -129,23 +179,81 @@ class EnvConfig:
             raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
 
 
-class TaskFamily(Protocol):
-    """A source of tasks plus the environment that plays them (one per adapter).
+@dataclass(frozen=True)
+class Requirement:
+    """One line of ``dg-agents doctor`` about what a family needs: ``ok`` True (there), False
+    (missing: the family cannot run; ``detail`` says how to get it) or None (information, such as
+    an optional setting left unset)."""
 
-    ``prepare`` is called once before a run: it checks that what the family needs is there
-    (browser, sites) and raises a typed error saying what to fix; it returns a one-line description
-    of the setup (e.g. "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    name: str
+    ok: bool | None
+    detail: str
+
+
+@runtime_checkable
+class TaskFamily(Protocol):
+    """A source of tasks plus the environment that plays them (one per adapter package, found by
+    the ``dreamgym_agents.families`` entry point).
+
+    ``prepare`` is called once before a run with the tasks it will play (None: not known yet):
+    it checks that what the family needs is there (browser, sites, game files) and raises a
+    typed error saying what to fix; it returns a one-line description of the setup (e.g.
+    "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
+    that need no model (``oracle``, ``random``, … by name; ``noisy`` explores at rate
+    ``noise``), for evaluation and collection (an agent with ``assign(tasks)`` is given its
+    tasks first; one with ``min_steps`` gets episodes that long); ``requirements`` what
+    ``dg-agents doctor`` reports for the family (cheap: no browser, no game is started).
+
+    The embedded experience model's data (:mod:`dreamgym_agents.embedded`):
+    ``embedded_recipe_defaults`` are the family's recipe fields, ``collection_plan``
+    says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
+    the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
+    episodes labelled by the task's own evaluator (none where that is not exact).
+
+    ``eval_types`` are the kinds of evaluator the family's tasks have, ``task_eval_types`` a
+    task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
+    the kinds the experience model can judge from what the state shows. ``experience_codec``
+    is the family's part of the experience model's prompt and answer
+    (:mod:`dreamgym_agents.experience_codec`), ``state_format`` how its states read
+    (:class:`StateFormat`), ``policy_view`` the policy's part (how a state reads to it, how
+    actions are written, the grammar of a turn: :class:`~dreamgym_agents.policy.PolicyView`).
     """
 
     name: str
+    collectors: tuple[str, ...]
+    eval_types: tuple[str, ...]
+    dream_eval_types: tuple[str, ...] | None
 
     def load_tasks(self, split: str) -> list[Task]: ...
 
     def load_task_file(self, path: str) -> list[Task]: ...
 
-    def prepare(self, cfg: EnvConfig) -> str: ...
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str: ...
 
     def make_env(self, cfg: EnvConfig) -> Environment: ...
+
+    def action_set(self) -> Any: ...
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]: ...
+
+    def requirements(self) -> list[Requirement]: ...
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        ...
+
+    def task_eval_types(self, task: Task) -> list[str]: ...
+
+    def experience_codec(self) -> Any: ...
+
+    def policy_view(self) -> Any: ...
+
+    def state_format(self) -> StateFormat: ...
+
+    def embedded_recipe_defaults(self) -> dict[str, Any]: ...
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]: ...
 
     def close(self) -> None: ...
 
@@ -182,24 +290,29 @@ def spread_tasks(tasks: list[Task], limit: int | None = None) -> list[Task]:
 FamilyFactory = Callable[[], TaskFamily]
 """Builds a task family; registered by name and called lazily (imports stay cheap)."""
 
+ENTRY_POINT_GROUP = "dreamgym_agents.families"
+"""Packages add task families under this entry-point group (``name = "module:Factory"``): this
+package declares ``webarena`` and ``alfworld`` there, and a user's package can add its own
+without editing ours."""
+
 _FAMILIES: dict[str, FamilyFactory] = {}
-_BUILTIN_ADAPTERS = ("dreamgym_agents.adapters.webarena",)
 
 
 def register_family(name: str, factory: FamilyFactory) -> None:
-    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``)."""
+    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``) from
+    code (a family of an installed package is found by its entry point instead)."""
     _FAMILIES[name] = factory
 
 
-def _load_builtin_adapters() -> None:
-    for module in _BUILTIN_ADAPTERS:
-        importlib.import_module(module)
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
 def family_names() -> list[str]:
-    """Names of the registered task families."""
-    _load_builtin_adapters()
-    return sorted(_FAMILIES)
+    """Names of the task families: registered in code and declared by entry points."""
+    return sorted(set(_FAMILIES) | set(_entry_points()))
 
 
 def make_family(task: str) -> TaskFamily:
@@ -208,9 +321,12 @@ def make_family(task: str) -> TaskFamily:
     Raises:
         ConfigError: No family has that name; the message lists the known ones.
     """
-    _load_builtin_adapters()
     prefix = task.split(".", 1)[0]
-    if prefix not in _FAMILIES:
-        known = ", ".join(sorted(_FAMILIES)) or "none"
-        raise ConfigError(f"unknown task family {task!r}; known families: {known}")
-    return _FAMILIES[prefix]()
+    factory = _FAMILIES.get(prefix)
+    if factory is None:
+        found = _entry_points().get(prefix)
+        if found is None:
+            known = ", ".join(family_names()) or "none"
+            raise ConfigError(f"unknown task family {task!r}; known families: {known}")
+        factory = found.load()
+    return factory()

@@ -6,13 +6,15 @@ step and writes the next abstract state, the (outcome) reward, ``done`` and ``su
 
     <reasoning>…</reasoning>
     <next_state>
-    URL: …
-    Title: …
-    …lines…
+    …the state, in the family's format…
     </next_state>
     <reward>0</reward> <done>false</done> <success>false</success>
 
-The prompt lives in ``prompts/experience_model.md``; the same text backs the DSPy signature
+The task family's experience codec (:mod:`dreamgym_agents.experience_codec`) says how states and
+actions read: a state's one-line name in histories, which action gives a final answer, how the
+demonstrations are ranked, and, with the compact prompt (small models), the whole prompt and how
+the next state is written (the web codec: a reference plus edits). The full prompt lives in
+``prompts/experience_model.md``; the same text backs the DSPy signature
 :data:`ExperienceStep` (built on first access, since ``dspy`` is heavy), so the instruction can be
 optimised with DSPy and rendered back with :func:`render_signature_messages`.
 
@@ -34,7 +36,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, ContextLengthError
-from dreamgym_agents.state_delta import StateReferenceError, demo_pages, expand_state
+from dreamgym_agents.experience_codec import ExperienceCodec, StateReferenceError
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
 logger = logging.getLogger(__name__)
@@ -58,19 +60,22 @@ _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)")
 
 
 @functools.cache
-def load_template() -> dict[str, str]:
-    """The blocks of ``prompts/experience_model.md`` by name (``instruction``, ``inputs``, …)."""
-    text = (resources.files("dreamgym_agents.prompts") / PROMPT_FILE).read_text(encoding="utf-8")
+def load_template(name: str = PROMPT_FILE) -> dict[str, str]:
+    """The blocks of a full experience prompt in ``prompts/`` by name (``instruction``,
+    ``inputs``, …): ``experience_model.md`` (the web family's) unless a codec names another
+    (``ExperienceCodec.prompt_file``)."""
+    text = (resources.files("dreamgym_agents.prompts") / name).read_text(encoding="utf-8")
     parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
     blocks = {name: body.strip("\n") for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     missing = {"instruction", "inputs", "output_reasoning", "output_direct", "retry"} - set(blocks)
     if missing:
-        raise ConfigError(f"{PROMPT_FILE} lacks the blocks {sorted(missing)}: restore them")
+        raise ConfigError(f"{name} lacks the blocks {sorted(missing)}: restore them")
     return blocks
 
 
 def render_messages(
-    instructions: str, inputs: dict[str, str | None], *, use_reasoning: bool = True
+    instructions: str, inputs: dict[str, str | None], *, use_reasoning: bool = True,
+    prompt_file: str = PROMPT_FILE,
 ) -> list[dict[str, str]]:
     """The chat messages: the instruction as system message, the inputs and format as user message.
 
@@ -78,8 +83,9 @@ def render_messages(
         instructions: The instruction (the template's, or an optimised signature's).
         inputs: Rendered text of each input field; a field set to None drops its section.
         use_reasoning: Ask for step-by-step reasoning (False: an empty ``<reasoning>``).
+        prompt_file: The full prompt whose layout is used.
     """
-    template = load_template()
+    template = load_template(prompt_file)
     sections = re.split(r"\n(?=## )", template["inputs"])
     rendered = []
     for section in sections:
@@ -95,21 +101,21 @@ def render_messages(
 
 
 @functools.cache
-def build_signature() -> type:
+def build_signature(prompt_file: str = PROMPT_FILE) -> type:
     """The DSPy signature ``ExperienceStep``; its docstring is the template's instruction."""
     import dspy
 
     class ExperienceStep(dspy.Signature):
-        __doc__ = load_template()["instruction"]
+        __doc__ = load_template(prompt_file)["instruction"]
 
         task: str = dspy.InputField(desc="the task the agent is working on")
-        history: str = dspy.InputField(desc="recent steps: action → resulting URL and title")
+        history: str = dspy.InputField(desc="recent steps: action → the state it led to")
         # Not "demos": dspy.Predict(...)(demos=...) takes its few-shot examples from that name.
         retrieved: str = dspy.InputField(desc="similar real transitions, most similar first")
         state: str = dspy.InputField(desc="the current abstract state")
         action: str = dspy.InputField(desc="the agent's action")
         reasoning: str = dspy.OutputField(desc="the causal effect of the action, step by step")
-        next_state: str = dspy.OutputField(desc="the next abstract state (URL, Title, lines)")
+        next_state: str = dspy.OutputField(desc="the next abstract state, in the state's format")
         reward: float = dspy.OutputField(desc="1 only if this step completes the task, else 0")
         done: bool = dspy.OutputField(desc="whether the episode ends with this step")
         success: bool = dspy.OutputField(desc="whether the task has been accomplished")
@@ -124,19 +130,15 @@ def __getattr__(name: str) -> Any:  # PEP 562: ``from dreamgym_agents.experience
 
 
 def render_signature_messages(
-    signature: type, inputs: dict[str, str | None], *, use_reasoning: bool = True
+    signature: type, inputs: dict[str, str | None], *, use_reasoning: bool = True,
+    prompt_file: str = PROMPT_FILE,
 ) -> list[dict[str, str]]:
     """Render the prompt of a (possibly optimised) DSPy signature: its instructions, our layout."""
     unknown = set(signature.input_fields) - set(INPUT_FIELDS)
     if unknown:
         raise ConfigError(f"signature has input fields {sorted(unknown)} the prompt cannot show")
-    return render_messages(signature.instructions, inputs, use_reasoning=use_reasoning)
-
-
-def _head_lines(state: str) -> str:
-    """The ``URL:``/``Title:`` lines of a state, joined with `` | ``."""
-    head = [s.strip() for s in state.splitlines()[:3] if s.strip().startswith(("URL:", "Title:"))]
-    return " | ".join(head) or "(no URL or title)"
+    return render_messages(signature.instructions, inputs, use_reasoning=use_reasoning,
+                           prompt_file=prompt_file)
 
 
 def clip_state(state: str, max_lines: int) -> str:
@@ -147,13 +149,14 @@ def clip_state(state: str, max_lines: int) -> str:
     return "\n".join(lines[:max_lines] + [f"… ({len(lines) - max_lines} more lines not shown)"])
 
 
-def render_history(history: list[Transition], last: int) -> str:
-    """The last ``last`` steps, each as its action and the URL/Title of the resulting page."""
+def render_history(history: list[Transition], last: int, codec: ExperienceCodec) -> str:
+    """The last ``last`` steps, each as its action and the state it led to (named by the
+    family's ``codec``: a web page by its URL and title)."""
     if not history:
         return "(none: this is the first step)"
     lines = []
     for t in history[-last:]:
-        result = f"invalid action ({t.error})" if not t.valid else _head_lines(t.next_state)
+        result = f"invalid action ({t.error})" if not t.valid else codec.head(t.next_state)
         lines.append(f"step {t.step + 1}: {t.action} → {result}")
     return "\n".join(lines)
 
@@ -175,44 +178,37 @@ def render_demos(demos: list[Transition], max_lines: int) -> str:
 
 FINAL_ANSWER_CANDIDATES = 16
 """Candidates fetched per demonstration slot for a final answer, before re-ranking by their checks
-(they also make the tally of :class:`~dreamgym_agents.experience_compact.Demos`)."""
+(the web codec's tally is made of them too)."""
 
 STEP_CANDIDATES = 16
-"""Candidates fetched for any other step, before re-ranking by action and page
-(:func:`~dreamgym_agents.experience_compact.rank_step_demos`)."""
+"""Candidates fetched for any other step, before the family's codec re-ranks them by action and
+state (``ExperienceCodec.rank_step_demos``)."""
 
 
 def retrieve_demos(
-    retriever: Retriever, intent: str, state: str, action: str, *, k: int,
-    where: dict | None = None, exclude_episode: str | None = None,
+    retriever: Retriever, codec: ExperienceCodec, intent: str, state: str, action: str, *,
+    k: int, where: dict | None = None, exclude_episode: str | None = None,
     params: dict[str, str] | None = None,
 ) -> list[Transition]:
     """The ``k`` demonstrations of one step, as training and inference both choose them.
 
-    For a final answer (with a known task ``intent`` and its ``params``), the demonstrations are
-    recorded final answers of similar tasks, right and wrong ones
-    (:func:`~dreamgym_agents.experience_compact.rank_final_answer_demos`): the one whose answer
-    checks most resemble this answer's first, then the best of the other outcome, then the
-    next best, with the tally of the candidates whose checks read the same
-    (:class:`~dreamgym_agents.experience_compact.Demos`). Demonstrations chosen by page
-    similarity alone share the current step's outcome most of the time (a giving-up answer on
-    the home page finds other giving-up answers there) and do not show what tells a right answer
-    from a wrong one; a small model trained on them copied their outcome whatever the answer
+    For a final answer (an action the family's ``codec`` reads an answer from, with a known
+    task ``intent`` and its ``params``), the demonstrations are recorded final answers of
+    similar tasks, right and wrong ones, ranked by the codec
+    (``ExperienceCodec.rank_final_answer_demos``; the web codec: the one whose answer checks
+    most resemble this answer's first, then the best of the other outcome, with the tally of
+    the candidates whose checks read the same). Demonstrations chosen by similarity alone
+    share the current step's outcome most of the time (a giving-up answer on the home page
+    finds other giving-up answers there) and do not show what tells a right answer from a
+    wrong one; a small model trained on them copied their outcome whatever the answer
     (measured: docs/RESULTS.md). Other steps take :data:`STEP_CANDIDATES` nearest transitions
-    by embedding and keep the ``k`` most alike by the exact measure of
-    :func:`~dreamgym_agents.experience_compact.rank_step_demos` (the same action on the same
-    target, then the most lines in common with this page).
+    by embedding and keep the ``k`` the codec ranks first (``ExperienceCodec.rank_step_demos``:
+    the web codec's is the same action on the same target, then the most lines in common).
     """
-    from dreamgym_agents.experience_compact import (
-        answer_text,
-        rank_final_answer_demos,
-        rank_step_demos,
-    )
-
-    if not intent or answer_text(action) is None:
+    if not intent or codec.answer_text(action) is None:
         found = retriever.retrieve(state, action, k=max(k, STEP_CANDIDATES), where=where,
                                    exclude_episode=exclude_episode)
-        return rank_step_demos(state, action, found, k)
+        return codec.rank_step_demos(state, action, found, k)
     candidates: list[Transition] = []
     for success in (True, False):
         scope = {**(where or {}), "done": True, "success": success}
@@ -221,8 +217,8 @@ def retrieve_demos(
         # Final answers only (``done`` also marks steps cut by the step limit); a retriever
         # that ignores filters (a test double) still yields the right outcome.
         candidates += [t for t in found if bool(t.success) == success and t.terminated
-                       and answer_text(t.action) is not None]
-    return rank_final_answer_demos(intent, state, action, params or {}, candidates, k)
+                       and codec.answer_text(t.action) is not None]
+    return codec.rank_final_answer_demos(intent, state, action, params or {}, candidates, k)
 
 
 def transition_id(t: Transition) -> str:
@@ -402,7 +398,8 @@ class ExperienceConfig:
     """Settings of the experience model (the three flags are the paper's ablations, Sec. 5).
 
     Attributes:
-        history_steps: H, how many previous steps the prompt shows (action + resulting URL/title).
+        history_steps: H, how many previous steps the prompt shows (action + the resulting
+            state's one-line name).
         top_k: How many similar real transitions are retrieved and shown as demonstrations.
         use_history: Show the recent steps.
         use_retrieval: Retrieve and show similar real transitions.
@@ -455,8 +452,7 @@ class ExperienceConfig:
             )
         if self.max_state_lines < 2:
             raise ConfigError(
-                f"experience.max_state_lines must be >= 2 (URL and title), got "
-                f"{self.max_state_lines}"
+                f"experience.max_state_lines must be >= 2, got {self.max_state_lines}"
             )
         if self.retrieval_where is not None and not isinstance(self.retrieval_where, dict):
             raise ConfigError(
@@ -500,14 +496,18 @@ class ExperienceModel:
         cfg: Its settings.
         gateway: The model (a :class:`~dreamgym_agents.llm.Gateway` or a test double).
         buffer: The replay buffer to retrieve demonstrations from; None retrieves nothing.
+        codec: The task family's part of the prompt and answer
+            (``TaskFamily.experience_codec()``; :mod:`dreamgym_agents.experience_codec`).
     """
 
     def __init__(
-        self, cfg: ExperienceConfig, gateway: ChatModel, buffer: Retriever | None = None
+        self, cfg: ExperienceConfig, gateway: ChatModel, buffer: Retriever | None = None, *,
+        codec: ExperienceCodec,
     ) -> None:
         self.cfg = cfg
         self.gateway = gateway
         self.buffer = buffer
+        self.codec = codec
         self._lock = threading.Lock()
         self._counts = {"predictions": 0, "failures": 0, "parse_retries": 0}
 
@@ -534,7 +534,7 @@ class ExperienceModel:
         where = self.cfg.retrieval_where
         if self.cfg.exclude_same_task and task_id:
             where = {**(where or {}), "task_id": {"$ne": str(task_id)}}
-        return retrieve_demos(self.buffer, intent, state, action, k=self.cfg.top_k,
+        return retrieve_demos(self.buffer, self.codec, intent, state, action, k=self.cfg.top_k,
                               where=where, exclude_episode=exclude_episode, params=params)
 
     def render_inputs(
@@ -545,7 +545,8 @@ class ExperienceModel:
         cfg = self.cfg
         return {
             "task": task.intent if isinstance(task, Task) else task,
-            "history": render_history(history, cfg.history_steps) if cfg.use_history else None,
+            "history": (render_history(history, cfg.history_steps, self.codec)
+                        if cfg.use_history else None),
             "retrieved": render_demos(demos, cfg.max_state_lines) if cfg.use_retrieval else None,
             "state": clip_state(state, cfg.max_state_lines),
             "action": action.strip(),
@@ -557,20 +558,18 @@ class ExperienceModel:
     ) -> list[dict[str, str]]:
         """The chat messages of one prediction."""
         if self.cfg.prompt_style == "compact":
-            from dreamgym_agents.experience_compact import render_compact, task_params
-
             cfg = self.cfg
-            return render_compact(
+            return self.codec.render(
                 task.intent if isinstance(task, Task) else task,
                 history if cfg.use_history else None, state, action,
                 demos if cfg.use_retrieval else None,
                 history_steps=min(cfg.history_steps, 2), use_reasoning=cfg.use_reasoning,
-                params=task_params(task),
+                params=task.params if isinstance(task, Task) else {},
             )
         inputs = self.render_inputs(task, history, state, action, demos)
-        return render_messages(
-            load_template()["instruction"], inputs, use_reasoning=self.cfg.use_reasoning
-        )
+        template = self.codec.prompt_file
+        return render_messages(load_template(template)["instruction"], inputs,
+                               use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
     def predict(
         self, task: Task | str, history: list[Transition], state: str, action: str, *,
@@ -592,8 +591,6 @@ class ExperienceModel:
         Raises:
             ModelError: The model call failed (after the gateway's own retries).
         """
-        from dreamgym_agents.experience_compact import back_page
-
         intent = task.intent if isinstance(task, Task) else task
         params = task.params if isinstance(task, Task) else {}
         task_id = str(task.task_id) if isinstance(task, Task) else ""
@@ -620,15 +617,15 @@ class ExperienceModel:
                     # Stopped by the token limit inside the page: a cut page is not a prediction.
                     raise ExperienceParseError([], ["<next_state>: cut at the token limit"])
                 prediction.output = parse_experience_output(completion.text)
-                # A next state written as a reference plus edits (state_delta) is expanded here,
-                # so everything downstream sees full states.
-                # The compact prompt shows a demo's search page as this step's (demo_pages);
-                # the full prompt shows demos as recorded.
-                pages = (demo_pages(demos, state, action) if self.cfg.prompt_style == "compact"
+                # A next state written as a reference plus edits (the family's codec) is
+                # expanded here, so everything downstream sees full states. The compact prompt
+                # shows the demos as the codec does (demo_pages); the full one as recorded.
+                pages = (self.codec.demo_pages(demos, state, action)
+                         if self.cfg.prompt_style == "compact"
                          else [d.next_state for d in demos])
-                prediction.output.next_state = expand_state(
+                prediction.output.next_state = self.codec.expand_state(
                     prediction.output.next_state, state, pages,
-                    back_page(history) if self.cfg.use_history else None,
+                    self.codec.back_page(history) if self.cfg.use_history else None,
                     action,
                 )
             except (ExperienceParseError, StateReferenceError) as exc:
@@ -640,7 +637,7 @@ class ExperienceModel:
                     # long failed answer would overflow their context): sample a fresh answer.
                     overrides = {"temperature": COMPACT_RETRY_TEMPERATURE}
                     continue
-                retry = load_template()["retry"].format(error=exc)
+                retry = load_template(self.codec.prompt_file)["retry"].format(error=exc)
                 messages = [*messages, {"role": "assistant", "content": completion.text},
                             {"role": "user", "content": retry}]
                 continue

@@ -29,20 +29,18 @@ logger = logging.getLogger(__name__)
 RUBRIC = ("causal_consistency", "diversity", "informativeness", "hallucination")
 """The judge's criteria, each scored 0, 1 or 2 (higher is better for all four)."""
 
-_BID = re.compile(r"^\[[^\]]*\]\s*")
-
 _JUDGE_INSTRUCTION = """\
-You judge synthetic experience: a trajectory an agent played in a simulated website, where a model
-predicted each next page from the previous page and the agent's action. Score it on four criteria,
-each 0, 1 or 2:
+You judge synthetic experience: a trajectory an agent played in a simulated environment (a
+website, a text game, …), where a model predicted each next state from the previous state and the
+agent's action. Score it on four criteria, each 0, 1 or 2:
 
-- causal_consistency: each next page is a plausible consequence of the action on the previous page
-  (2 = always, 1 = mostly, 0 = often not).
-- diversity: the pages are varied and the trajectory explores rather than repeating the same page
-  (2 = varied, 1 = somewhat repetitive, 0 = the same page over and over).
-- informativeness: the pages hold the concrete content (products, prices, fields, results) the
+- causal_consistency: each next state is a plausible consequence of the action in the previous
+  state (2 = always, 1 = mostly, 0 = often not).
+- diversity: the states are varied and the trajectory explores rather than repeating the same
+  state (2 = varied, 1 = somewhat repetitive, 0 = the same state over and over).
+- informativeness: the states hold the concrete content (items, values, fields, results) the
   task needs (2 = rich and relevant, 1 = partial, 0 = empty or generic).
-- hallucination: the pages stay realistic for the website and consistent with each other
+- hallucination: the states stay realistic for the environment and consistent with each other
   (2 = no hallucination, 1 = minor invented or contradictory content, 0 = severe).
 
 Answer with a short justification, then exactly:
@@ -52,26 +50,31 @@ Answer with a short justification, then exactly:
 <hallucination>0|1|2</hallucination>"""
 
 
-def _lines(state: str, ignore_bids: bool) -> Counter[str]:
+StripIds = Callable[[str], str]
+"""A state line without the ids a model cannot know (the family's ``StateFormat.strip_ids``:
+a web element's ``[bid]``)."""
+
+
+def _lines(state: str, strip_ids: StripIds | None) -> Counter[str]:
     lines = (normalize_text(s) for s in state.splitlines())
-    if ignore_bids:
-        lines = (_BID.sub("", s) for s in lines)
+    if strip_ids is not None:
+        lines = (strip_ids(s) for s in lines)
     return Counter(s for s in lines if s)
 
 
-def state_f1(predicted: str, real: str, *, ignore_bids: bool = False) -> float:
-    """Element-line F1 between two rendered states.
+def state_f1(predicted: str, real: str, *, strip_ids: StripIds | None = None) -> float:
+    """Line F1 between two rendered states.
 
-    Each state is a multiset of its non-blank lines, whitespace-normalised (``URL:`` and
-    ``Title:`` lines included); precision and recall count the lines the two share. Two empty
-    states score 1.0, one empty state 0.0.
+    Each state is a multiset of its non-blank lines, whitespace-normalised (every line
+    included, a web page's ``URL:`` and ``Title:`` too); precision and recall count the lines
+    the two share. Two empty states score 1.0, one empty state 0.0.
 
     Args:
         predicted: The predicted state.
         real: The real state.
-        ignore_bids: Drop the ``[bid]`` prefixes first (element ids a model cannot know).
+        strip_ids: Applied to every line first (None: lines compared as they are).
     """
-    pred, ref = _lines(predicted, ignore_bids), _lines(real, ignore_bids)
+    pred, ref = _lines(predicted, strip_ids), _lines(real, strip_ids)
     if not pred and not ref:
         return 1.0
     overlap = sum((pred & ref).values())
@@ -98,21 +101,19 @@ def binary_scores(truth: Sequence[bool], predicted: Sequence[bool | None]) -> di
             "positives": len(pos), "n": len(pairs)}
 
 
-def web_terminal(action: str) -> bool:
-    """Whether a web action ends the episode by its type alone (an answer, a stop)."""
-    from dreamgym_agents.adapters.web_action import WebActionSet
+def state_exact(predicted: str, real: str, *, strip_ids: StripIds | None = None) -> bool:
+    """Whether two states hold the same lines in the same order (whitespace-normalised, blank
+    lines dropped, ``strip_ids`` applied)."""
+    def lines(state: str) -> list[str]:
+        out = (normalize_text(s) for s in state.splitlines())
+        return [s for s in (strip_ids(x) if strip_ids else x for x in out) if s]
 
-    try:
-        parsed = WebActionSet().parse(action)
-    except ValueError:
-        return False
-    items = parsed if isinstance(parsed, list) else [parsed]
-    return any(bool(getattr(item, "is_terminal", False)) for item in items)
+    return lines(predicted) == lines(real)
 
 
 def transition_metrics(
-    pairs: Sequence[tuple[Transition, ExperiencePrediction]], *, ignore_bids: bool = False,
-    is_terminal: Callable[[str], bool] = web_terminal,
+    pairs: Sequence[tuple[Transition, ExperiencePrediction]], *,
+    strip_ids: StripIds | None = None, is_terminal: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Fidelity of predictions against the real transitions they predict.
 
@@ -134,18 +135,21 @@ def transition_metrics(
     Accuracy flatters a model on rare classes (always predicting reward 0 scores ~0.93 on the
     bundled test split), so reward (positive: 1) and done (positive: the environment ended the
     episode) are also scored as balanced accuracy and F1, next to trivial baselines in
-    ``baselines``: reward always 0; done read off the action's type alone (``is_terminal``: an
-    answer ends an episode, anything else does not); and for the next state, copying the
-    current page (its state F1 against the real next state).
+    ``baselines``: reward always 0; done read off the action's type alone (``is_terminal``,
+    e.g. :func:`~dreamgym_agents.env.ends_by_type` of the family's action set: an answer ends
+    an episode, anything else does not; None when not given); and for the next state, copying
+    the current state (its state F1 and exact match against the real next state).
+    ``state_exact`` is the share of next states predicted exactly (:func:`state_exact`).
 
     Returns:
         ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
+        ``state_exact``,
         ``em_failure_rate``, ``n``, ``n_ok``, ``reward_accuracy_ok`` … ``state_f1_ok``,
         ``final_success_recall``, ``final_failure_recall``, ``n_final_success``,
         ``n_final_failure``, ``reward_balanced_accuracy``, ``reward_f1``,
         ``done_balanced_accuracy``, ``done_f1`` and ``baselines``.
     """
-    names = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1")
+    names = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1", "state_exact")
     sums = dict.fromkeys(names, 0.0)
     n_ok = 0
     finals = {True: [0, 0], False: [0, 0]}  # real outcome → [steps, predicted alike]
@@ -160,7 +164,8 @@ def transition_metrics(
         sums["reward_accuracy"] += abs(out.reward - real.reward) < 1e-6
         sums["done_accuracy"] += out.done == real.terminated
         sums["success_accuracy"] += out.success == real.success
-        sums["state_f1"] += state_f1(out.next_state, real.next_state, ignore_bids=ignore_bids)
+        sums["state_f1"] += state_f1(out.next_state, real.next_state, strip_ids=strip_ids)
+        sums["state_exact"] += state_exact(out.next_state, real.next_state, strip_ids=strip_ids)
     n = len(pairs)
     metrics: dict[str, float] = {name: sums[name] / n if n else 0.0 for name in names}
     metrics.update({f"{name}_ok": sums[name] / n_ok if n_ok else 0.0 for name in names})
@@ -180,12 +185,14 @@ def transition_metrics(
     metrics.update({"reward_balanced_accuracy": reward["balanced_accuracy"],
                     "reward_f1": reward["f1"], "done_balanced_accuracy": done["balanced_accuracy"],
                     "done_f1": done["f1"]})
-    copies = [state_f1(real.state, real.next_state, ignore_bids=ignore_bids) for real, _ in pairs]
+    copies = [state_f1(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
+    same = [state_exact(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
     metrics["baselines"] = {
         "reward_always_0": binary_scores(reward_truth, [False] * n),
-        "done_from_action_type": binary_scores(done_truth, [is_terminal(real.action)
-                                                            for real, _ in pairs]),
+        "done_from_action_type": None if is_terminal is None else binary_scores(
+            done_truth, [is_terminal(real.action) for real, _ in pairs]),
         "state_f1_copy_current_page": round(sum(copies) / n, 4) if n else 0.0,
+        "state_exact_copy_current_page": round(sum(same) / n, 4) if n else 0.0,
     }
     return metrics
 
@@ -204,7 +211,7 @@ def rubric_prompt(trajectory: Trajectory, *, max_state_lines: int = 40) -> list[
     """
     steps = []
     first = trajectory.transitions[0].state if trajectory.transitions else ""
-    steps.append(f"## Initial page\n{clip_state(first, max_state_lines)}")
+    steps.append(f"## Initial state\n{clip_state(first, max_state_lines)}")
     for t in trajectory.transitions:
         outcome = f"reward {t.reward:g}, done {str(t.done).lower()}"
         if not t.valid:

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dreamgym_agents.agent import Agent, RandomAgent
+from dreamgym_agents.agent import Agent
 from dreamgym_agents.dream import DreamBuffer, DreamConfig, DreamEnv
-from dreamgym_agents.env import spread_tasks
+from dreamgym_agents.env import TaskFamily, ends_by_type, make_family, spread_tasks
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience import (
     ChatModel,
@@ -97,6 +97,7 @@ async def run_dream(
     run_cfg: RunConfig,
     dream_cfg: DreamConfig | None = None,
     *,
+    family: TaskFamily,
     on_episode: Callable[[Trajectory | None], None] | None = None,
 ) -> RunResult:
     """Play one episode per task in the dream, like ``dg-agents eval`` does in real environments.
@@ -113,11 +114,12 @@ async def run_dream(
             them); retrieval goes through ``model``'s own buffer.
         run_cfg: Output folder, concurrency, episode length and the run's ``meta``.
         dream_cfg: The dream environments' settings.
+        family: The tasks' family (its action set and state format).
         on_episode: Called after each episode (None for a failed one), e.g. for a progress bar.
     """
     dream_cfg = dream_cfg or DreamConfig()
-    result = await run_episodes(tasks, lambda: DreamEnv(dream_cfg, model, buffer), agent, run_cfg,
-                                on_episode=on_episode)
+    result = await run_episodes(tasks, lambda: DreamEnv(dream_cfg, model, buffer, family),
+                                agent, run_cfg, on_episode=on_episode)
     traj_file = run_cfg.out_dir / TRAJECTORIES_FILE
     trajectories = read_trajectories(traj_file) if traj_file.exists() else []
     result.summary["em_failures"] = count_em_failures(trajectories)
@@ -157,7 +159,8 @@ class _RecordedStart:
 
 
 def replay_in_dream(
-    trajectory: Trajectory, model: ExperienceModel, dream_cfg: DreamConfig | None = None
+    trajectory: Trajectory, model: ExperienceModel, dream_cfg: DreamConfig | None = None, *,
+    family: TaskFamily,
 ) -> Trajectory:
     """Play a recorded episode's actions, in order, in the dream.
 
@@ -177,7 +180,7 @@ def replay_in_dream(
                           provenance="synthetic", termination="max_steps")
     start = trajectory.transitions[0].state
     env = DreamEnv(cfg, _HeldOutModel(model, trajectory.episode_id),  # type: ignore[arg-type]
-                   _RecordedStart(start))
+                   _RecordedStart(start), family)
     try:
         env.reset(trajectory.task)
         done = success = False
@@ -302,7 +305,8 @@ class FidelityConfig:
             run's ``max_steps`` (from its ``run.json``), else 15.
         seed: Seed of the random agent and of the judge's sample.
         judge_samples: Dream episodes the judge scores (sampled without replacement).
-        ignore_bids: Compare states without their ``[bid]`` prefixes in ``state_f1``.
+        ignore_ids: Compare states without the ids a model cannot know (the family's
+            ``StateFormat.strip_ids``: a web element's ``[bid]``).
     """
 
     out_dir: Path
@@ -312,7 +316,7 @@ class FidelityConfig:
     max_steps: int | None = None
     seed: int = 0
     judge_samples: int = 10
-    ignore_bids: bool = False
+    ignore_ids: bool = False
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -346,7 +350,7 @@ def _success(trajectories: list[Trajectory]) -> float | None:
 
 
 def _prediction_row(agent: str, real: Transition, prediction: ExperiencePrediction,
-                    ignore_bids: bool) -> dict[str, Any]:
+                    strip_ids: Callable[[str], str] | None) -> dict[str, Any]:
     out = prediction.output
     return {
         "id": transition_id(real), "agent": agent, "task_id": real.task_id,
@@ -355,7 +359,7 @@ def _prediction_row(agent: str, real: Transition, prediction: ExperiencePredicti
         "predicted": None if out is None else {"reward": out.reward, "done": out.done,
                                                "success": out.success},
         "state_f1": None if out is None else round(
-            state_f1(out.next_state, real.next_state, ignore_bids=ignore_bids), 4),
+            state_f1(out.next_state, real.next_state, strip_ids=strip_ids), 4),
         "em_failure": prediction.failure, "demos": prediction.demos,
         # the model's own answer (reference and edits unexpanded): what to read when a
         # prediction is wrong
@@ -413,6 +417,13 @@ async def run_fidelity(
             raise ConfigError(f"real run folder {run.path} holds {', '.join(other)} tasks, not "
                               f"{family} ones: evaluate on family {other[0]} or pass runs of "
                               f"{family}")
+    family_obj = make_family(family)
+    try:
+        action_set = family_obj.action_set()
+        agents = family_obj.offline_agents(cfg.seed)
+        strip_ids = family_obj.state_format().strip_ids if cfg.ignore_ids else None
+    finally:
+        family_obj.close()
     tasks = held_out_tasks(runs, cfg.limit)
     keys = {_task_key(t) for t in tasks}
     episodes = [(run.agent, traj) for run in runs for traj in run.trajectories
@@ -426,19 +437,21 @@ async def run_fidelity(
         lambda pairs: tick(all(p.ok for _, p in pairs)),
     )
     pairs = [pair for episode_pairs in per_episode for pair in episode_pairs]
-    metrics = transition_metrics(pairs, ignore_bids=cfg.ignore_bids)
+    metrics = transition_metrics(pairs, strip_ids=strip_ids,
+                                 is_terminal=ends_by_type(action_set))
     with open(cfg.out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as fh:
         for (agent, _), episode_pairs in zip(episodes, per_episode, strict=True):
             for real, prediction in episode_pairs:
-                row = _prediction_row(agent, real, prediction, cfg.ignore_bids)
+                row = _prediction_row(agent, real, prediction, strip_ids)
                 fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
 
     # 2a. The oracle's recorded actions replayed in the dream.
     oracle_real = [traj for agent, traj in episodes if agent == "oracle"]
     tick = phase("oracle replay", len(oracle_real))
     replays = await _gather_bounded(
-        oracle_real, lambda traj: replay_in_dream(traj, model, dream_cfg), cfg.concurrency,
-        lambda traj: tick(traj.success),
+        oracle_real,
+        lambda traj: replay_in_dream(traj, model, dream_cfg, family=family_obj),
+        cfg.concurrency, lambda traj: tick(traj.success),
     )
     write_trajectories(cfg.out_dir / REPLAY_FILE, replays)
 
@@ -453,8 +466,9 @@ async def run_fidelity(
               "tasks": [t.task_id for t in tasks], "max_steps": max_steps, "seed": cfg.seed},
     )
     tick = phase("random dream", len(tasks))
-    random_run = await run_dream(tasks, RandomAgent(seed=cfg.seed), model, buffer, run_cfg,
-                                 dream_cfg, on_episode=lambda t: tick(bool(t and t.success)))
+    random_run = await run_dream(tasks, agents["random"], model, buffer, run_cfg, dream_cfg,
+                                 family=family_obj,
+                                 on_episode=lambda t: tick(bool(t and t.success)))
     random_dream = read_trajectories(run_cfg.out_dir / TRAJECTORIES_FILE) \
         if (run_cfg.out_dir / TRAJECTORIES_FILE).exists() else []
     random_dream = [t for t in random_dream if _task_key(t.task) in keys]

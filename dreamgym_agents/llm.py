@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from dreamgym_agents.errors import ConfigError, ContextLengthError, DreamGymError, ModelError
+from dreamgym_agents.litellm_setup import import_litellm
 from dreamgym_agents.types import ModelUsage
 
 # Without this, importing LiteLLM fetches its model price list from GitHub (and waits on it).
@@ -40,8 +41,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 logger = logging.getLogger(__name__)
 
-_LITELLM: ModuleType | None = None
-_LITELLM_LOCK = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_THREAD: threading.Thread | None = None
 _LOOP_PID = 0
@@ -55,27 +54,6 @@ _SAMPLING_KEYS = ("temperature", "max_tokens", "top_p", "stop")
 _RESERVED_KEYS = frozenset(
     "model messages stream api_key api_base base_url timeout num_retries max_retries".split()
 )
-
-
-def import_litellm() -> ModuleType:
-    """Import and configure LiteLLM once (offline price list, no telemetry, no debug banner)."""
-    global _LITELLM
-    if _LITELLM is None:
-        with _LITELLM_LOCK:
-            if _LITELLM is None:
-                os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                import litellm
-
-                litellm.telemetry = False
-                litellm.suppress_debug_info = True
-                # LiteLLM logs two INFO lines per call: keep them out of INFO-level application
-                # logs unless LITELLM_LOG asks for them.
-                for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
-                    lite_logger = logging.getLogger(name)
-                    if "LITELLM_LOG" not in os.environ:
-                        lite_logger.setLevel(logging.WARNING)
-                _LITELLM = litellm
-    return _LITELLM
 
 
 def _gateway_loop() -> asyncio.AbstractEventLoop:

@@ -452,7 +452,7 @@ def eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
 
 def _build_provider() -> Any:
     """Define the ``CustomLLM`` subclass (LiteLLM is imported only now) and instantiate it."""
-    from dreamgym_agents.llm import import_litellm
+    from dreamgym_agents.litellm_setup import import_litellm
 
     litellm = import_litellm()
     from litellm.types.utils import ModelResponse, Usage
@@ -517,7 +517,7 @@ def register_local_provider() -> None:
     Other custom providers already registered are kept; an ``hf`` entry with another handler is
     replaced (with a warning).
     """
-    from dreamgym_agents.llm import import_litellm
+    from dreamgym_agents.litellm_setup import import_litellm
 
     litellm = import_litellm()
     handler = get_local_provider()

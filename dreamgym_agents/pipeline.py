@@ -33,7 +33,6 @@ from typing import Any, Protocol
 
 from dreamgym_agents.curriculum import CurriculumConfig
 from dreamgym_agents.errors import ConfigError, PartialBuildError
-from dreamgym_agents.evaluation import EVAL_TYPES, task_eval_types
 from dreamgym_agents.policy import PolicyConfig
 from dreamgym_agents.training.grpo import GRPOStageConfig
 from dreamgym_agents.training.policy_sft import PolicySFTConfig
@@ -79,13 +78,11 @@ class PipelineConfig:
         eval_concurrency: Real episodes at once in evaluations.
         eval_max_steps: Episode length limit of evaluations.
         dream_eval_types: The dream trains on the train tasks whose evaluators are all of these
-            WebArena eval types (None: every task; tasks without evaluators always qualify).
-            The default leaves out ``program_html`` tasks, whose outcome is the site's hidden
-            state (a cart, an address, a placed order): the embedded experience model judges
-            them from the final page and the last steps, and on the warm start's own rollouts
-            it called 25 of 36 such episodes successes where the real site called 6
-            (docs/RESULTS.md), so dream RL taught sloppy edits. Sim-to-real and GRPO-real train
-            on every task.
+            kinds of the family's (``TaskFamily.eval_types``; None: every task; tasks without
+            evaluators always qualify). ``"family"`` (the default): the family's own choice,
+            ``TaskFamily.dream_eval_types`` (webarena: answers and URLs, not ``program_html``,
+            whose outcome is the site's hidden state; alfworld: every task). Sim-to-real and
+            GRPO-real train on every task.
         sim_to_real: Run the sim-to-real stages.
         real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
             ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
@@ -110,8 +107,7 @@ class PipelineConfig:
     eval_limit: int | None = None
     eval_concurrency: int = 4
     eval_max_steps: int = 15
-    dream_eval_types: list[str] | None = field(
-        default_factory=lambda: ["string_match", "url_match"])
+    dream_eval_types: list[str] | str | None = "family"
     sim_to_real: bool = True
     real_rl: bool = False
     sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
@@ -146,11 +142,16 @@ class PipelineConfig:
         if unknown:
             raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
                               f"{', '.join(sorted(known))}")
-        if self.dream_eval_types is not None:
-            unknown = sorted(set(self.dream_eval_types) - set(EVAL_TYPES))
-            if unknown or not self.dream_eval_types:
-                raise ConfigError(f"dream_eval_types must list some of {', '.join(EVAL_TYPES)} "
-                                  f"(or be null for every task), got {self.dream_eval_types}")
+        if self.dream_eval_types not in (None, "family"):
+            from dreamgym_agents.env import make_family
+
+            known = make_family(self.task).eval_types
+            chosen = self.dream_eval_types
+            unknown = sorted(set(chosen) - set(known)) if isinstance(chosen, list) else [chosen]
+            if unknown or not chosen:
+                raise ConfigError(f"dream_eval_types must list some of {', '.join(known)} "
+                                  f"(or be null for every task, or family for the {self.task} "
+                                  f"family's choice), got {chosen}")
         if self.sim_to_real and self.s2r.real_transition_budget is None:
             raise ConfigError("s2r.real_transition_budget must be set: sim-to-real uses a "
                               "bounded number of real transitions")
@@ -382,6 +383,7 @@ class Pipeline:
     def dream(self) -> tuple[Any, Any, Any]:
         """(experience model, its gateway, the buffer), opened on first use."""
         from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+        from dreamgym_agents.env import make_family
         from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
         from dreamgym_agents.llm import Gateway, LLMConfig
         from dreamgym_agents.training.experience_pipeline import trained_settings
@@ -395,8 +397,9 @@ class Pipeline:
             gateway = Gateway(LLMConfig(model=paths["model"],
                                         max_concurrency=max(4, self.cfg.dream.concurrency)))
             buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
-            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer),
-                           gateway, buffer)
+            codec = make_family(self.cfg.task).experience_codec()
+            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer,
+                                           codec=codec), gateway, buffer)
         return self._dream
 
     def checkpoint(self, stage: str) -> str:
@@ -407,10 +410,10 @@ class Pipeline:
     def stage_experience(self) -> dict[str, Any]:
         from dreamgym_agents.embedded import (
             EMBEDDED,
-            EmbeddedRecipe,
             demos_name,
             ensure_demos,
             ensure_embedded_experience_model,
+            family_recipe,
         )
 
         if self.cfg.experience_model != EMBEDDED:
@@ -419,8 +422,9 @@ class Pipeline:
                               "train-experience commands (experience_model: embedded)")
         ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
-        recipe = EmbeddedRecipe(**{**self.cfg.experience_recipe, **ablations})
-        paths = ensure_embedded_experience_model(recipe, progress=self.reporter.say)
+        family = self.cfg.task.split(".", 1)[0]
+        recipe = family_recipe(family, **{**self.cfg.experience_recipe, **ablations})
+        paths = ensure_embedded_experience_model(family, recipe, progress=self.reporter.say)
         done = {"model": paths["model"], "buffer": paths["buffer"], "offline": paths["offline"],
                 "recipe": recipe.key, "collect": recipe.collect_key}
         bundle = self._bundle()
@@ -435,7 +439,7 @@ class Pipeline:
                 done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
             else:
                 tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
-                done["demos"] = str(ensure_demos(self.cfg.demo_tasks, seed=recipe.seed,
+                done["demos"] = str(ensure_demos(family, self.cfg.demo_tasks, seed=recipe.seed,
                                                  concurrency=self.cfg.eval_concurrency,
                                                  max_steps=self.cfg.eval_max_steps,
                                                  progress=self.reporter.say,
@@ -445,9 +449,9 @@ class Pipeline:
 
     def _bundle(self) -> Any:
         """The embedded bundle of the run's task family (None: none shipped or named)."""
-        from dreamgym_agents.bundle import SHIPPED_FAMILY, shipped_bundle
+        from dreamgym_agents.bundle import shipped_bundle
 
-        return shipped_bundle() if self.cfg.task == SHIPPED_FAMILY else None
+        return shipped_bundle(self.cfg.task.split(".", 1)[0])
 
     def offline_episodes(self) -> list[Any]:
         """The offline data the warm start learns from: the collection (its oracle episodes
@@ -485,7 +489,7 @@ class Pipeline:
         cached = self._cached_warm_start(sft_cfg, key)
         if cached is None:
             return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
-        from dreamgym_agents.embedded import build_lock
+        from dreamgym_agents.cache import build_lock
 
         with build_lock(cached):  # a second run building the same warm start waits
             return {**self._train_sft(episodes, sft_cfg, target, cached), **counts}
@@ -536,7 +540,7 @@ class Pipeline:
         data, the SFT settings, the policy's view and the seed (:func:`warm_start_key`), so
         runs and bench rows that share them share one build (like the embedded experience
         model). None for a checkpoint to fine-tune (not cached)."""
-        from dreamgym_agents.embedded import cache_root
+        from dreamgym_agents.cache import cache_root
 
         if key is None:
             return None
@@ -586,10 +590,10 @@ class Pipeline:
             env_cfg = self.env_cfg()
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
         else:
-            tasks = dream_tasks(tasks, self.cfg.dream_eval_types)
+            tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig()
-            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer), cfg.concurrency)
+            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
             if self.cfg.curriculum.enabled:
                 curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
                                                                                   self.cfg.seed),
@@ -693,13 +697,17 @@ def read_offline(path: str | Path, *, collectors: tuple[str, ...] | None = None,
     return read_collected(path, names)
 
 
-def dream_tasks(tasks: list[Any], eval_types: list[str] | None) -> list[Any]:
-    """The tasks the dream trains on: those whose evaluators are all of ``eval_types``
-    (None: every task; a task without evaluators always qualifies)."""
+def dream_tasks(tasks: list[Any], family: Any,
+                eval_types: list[str] | str | None = "family") -> list[Any]:
+    """The tasks the dream trains on: those whose evaluators are all of ``eval_types`` of the
+    ``family``'s kinds (``"family"``: the family's choice; None: every task; a task without
+    evaluators always qualifies)."""
+    if eval_types == "family":
+        eval_types = family.dream_eval_types
     if eval_types is None:
         return list(tasks)
     allowed = set(eval_types)
-    return [t for t in tasks if set(task_eval_types(t)) <= allowed]
+    return [t for t in tasks if set(family.task_eval_types(t)) <= allowed]
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:

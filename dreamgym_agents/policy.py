@@ -19,40 +19,33 @@ The task and the last actions come after the page, next to the action: a small m
 from scratch attends to what is near, and with the task first (~500 page tokens away) the
 measured warm start ignored it, playing one template's actions for every task.
 
-Pages are shown compactly (:func:`compact_page`): text lines without their ``StaticText`` role,
-headings as ``# …``, long texts cut, at most ``max_state_lines`` lines. By default elements are
-shown and named without their bids (``element_refs="name"``, :mod:`dreamgym_agents.grounding`):
-the agent resolves ``click(link 'Name')`` to the element's bid on the current page, so a
-product's link is a copy of its name from the task rather than a number looked up on the page.
+The state is shown as the task family's policy view has it (:class:`PolicyView`): the web
+family's (:mod:`dreamgym_agents.adapters.webarena.policy_view`) shows a page compactly and names
+elements instead of numbering them; :class:`PlainView` shows short text states as they are. The
+view also says how a recorded action is written, how a written one is executed, and the turn's
+grammar for constrained decoding.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.env import Observation
 from dreamgym_agents.errors import ConfigError, ModelError
-from dreamgym_agents.grounding import refer, resolve
-from dreamgym_agents.state import parse_line, parse_state
 from dreamgym_agents.types import ModelUsage, Task, Transition
 
 logger = logging.getLogger(__name__)
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
-_TEXT = re.compile(r"^StaticText '(.*)'$")
-_HEADING = re.compile(r"^heading '(.*)'$")
-_BID = re.compile(r"^\[[^\]\s]+\] ")
-_LABEL = re.compile(r"^([^:|·]+?)\s*(?::\s|\s\|\s)")
-_NUMBER = re.compile(r"\d{5,}")
 
 
 @dataclass
@@ -76,7 +69,7 @@ class PolicyConfig:
             observations decode unconstrained); byte-level BPE tokenizers only (others decode
             unconstrained, with a warning).
         mark_task_terms: Mark the page lines the task mentions with ``* ``
-            (:func:`compact_page`).
+            (the web family's view).
         extractive_answers: With constrained decoding, an answer is a span of the page's
             text or the task, or ``done`` (the bundled site's answers are, but for sums over
             several orders): a small model copies an answer instead of making up a number.
@@ -113,43 +106,85 @@ class PolicyConfig:
                               f"{self.element_refs!r}")
 
 
-def mentions(name: str, intent: str) -> bool:
-    """Whether the task's ``intent`` mentions a page line's ``name``: the whole name (at least
-    4 characters, a cut name by what is left of it), its label (``Jacket`` of ``Jacket | PVC``,
-    ``Rating`` of ``Rating: 4.0 out of 5``), or a number of 5+ digits in it (an order's
-    ``#100062``), case-insensitively."""
-    text = intent.lower()
-    name = name.rstrip("…").strip().lower()
-    label = _LABEL.match(name)
-    parts = [name, label.group(1)] if label else [name]
-    if any(len(p) >= 4 and p in text for p in parts):
-        return True
-    return any(n in text for n in _NUMBER.findall(name))
+class PolicyView(Protocol):
+    """A family's part of the policy: how a state reads to it, how an action is written and
+    executed, and the grammar of a turn (``TaskFamily.policy_view``)."""
+
+    def page(self, state: str, intent: str, cfg: PolicyConfig) -> str:
+        """The state as the policy sees it (its turn's first lines)."""
+        ...
+
+    def written(self, action: str, state: str, cfg: PolicyConfig) -> str:
+        """A recorded action as the policy writes it (on the state it was taken in)."""
+        ...
+
+    def resolve(self, written: str, state: str, cfg: PolicyConfig) -> str | None:
+        """The environment's action for what the policy wrote (None: none on this state)."""
+        ...
+
+    def grammar(self, state: str, intent: str, cfg: PolicyConfig) -> Any:
+        """The turn's action grammar for constrained decoding (None: unconstrained)."""
+        ...
 
 
-def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
-                 bids: bool = True, intent: str | None = None) -> str:
-    """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut,
-    elements without their ``[bid]`` unless ``bids``; with an ``intent``, the lines the task
-    mentions (:func:`mentions`) marked ``* `` (a small model finds the product to click, the
-    attribute to read, without matching every line against the task itself)."""
-    out = []
-    for line in state.splitlines():
-        marked = False
-        if intent and line and not line.startswith(("URL: ", "Title: ")):
-            marked = mentions(parse_line(line).name, intent)
-        if not bids:
-            line = _BID.sub("", line, count=1)
-        if m := _TEXT.match(line):
-            line = m.group(1)
-        elif m := _HEADING.match(line):
-            line = f"# {m.group(1)}"
-        if len(line) > max_chars:
-            line = line[:max_chars] + "…"
-        out.append(f"* {line}" if marked else line)
-    if len(out) > max_lines:
-        out = [*out[:max_lines], f"(… {len(out) - max_lines} more lines)"]
-    return "\n".join(out)
+class PlainView:
+    """:class:`PolicyView` of short text states: the state's lines as they are (at most
+    ``max_state_lines``, each cut at ``max_text_chars``), actions as written, and optionally
+    decoding constrained to the commands ``options(state)`` lists
+    (:class:`~dreamgym_agents.action_grammar.ChoiceGrammar`)."""
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options
+
+    @staticmethod
+    def page(state: str, intent: str, cfg: PolicyConfig) -> str:
+        del intent
+        out = [ln if len(ln) <= cfg.max_text_chars else ln[:cfg.max_text_chars] + "…"
+               for ln in state.strip().splitlines()]
+        if len(out) > cfg.max_state_lines:
+            out = [*out[:cfg.max_state_lines], f"(… {len(out) - cfg.max_state_lines} more lines)"]
+        return "\n".join(out)
+
+    @staticmethod
+    def written(action: str, state: str, cfg: PolicyConfig) -> str:
+        del state, cfg
+        return action
+
+    @staticmethod
+    def resolve(written: str, state: str, cfg: PolicyConfig) -> str | None:
+        del state, cfg
+        return written
+
+    def grammar(self, state: str, intent: str, cfg: PolicyConfig) -> Any:
+        from dreamgym_agents.action_grammar import ChoiceGrammar
+
+        del intent
+        if self.options is None or not cfg.constrained_decoding:
+            return None
+        options = list(self.options(state))
+        return ChoiceGrammar(options) if options else None
+
+
+@functools.cache
+def family_view(family: str) -> PolicyView:
+    """The policy view of a task family (``TaskFamily.policy_view``), made once per family; a
+    name no family registers (an environment of a script's or a test's own, played without a
+    family) gets :class:`PlainView`."""
+    from dreamgym_agents.env import family_names, make_family
+
+    if family not in family_names():
+        logger.info("no task family %r: the policy sees its states as plain text", family)
+        return PlainView()
+    made = make_family(family)
+    try:
+        return made.policy_view()
+    finally:
+        made.close()
+
+
+def view_of(task: Task | str) -> PolicyView:
+    """The policy view of a task's family (a bare intent: :class:`PlainView`)."""
+    return family_view(task.family.split(".", 1)[0]) if isinstance(task, Task) else PlainView()
 
 
 def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
@@ -161,19 +196,17 @@ def render_segment(task: Task | str, state: str, actions: list[str] | None = Non
     recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
-    page = compact_page(state, cfg.max_state_lines, cfg.max_text_chars,
-                        bids=cfg.element_refs == "bid",
-                        intent=intent if cfg.mark_task_terms else None)
+    page = view_of(task).page(state, intent, cfg)
     return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
 
 
-def written_actions(history: list[Transition], cfg: PolicyConfig) -> list[str]:
-    """The episode's actions as the policy writes them: with ``name`` references, each
-    recorded action's bid turned into its element's role and name on the page it was taken
-    on."""
-    if cfg.element_refs == "bid":
-        return [t.action for t in history]
-    return [refer(t.action, t.state) for t in history]
+def written_actions(task: Task | str, history: list[Transition],
+                    cfg: PolicyConfig) -> list[str]:
+    """The episode's actions as the policy writes them (the family's view: the web family's
+    ``name`` references turn each recorded action's bid into its element's role and name on
+    the page it was taken on)."""
+    view = view_of(task)
+    return [view.written(t.action, t.state, cfg) for t in history]
 
 
 @dataclass
@@ -303,8 +336,9 @@ class PolicyModel:
         return [*self.encode(action), self.eos_id]
 
     def constraint(self, task: Task | str, state: str) -> Any:
-        """The decoding constraint of one turn (None when decoding is unconstrained)."""
-        from dreamgym_agents.action_grammar import ActionGrammar, Constraint, Vocabulary
+        """The decoding constraint of one turn (None when decoding is unconstrained): the
+        family's grammar of the turn (``PolicyView.grammar``)."""
+        from dreamgym_agents.action_grammar import Constraint, Vocabulary
 
         if not self.cfg.constrained_decoding:
             return None
@@ -316,13 +350,9 @@ class PolicyModel:
                                    "decoded unconstrained", self.name)
         if not self._vocab.ok:
             return None
-        page = parse_state(state)
-        if not page.url or not page.elements:
-            return None  # not a web page with elements: the web grammar does not apply
         intent = task.intent if isinstance(task, Task) else task
-        grammar = ActionGrammar(page, intent, self.cfg.element_refs,
-                                extractive_answers=self.cfg.extractive_answers)
-        return Constraint(grammar, self._vocab, self.eos)
+        grammar = view_of(task).grammar(state, intent, self.cfg)
+        return None if grammar is None else Constraint(grammar, self._vocab, self.eos)
 
     def generate(self, ids: list[int], temperature: float | None = None,
                  constraint: Any = None) -> list[int]:
@@ -374,7 +404,7 @@ class PolicyAgent:
     def _segment(self, task: Task, observation: Observation, history: list[Transition],
                  episode_id: str) -> tuple[EpisodeTokens, list[int]]:
         ids = self.policy.segment_ids(task, observation.state,
-                                      written_actions(history, self.policy.cfg),
+                                      written_actions(task, history, self.policy.cfg),
                                       observation.error)
         with self._lock:
             tokens = self._episodes.get(episode_id)
@@ -400,10 +430,8 @@ class PolicyAgent:
             if not self.keep_tokens:
                 self._episodes.pop(episode_id, None)
         written = self.policy.decode(new).strip()
-        action = written
-        if self.policy.cfg.element_refs == "name":
-            # an element not on the page: the environment refuses the text as written
-            action = resolve(written, observation.state) or written
+        # nothing on the state to resolve to: the environment refuses the text as written
+        action = view_of(task).resolve(written, observation.state, self.policy.cfg) or written
         return Decision(action=action, raw=written,
                         usage=ModelUsage(calls=1, prompt_tokens=len(ids),
                                          completion_tokens=len(new)),
@@ -421,7 +449,7 @@ def error_seen(transitions: list[Transition], index: int) -> str:
 def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition]) -> EpisodeTokens:
     """A recorded episode in the policy's layout (for SFT): every action after its turn."""
     tokens = EpisodeTokens()
-    written = written_actions(transitions, policy.cfg)
+    written = written_actions(task, transitions, policy.cfg)
     for i, t in enumerate(transitions):
         tokens.add_env(policy.segment_ids(task, t.state, written[:i],
                                           error_seen(transitions, i)))

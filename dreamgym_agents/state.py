@@ -1,7 +1,8 @@
 """Abstract states: the compact text a model sees instead of a raw web page.
 
 The same format serves the real environment (BrowserGym observations, mapped by
-:mod:`dreamgym_agents.axtree`) and the dream (the experience model writes states in this format,
+:mod:`dreamgym_agents.adapters.webarena.axtree`) and the dream (the experience model writes
+states in this format,
 :func:`parse_state` reads them back), so agents see one format in both worlds (DreamGym,
 Sec. 4.1: the experience model reasons in an abstract textual state space).
 

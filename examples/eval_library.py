@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from dreamgym_agents.adapters.web_action import WebActionSet
-from dreamgym_agents.agent import LLMAgent, OracleAgent
+from dreamgym_agents.agent import LLMAgent
 from dreamgym_agents.env import EnvConfig, make_family
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.llm import Gateway, LLMConfig
@@ -21,9 +20,9 @@ def main(agent_name: str = "oracle") -> None:
     tasks = family.load_tasks("test")[:5]
     env_cfg = EnvConfig(max_steps=10)
     if agent_name == "oracle":
-        agent = OracleAgent()
+        agent = family.offline_agents()["oracle"]
     else:
-        agent = LLMAgent(Gateway(LLMConfig(model=agent_name)), WebActionSet().describe())
+        agent = LLMAgent(Gateway(LLMConfig(model=agent_name)), family.action_set().describe())
     print(family.prepare(env_cfg, tasks))
     try:
         result = asyncio.run(run_episodes(

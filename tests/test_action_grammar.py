@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from dreamgym_agents.action_grammar import ActionGrammar, Constraint, Vocabulary
+from dreamgym_agents.action_grammar import ActionGrammar, ChoiceGrammar, Constraint, Vocabulary
 
 PAGE = """URL: http://s/category/office
 Title: Office | Shop
@@ -128,3 +128,29 @@ def test_every_token_of_a_grammatical_action_is_allowed(grammar, tokenizer):
         constraint = Constraint(grammar, vocab, {eos})
         for k in range(len(ids)):
             assert ids[k] in constraint.allowed(ids[:k]), (action, k)
+
+
+COMMANDS = ["go to drawer 1", "go to drawer 10", "take mug 2 from drawer 1", "look"]
+
+
+def test_a_choice_grammar_writes_exactly_one_of_its_options(tokenizer):
+    grammar = ChoiceGrammar(COMMANDS)
+    assert grammar.accepts("go to drawer 10") and not grammar.accepts("go to drawer")
+    vocab = Vocabulary(tokenizer)
+    eos = {tokenizer.eos_token_id}
+    rng = random.Random(1)
+    written = set()
+    for _ in range(300):  # a uniformly random "model" under the constraint
+        constraint, ids = Constraint(grammar, vocab, eos), []
+        while len(ids) < 60:
+            allowed = constraint.allowed(ids)
+            assert allowed, tokenizer.decode(ids)
+            ids.append(rng.choice(allowed))
+            if ids[-1] in eos:
+                break
+        assert ids[-1] in eos
+        written.add(tokenizer.decode(ids, skip_special_tokens=True))
+    # every option, the one that is a prefix of another included, and nothing else
+    assert written == set(COMMANDS)
+    with pytest.raises(ValueError, match="at least one option"):
+        ChoiceGrammar([])

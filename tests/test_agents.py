@@ -3,7 +3,7 @@ parsing."""
 
 import asyncio
 
-from dreamgym_agents.agent import (
+from dreamgym_agents.adapters.webarena.agents import (
     ORDER_ITEMS,
     ORDERS_ROUTE,
     ExplorerAgent,
@@ -11,8 +11,8 @@ from dreamgym_agents.agent import (
     OracleAgent,
     QuitterAgent,
     RandomAgent,
-    parse_answer,
 )
+from dreamgym_agents.agent import parse_answer
 from dreamgym_agents.env import Observation
 from dreamgym_agents.types import Task, Transition
 

@@ -30,7 +30,7 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch):
     """Fails when the recipe's code changed and the bundle was not rebuilt (it is stale): run
     dg-agents build-embedded --out DIR and copy DIR/bundle to bundles/webarena/."""
     monkeypatch.delenv("DG_BUNDLE", raising=False)
-    bundle = shipped_bundle()
+    bundle = shipped_bundle("webarena")
     assert bundle is not None, "the package ships no embedded bundle (bundles/webarena/)"
     m = bundle.manifest
     assert m["experience"]["recipe_version"] == RECIPE_VERSION
@@ -54,7 +54,7 @@ def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
     from dreamgym_agents.heldout import HeldOut
 
     monkeypatch.delenv("DG_BUNDLE", raising=False)
-    bundle = shipped_bundle()
+    bundle = shipped_bundle("webarena")
     held = HeldOut.for_family(make_family("webarena"))
     for path in (bundle.collect_file, bundle.demos_file):
         episodes = read_episodes(path)
@@ -68,7 +68,7 @@ def test_dream_loads_the_shipped_bundle_in_seconds(tmp_path, monkeypatch, capsys
     episodes on first use (no collection, no training)."""
     monkeypatch.delenv("DG_BUNDLE", raising=False)
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
-    bundle = shipped_bundle()
+    bundle = shipped_bundle("webarena")
     out = tmp_path / "dream"
     code = main(["dream", "--agent", "oracle", "--split", "test", "--limit", "1",
                  "--max-steps", "2", "--out", str(out)])
@@ -215,19 +215,20 @@ def test_a_partial_experience_model_is_never_the_recipes(tmp_path):
     recipe = EmbeddedRecipe(**{**TINY_RECIPE, "sft_steps": 100_000})
     episodes = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     with pytest.raises(PartialBuildError, match="marked partial"):
-        train_embedded(recipe, episodes, tmp_path, say=lambda m: None, time_budget_s=1.0)
+        train_embedded(recipe, episodes, tmp_path, "webarena", say=lambda m: None,
+                       time_budget_s=1.0)
     assert (tmp_path / "PARTIAL").exists() and not (tmp_path / "READY").exists()
 
 
 def test_a_bundle_folder_without_a_manifest_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("DG_BUNDLE", str(tmp_path))
     with pytest.raises(ConfigError, match="not an embedded bundle"):
-        shipped_bundle()
+        shipped_bundle("webarena")
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "partial": True}))
     with pytest.raises(ConfigError, match="partial build"):
-        shipped_bundle()
+        shipped_bundle("webarena")
     monkeypatch.setenv("DG_BUNDLE", "none")
-    assert shipped_bundle() is None
+    assert shipped_bundle("webarena") is None
 
 
 @pytest.mark.browser

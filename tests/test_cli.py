@@ -111,7 +111,7 @@ def test_float_settings_take_exponents():
 
 
 def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
-    import dreamgym_agents.adapters.chromium as chromium
+    import dreamgym_agents.adapters.webarena.chromium as chromium
     from dreamgym_agents.doctor import run_doctor
 
     monkeypatch.setattr(chromium, "find_chromium", lambda: None)
@@ -151,3 +151,22 @@ def test_set_overrides_are_checked_together():
     with pytest.raises(ConfigError, match="micro_batch"):
         load_config(GRPOStageConfig(), None, ["tasks_per_step=1", "num_generations=2",
                                               "micro_batch=3"])
+
+
+def test_a_family_adds_its_own_commands(capsys):
+    """The web family's ``site`` command comes from its ``dreamgym_agents.commands`` entry
+    point, not from the core CLI; it serves and stops the bundled shop."""
+    import importlib.metadata
+    import socket
+
+    from dreamgym_agents.cli import main
+
+    names = {ep.name for ep in importlib.metadata.entry_points(group="dreamgym_agents.commands")}
+    assert "webarena" in names
+    with socket.socket() as s:  # a port taken: one clear line, exit 1
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["site", "--port", str(port)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot serve on 127.0.0.1:{port}" in err[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamgym_agents.adapters.webarena import WebArenaFamily
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.cli import main
 from dreamgym_agents.fidelity import RUBRIC
 from dreamgym_agents.types import Trajectory, Transition, read_trajectories, write_trajectories
@@ -316,12 +316,12 @@ def test_fidelity_errors(tmp_path, capsys, real_runs):
 def test_dream_defaults_to_the_embedded_model(tmp_path, capsys, monkeypatch):
     """No --experience-model and no bundle: the cached embedded default (here a tiny stand-in)
     and its buffer. (With the shipped bundle: tests/test_bundle.py.)"""
-    from dreamgym_agents.embedded import embedded_dir
+    from dreamgym_agents.embedded import embedded_dir, family_recipe
 
     monkeypatch.setenv("DG_BUNDLE", "none")
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
-    folder = embedded_dir()
+    folder = embedded_dir(family_recipe("webarena"), "webarena")
     make_tiny_checkpoint(folder / "model")
     (folder / "model" / "dreamgym_manifest.json").write_text(json.dumps(
         {"prompt_style": "compact", "example_config": {"top_k": 2, "use_history": True,

@@ -14,7 +14,9 @@ import pytest
 from test_env_contract import test_contract  # noqa: F401 - collected here with the dream cases
 from test_experience import HOME, LAPTOPS, FakeBuffer, ScriptedModel, answer
 
-from dreamgym_agents.adapters.web_action import WebActionSet
+from dreamgym_agents.adapters.webarena.actions import WebActionSet
+from dreamgym_agents.adapters.webarena.codec import WebCodec
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.agent import Decision
 from dreamgym_agents.dream import DreamConfig, DreamEnv
 from dreamgym_agents.env import Environment
@@ -23,11 +25,14 @@ from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.types import Task, read_trajectories
 
+WEB = WebCodec()
+
 EXPECTED = {"Say hi": "hi", "What is the price of the Acme laptop?": "$12.99"}
 PRICE = Task(task_id="price", family="webarena", intent="What is the price of the Acme laptop?",
              split="train", config={"start_url": "http://shop/"})
 SAY_HI = Task(task_id="hi", family="webarena", intent="Say hi", config={"start_url": "http://s/"})
 ACTIONS = WebActionSet()
+WEB_FAMILY = WebArenaFamily()
 
 
 def section(prompt: str, heading: str) -> str:
@@ -50,8 +55,8 @@ def world(messages: list[dict]) -> str:
 
 def make_env(answers=world, buffer=None, **cfg) -> tuple[DreamEnv, ScriptedModel]:
     scripted = ScriptedModel(answers)
-    model = ExperienceModel(ExperienceConfig(), scripted, buffer)
-    return DreamEnv(DreamConfig(**cfg), model, buffer, ACTIONS), scripted
+    model = ExperienceModel(ExperienceConfig(), scripted, buffer, codec=WEB)
+    return DreamEnv(DreamConfig(**cfg), model, buffer, WEB_FAMILY), scripted
 
 
 @pytest.fixture(params=["dream"])
@@ -151,12 +156,12 @@ class ShopAgent:
 
 def test_dream_episodes_through_the_episode_graph_and_runner(tmp_path):
     buffer = FakeBuffer(starts={"price": HOME})
-    model = ExperienceModel(ExperienceConfig(), ScriptedModel(world), buffer)
+    model = ExperienceModel(ExperienceConfig(), ScriptedModel(world), buffer, codec=WEB)
     tasks = [PRICE, Task(task_id="price2", family="webarena", intent=PRICE.intent, split="train",
                          config={"start_url": "http://shop/"})]
     cfg = RunConfig(out_dir=tmp_path, concurrency=2, max_steps=5, meta={"agent": "shop-agent"})
     result = asyncio.run(run_episodes(
-        tasks, lambda: DreamEnv(DreamConfig(), model, buffer, ACTIONS), ShopAgent(), cfg))
+        tasks, lambda: DreamEnv(DreamConfig(), model, buffer, WEB_FAMILY), ShopAgent(), cfg))
     summary = result.summary
     assert summary["synthetic_transitions"] > 0 and summary["real_transitions"] == 0
     assert summary["episodes"] == 2 and summary["success_rate"] == 0.5  # price2: no start state

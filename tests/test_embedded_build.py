@@ -21,6 +21,8 @@ from dreamgym_agents.types import read_trajectories
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
+W = "webarena"
+
 TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
             explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
             hidden_size=32, num_layers=1, vocab_size=500, sft_steps=10, batch_size=4,
@@ -31,34 +33,35 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
     recipe = EmbeddedRecipe(**TINY)
     said: list[str] = []
-    paths = ensure_embedded_experience_model(recipe, progress=said.append)
-    assert is_ready(recipe) and paths["model"] == f"hf/{embedded_dir(recipe) / 'model'}"
-    assert (collect_dir(recipe) / "COMPLETE").exists()
-    ready = json.loads((embedded_dir(recipe) / "READY").read_text())
+    paths = ensure_embedded_experience_model(W, recipe, progress=said.append)
+    assert is_ready(recipe, W) and paths["model"] == f"hf/{embedded_dir(recipe, W) / 'model'}"
+    assert (collect_dir(recipe, W) / "COMPLETE").exists()
+    ready = json.loads((embedded_dir(recipe, W) / "READY").read_text())
     assert ready["timings"]["total_s"] >= ready["timings"]["collect_s"] > 0
     manifest = read_manifest(paths["checkpoint"])
     assert manifest["episodes"] == 3 + 1 + 2 + 1 + 1 + 1
     # The explorer opened a section, then items of its listing, going back after each.
-    explored = read_trajectories(collect_dir(recipe) / "explorer" / "trajectories.jsonl")
+    explored = read_trajectories(collect_dir(recipe, W) / "explorer" / "trajectories.jsonl")
     actions = [t.action for t in explored[0].transitions]
     assert len(actions) == 5 and actions[2] == actions[4] == "go_back()"
     assert "/category/" in explored[0].transitions[0].next_state.splitlines()[0]
     assert "/product/" in explored[0].transitions[1].next_state.splitlines()[0]
     assert explored[0].transitions[2].next_state == explored[0].transitions[1].state
     # The order explorer went to My Account, My Orders, then opened an order and came back.
-    orders = read_trajectories(collect_dir(recipe) / "orders" / "trajectories.jsonl")
+    orders = read_trajectories(collect_dir(recipe, W) / "orders" / "trajectories.jsonl")
     urls = [t.next_state.splitlines()[0] for t in orders[0].transitions]
     assert urls[0].endswith("/account") and urls[1].endswith("/account/orders")
     assert "/account/orders/1" in urls[2] and urls[3] == urls[1]
     assert manifest["counterfactual_answers"]["per_answer"] == 1
     assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
-    assert any("episodes on the bundled site" in line for line in said)
+    assert any("train tasks' episodes (bundled shopping site" in line for line in said)
 
     ablation = EmbeddedRecipe(**TINY, use_history=False)
     assert ablation.collect_key == recipe.collect_key and ablation.key != recipe.key
     said.clear()
-    ensure_embedded_experience_model(ablation, progress=said.append)
-    assert is_ready(ablation)
+    ensure_embedded_experience_model(W, ablation, progress=said.append)
+    assert is_ready(ablation, W)
     assert any("reusing the episodes" in line for line in said)
-    assert not any("episodes on the bundled site" in line for line in said)
-    assert read_manifest(embedded_dir(ablation) / "model")["example_config"]["use_history"] is False
+    assert not any("train tasks' episodes" in line for line in said)
+    trained = read_manifest(embedded_dir(ablation, W) / "model")["example_config"]
+    assert trained["use_history"] is False

@@ -28,7 +28,7 @@ def env_case(request):
         yield env, counter_tasks(1)[0], "garbage!", "stop [0]", "stop [5]"
         env.close()
         return
-    from dreamgym_agents.adapters.webarena import WebArenaFamily
+    from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 
     family = WebArenaFamily(environ={})
     cfg = EnvConfig()

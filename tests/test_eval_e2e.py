@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakes_openai_server import serve_openai_compatible
 
-from dreamgym_agents.adapters.webarena import WebArenaFamily
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 from dreamgym_agents.types import read_trajectories
 
 pytestmark = pytest.mark.browser
@@ -122,7 +122,7 @@ def test_in_process_local_checkpoint(tmp_path):
     assert traj.transitions[0].usage.completion_tokens > 0
     # a random tiny model's answers are recorded as they came; one that is no action is an
     # invalid step with its error, and the episode goes on to its step limit (no crash)
-    from dreamgym_agents.adapters.web_action import WebActionSet
+    from dreamgym_agents.adapters.webarena.actions import WebActionSet
 
     assert traj.termination in ("max_steps", "done")
     for t in traj.transitions:

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.evaluation import (
+from dreamgym_agents.adapters.webarena.evaluation import (
     JUDGE_HINT,
     EvalResult,
     clean_answer,
@@ -26,8 +25,9 @@ from dreamgym_agents.evaluation import (
     validate_config,
     word_tokenize,
 )
-from dreamgym_agents.judge import make_llm_judge
-from dreamgym_agents.page_helper import call_helper, reddit_get_post_url
+from dreamgym_agents.adapters.webarena.judge import make_llm_judge
+from dreamgym_agents.adapters.webarena.page_helper import call_helper, reddit_get_post_url
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 
 SITES = {"__SHOPPING__": "http://shop.test:7770", "__REDDIT__": "http://forum.test:9999/"}
 
@@ -435,7 +435,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def browser_page(site: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
-    from dreamgym_agents.adapters.chromium import find_chromium, patch_playwright
+    from dreamgym_agents.adapters.webarena.chromium import find_chromium, patch_playwright
 
     exe = find_chromium()
     if exe is None:

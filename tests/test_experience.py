@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.errors import ConfigError, ModelError
 from dreamgym_agents.experience import (
     ExperienceConfig,
@@ -18,6 +19,8 @@ from dreamgym_agents.experience import (
 )
 from dreamgym_agents.llm import Completion, Gateway, LLMConfig
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
+
+WEB = WebCodec()
 
 HOME = "URL: http://shop/\nTitle: Shop\n[1] link 'Laptops'\n[2] searchbox 'Search'"
 LAPTOPS = "URL: http://shop/laptops\nTitle: Laptops\nheading 'Laptops'\nStaticText 'Acme $12.99'"
@@ -160,7 +163,7 @@ def test_tags_mentioned_inside_the_reasoning_do_not_confuse_the_parser():
 
 def test_predict_reads_the_answer_and_names_the_demos_best_first():
     buffer = FakeBuffer([SECOND, BEST])
-    model = ExperienceModel(ExperienceConfig(top_k=2), ScriptedModel([GOOD]), buffer)
+    model = ExperienceModel(ExperienceConfig(top_k=2), ScriptedModel([GOOD]), buffer, codec=WEB)
     pred = model.predict(TASK, [], HOME, "click('1')", exclude_episode="mine")
     assert pred.ok and pred.output.next_state == LAPTOPS and pred.failure == ""
     assert pred.attempts == 1 and pred.usage.calls == 1
@@ -172,7 +175,8 @@ def test_predict_reads_the_answer_and_names_the_demos_best_first():
 
 
 def test_demos_appear_in_the_prompt_best_first():
-    model = ExperienceModel(ExperienceConfig(), ScriptedModel([GOOD]), FakeBuffer([SECOND, BEST]))
+    model = ExperienceModel(ExperienceConfig(), ScriptedModel([GOOD]), FakeBuffer([SECOND, BEST]),
+                            codec=WEB)
     user = model.build_messages(TASK, [], HOME, "click('1')",
                                 model.retrieve(HOME, "click('1')"))[1]["content"]
     first, second = user.index("### Example 1"), user.index("### Example 2")
@@ -182,7 +186,7 @@ def test_demos_appear_in_the_prompt_best_first():
 
 def test_partial_answer_is_retried_with_feedback_then_read():
     scripted = ScriptedModel(["<reasoning>r</reasoning><next_state>\nURL: a", GOOD])
-    model = ExperienceModel(ExperienceConfig(), scripted)
+    model = ExperienceModel(ExperienceConfig(), scripted, codec=WEB)
     pred = model.predict(TASK, [], HOME, "click('1')")
     assert pred.ok and pred.attempts == 2 and pred.usage.calls == 2 and pred.failure == ""
     retry = scripted.requests[1]
@@ -193,7 +197,8 @@ def test_partial_answer_is_retried_with_feedback_then_read():
 
 
 def test_garbage_becomes_a_counted_failure_after_the_retries():
-    model = ExperienceModel(ExperienceConfig(max_parse_retries=2), ScriptedModel(["no idea"]))
+    model = ExperienceModel(ExperienceConfig(max_parse_retries=2), ScriptedModel(["no idea"]),
+                            codec=WEB)
     pred = model.predict(TASK, [], HOME, "click('1')")
     assert pred.output is None and not pred.ok
     assert pred.attempts == 3 and pred.usage.calls == 3
@@ -209,23 +214,24 @@ def test_outcome_before_the_page_is_read_and_a_page_cut_at_the_token_limit_is_no
     assert (out.next_state, out.reward, out.done, out.success) == (LAPTOPS, 1.0, True, True)
     cut = first.removesuffix("\n</next_state>")
     model = ExperienceModel(ExperienceConfig(max_parse_retries=1),
-                            ScriptedModel([cut + CUT, first]))
+                            ScriptedModel([cut + CUT, first]), codec=WEB)
     pred = model.predict(TASK, [], HOME, "click('1')")
     assert pred.ok and pred.attempts == 2 and pred.output.next_state == LAPTOPS
-    failed = ExperienceModel(ExperienceConfig(max_parse_retries=0), ScriptedModel([cut + CUT]))
+    failed = ExperienceModel(ExperienceConfig(max_parse_retries=0), ScriptedModel([cut + CUT]),
+                             codec=WEB)
     assert "cut at the token limit" in failed.predict(TASK, [], HOME, "click('1')").failure
     # Without the limit, a last block missing its closing tag is still read (hosted models).
-    assert ExperienceModel(ExperienceConfig(), ScriptedModel([cut])).predict(
+    assert ExperienceModel(ExperienceConfig(), ScriptedModel([cut]), codec=WEB).predict(
         TASK, [], HOME, "click('1')").ok
 
 
 def test_through_the_real_gateway_with_a_mock_response():
     good = ExperienceModel(ExperienceConfig(),
-                           Gateway(LLMConfig(model="openai/test", mock_response=GOOD)))
+                           Gateway(LLMConfig(model="openai/test", mock_response=GOOD)), codec=WEB)
     pred = good.predict(TASK, [], HOME, "click('1')")
     assert pred.ok and pred.output.next_state == LAPTOPS and pred.usage.calls == 1
     gateway = Gateway(LLMConfig(model="openai/test", mock_response="<next_state>oops"))
-    bad = ExperienceModel(ExperienceConfig(max_parse_retries=1), gateway)
+    bad = ExperienceModel(ExperienceConfig(max_parse_retries=1), gateway, codec=WEB)
     pred = bad.predict(TASK, [], HOME, "click('1')")
     assert not pred.ok and pred.attempts == 2 and gateway.usage.calls == 2
 
@@ -236,7 +242,8 @@ def test_model_errors_propagate():
             raise ModelError("openai/test: down", retryable=True)
 
     with pytest.raises(ModelError):
-        ExperienceModel(ExperienceConfig(), Broken()).predict(TASK, [], HOME, "click('1')")
+        ExperienceModel(ExperienceConfig(), Broken(), codec=WEB).predict(TASK, [], HOME,
+                        "click('1')")
 
 
 # -------------------------------------------------------------------------------- ablations
@@ -245,7 +252,8 @@ def test_model_errors_propagate():
 def _user(cfg: ExperienceConfig, buffer=None, history=None) -> tuple[str, FakeBuffer]:
     buffer = buffer or FakeBuffer([BEST])
     scripted = ScriptedModel([GOOD])
-    ExperienceModel(cfg, scripted, buffer).predict(TASK, history or [], HOME, "click('1')")
+    ExperienceModel(cfg, scripted, buffer, codec=WEB).predict(TASK, history or [], HOME,
+                    "click('1')")
     return scripted.requests[0][1]["content"], buffer
 
 
@@ -283,7 +291,8 @@ def test_reasoning_flag_asks_for_an_empty_reasoning():
 def test_long_states_are_clipped():
     state = HOME + "".join(f"\nStaticText 'line {i}'" for i in range(50))
     scripted = ScriptedModel([GOOD])
-    ExperienceModel(ExperienceConfig(max_state_lines=10), scripted).predict(TASK, [], state, "x")
+    ExperienceModel(ExperienceConfig(max_state_lines=10), scripted, codec=WEB).predict(TASK, [],
+                    state, "x")
     assert "… (44 more lines not shown)" in scripted.requests[0][1]["content"]
 
 
@@ -305,7 +314,8 @@ def test_dspy_signature_renders_the_same_prompt():
     assert list(signature.input_fields) == ["task", "history", "retrieved", "state", "action"]
     assert list(signature.output_fields) == ["reasoning", "next_state", "reward", "done",
                                              "success"]
-    model = ExperienceModel(ExperienceConfig(), ScriptedModel([GOOD]), FakeBuffer([BEST]))
+    model = ExperienceModel(ExperienceConfig(), ScriptedModel([GOOD]), FakeBuffer([BEST]),
+                            codec=WEB)
     demos = model.retrieve(HOME, "click('1')")
     inputs = model.render_inputs(TASK, _history(1), HOME, "click('1')", demos)
     assert render_signature_messages(signature, inputs) == \
@@ -324,7 +334,7 @@ def test_predict_trajectory_replays_with_recorded_history_and_excludes_the_episo
     steps[1].valid = False
     buffer = FakeBuffer([BEST])
     scripted = ScriptedModel([GOOD])
-    model = ExperienceModel(ExperienceConfig(), scripted, buffer)
+    model = ExperienceModel(ExperienceConfig(), scripted, buffer, codec=WEB)
     pairs = model.predict_trajectory(Trajectory(episode_id="ep", task=TASK, transitions=steps))
     assert [t.step for t, _ in pairs] == [0, 2]
     assert all(c["exclude_episode"] == "ep" for c in buffer.calls)
@@ -356,10 +366,10 @@ def test_inference_never_retrieves_the_played_tasks_own_records(tmp_path):
     other = Transition("other-1", 0, "8", HOME, "click('1')", LAPTOPS, provenance="offline")
     with ReplayBuffer(BufferConfig(path=str(tmp_path / "buf"))) as buffer:
         buffer.add([own, other])
-        model = ExperienceModel(ExperienceConfig(top_k=2), ScriptedModel([GOOD]), buffer)
+        model = ExperienceModel(ExperienceConfig(top_k=2), ScriptedModel([GOOD]), buffer, codec=WEB)
         prediction = model.predict(TASK, [], HOME, "click('1')")
         assert prediction.demos == ["other-1:0"]
         keep = ExperienceModel(ExperienceConfig(top_k=2, exclude_same_task=False),
-                               ScriptedModel([GOOD]), buffer)
+                               ScriptedModel([GOOD]), buffer, codec=WEB)
         assert sorted(keep.predict(TASK, [], HOME, "click('1')").demos) == ["other-1:0",
                                                                           "own-1:0"]

@@ -1,8 +1,11 @@
 """The experience model expands next states written as references (state_delta)."""
 
+from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
 from dreamgym_agents.llm import Gateway, LLMConfig
 from dreamgym_agents.types import Task
+
+WEB = WebCodec()
 
 STATE = "URL: __SHOPPING__\nTitle: Home\n[37] searchbox 'Search'"
 
@@ -14,7 +17,8 @@ def answer(next_state: str) -> str:
 
 def model(mock: str, style: str = "full") -> ExperienceModel:
     gateway = Gateway(LLMConfig(model="openai/test", mock_response=mock))
-    return ExperienceModel(ExperienceConfig(prompt_style=style, max_parse_retries=0), gateway)
+    return ExperienceModel(ExperienceConfig(prompt_style=style, max_parse_retries=0), gateway,
+                           codec=WEB)
 
 
 def test_reference_is_expanded():
@@ -45,7 +49,7 @@ def test_prompt_too_long_for_the_model_is_a_failed_step():
         def complete(self, messages):
             raise ContextLengthError("prompt of 900 tokens does not fit its context of 768")
 
-    m = ExperienceModel(ExperienceConfig(), Tight())
+    m = ExperienceModel(ExperienceConfig(), Tight(), codec=WEB)
     prediction = m.predict(Task("t", "w", "x"), [], STATE, "click('1')")
     assert not prediction.ok and "does not fit" in prediction.failure
     assert m.metrics["experience/failures"] == 1
@@ -63,7 +67,8 @@ def test_compact_retry_resamples_instead_of_appending_feedback():
             text = "garbage" if len(calls) == 1 else answer("@state")
             return Completion(text=text, usage=ModelUsage(calls=1))
 
-    m = ExperienceModel(ExperienceConfig(prompt_style="compact", max_parse_retries=1), Flaky())
+    m = ExperienceModel(ExperienceConfig(prompt_style="compact", max_parse_retries=1), Flaky(),
+                        codec=WEB)
     prediction = m.predict(Task("t", "w", "x"), [], STATE, "click('1')")
     assert prediction.ok and prediction.attempts == 2
     assert calls[0] == (1, {}) and calls[1][0] == 1 and calls[1][1]["temperature"] > 0

@@ -7,12 +7,15 @@ import math
 import pytest
 from test_experience_training_data import ListRetriever, episode
 
+from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
 from dreamgym_agents.cli import main
 from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
 from dreamgym_agents.training.experience_pipeline import read_manifest, train_from_trajectories
 from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
 from dreamgym_agents.types import write_trajectories
+
+WEB = WebCodec()
 
 
 def tiny(out, **kw):
@@ -22,7 +25,7 @@ def tiny(out, **kw):
 
 def test_loss_falls_on_a_learnable_set(tmp_path):
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
     result = train_experience_model(examples, tiny(tmp_path / "m", epochs=6))
     assert result.steps > 0 and math.isfinite(result.first_loss)
     assert result.last_loss < result.first_loss * 0.7
@@ -34,7 +37,7 @@ def test_loss_falls_in_either_precision(tmp_path, bf16):
     # bfloat16 autocast (the default on a CPU that computes it natively) or float32: the loss,
     # the optimizer and the saved weights stay float32 either way
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
     result = train_experience_model(examples, tiny(tmp_path / "m", epochs=6, bf16=bf16))
     assert result.bf16 is bf16
     assert result.last_loss < result.first_loss * 0.7
@@ -44,7 +47,7 @@ def test_loss_falls_in_either_precision(tmp_path, bf16):
 
 def test_a_time_budget_stops_training_and_the_result_says_partial(tmp_path):
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
     # enough steps that a full run takes several seconds even at ~75 steps/s (bf16 autocast)
     full = train_experience_model(examples, tiny(tmp_path / "full", max_steps=400))
     assert full.steps == full.planned_steps == 400 and not full.partial
@@ -82,7 +85,7 @@ def examples_and_base(tmp_path):
     from dreamgym_agents.local_provider import make_tiny_checkpoint
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1)) * 4
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
     base = tmp_path / "base"
     make_tiny_checkpoint(base, [e["messages"][-1]["content"] + e["completion"] for e in examples],
                          vocab_size=400, hidden_size=32, num_layers=1, max_positions=768)
@@ -186,7 +189,7 @@ def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_pa
     path = make_tiny_checkpoint(tmp_path / "m", [completion, "task: price?"], vocab_size=300)
     tok = AutoTokenizer.from_pretrained(path)
     example = {"messages": [{"role": "user", "content": "task: price?"}],
-               "completion": completion, "decision_spans": decision_spans(completion)}
+               "completion": completion, "decision_spans": decision_spans(completion, WEB)}
     row = tokenize_example(tok, example, decision_weight=4.0)
     prompt_len = row["labels"].count(-100)
     prompt, _ = format_prompt(tok, example["messages"])
@@ -219,7 +222,7 @@ def test_a_judge_example_trains_only_its_decisions(tmp_path):
     tok = AutoTokenizer.from_pretrained(make_tiny_checkpoint(tmp_path / "m", [completion],
                                                              vocab_size=300))
     example = {"messages": [{"role": "user", "content": "q"}], "completion": completion,
-               "decision_spans": decision_spans(completion)[:-1], "loss": "decisions"}
+               "decision_spans": decision_spans(completion, WEB)[:-1], "loss": "decisions"}
     row = tokenize_example(tok, example, decision_weight=3.0)
     trained = [i for i, w in zip(row["input_ids"], row["token_weights"], strict=True) if w]
     assert set(row["token_weights"]) == {0.0, 3.0}

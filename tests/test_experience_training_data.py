@@ -1,7 +1,11 @@
 import pytest
 
-from dreamgym_agents.experience import parse_experience_output, retrieve_demos
-from dreamgym_agents.experience_compact import (
+from dreamgym_agents.adapters.webarena.codec import WebCodec
+from dreamgym_agents.adapters.webarena.counterfactual import (
+    counterfactual_trajectories,
+    stop_trajectories,
+)
+from dreamgym_agents.adapters.webarena.experience_prompt import (
     action_notes,
     action_terms,
     answer_checks,
@@ -25,18 +29,18 @@ from dreamgym_agents.experience_compact import (
     task_terms,
     terms_named,
 )
-from dreamgym_agents.state_delta import expand_state
-from dreamgym_agents.training.annotate import annotate_deterministic, deterministic_rationale
-from dreamgym_agents.training.counterfactual import (
-    counterfactual_trajectories,
-    stop_trajectories,
-)
+from dreamgym_agents.adapters.webarena.rationale import deterministic_rationale
+from dreamgym_agents.adapters.webarena.state_delta import expand_state
+from dreamgym_agents.experience import parse_experience_output, retrieve_demos
+from dreamgym_agents.training.annotate import annotate_deterministic
 from dreamgym_agents.training.experience_data import (
     ExampleConfig,
     build_examples,
     decision_spans,
 )
 from dreamgym_agents.types import Task, Trajectory, Transition
+
+WEB = WebCodec()
 
 HOME = "URL: __SHOPPING__\nTitle: Home\n[14] link 'Laptops'\n[30] link 'My Cart (4)'"
 LAPTOPS = ("URL: __SHOPPING__/category/laptops\nTitle: Laptops\n[14] link 'Laptops'\n"
@@ -83,9 +87,9 @@ def test_prompt_pieces():
 
 def test_examples_use_other_episodes_and_round_trip():
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
-    annotate_deterministic(trajs)
+    annotate_deterministic(trajs, WEB)
     assert trajs[0].transitions[1].info["em_rationale_source"] == "deterministic"
-    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=2))
+    examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=2), WEB)
     assert len(examples) == 4
     first = examples[0]
     prompt = first["messages"][0]["content"]
@@ -107,7 +111,7 @@ def test_examples_use_other_episodes_and_round_trip():
     assert deterministic_rationale(trajs[0].transitions[1]).startswith(
         "The task is complete. Final answer")
     no_reason = build_examples(trajs, None, ExampleConfig(use_reasoning=False,
-                                                           use_retrieval=False))
+                                                           use_retrieval=False), WEB)
     assert no_reason[0]["completion"].startswith("<reasoning></reasoning>")
 
 
@@ -236,8 +240,8 @@ def test_counterfactual_variants_train_only_their_final_step_without_leaks():
             return super().retrieve(state, action, k=k, where=where,
                                     exclude_episode=exclude_episode)
 
-    annotate_deterministic([traj, other, *variants])
-    examples = build_examples([traj, other, *variants], Spy([traj, other]), ExampleConfig(),
+    annotate_deterministic([traj, other, *variants], WEB)
+    examples = build_examples([traj, other, *variants], Spy([traj, other]), ExampleConfig(), WEB,
                               where={"provenance": "offline"})
     assert len(examples) == 4 + 2  # two per recorded episode, one per variant
     assert [e["meta"]["step"] for e in examples[4:]] == [1, 1]
@@ -317,7 +321,7 @@ def test_asked_kind(intent, kind):
 def test_final_answers_can_weigh_more():
     trajs = [episode("a", "$9.99", True)]
     examples = build_examples(trajs, None, ExampleConfig(use_retrieval=False,
-                                                         final_answer_repeat=3))
+                                                         final_answer_repeat=3), WEB)
     assert [e["meta"]["step"] for e in examples] == [0, 1, 1, 1]
 
 
@@ -380,13 +384,13 @@ def test_final_answer_demos_are_final_answers_of_both_outcomes():
                         info={"truncated": True})]  # cut by the step limit: not an answer
     retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
                                           transitions=wrong + steps + right)])
-    demos = retrieve_demos(retriever, "What is the price of Z?", LAPTOPS,
+    demos = retrieve_demos(retriever, WEB, "What is the price of Z?", LAPTOPS,
                            "send_msg_to_user('$1')", k=3)
     # final answers only (not the step cut by the limit), and both outcomes among the first two
     assert len(demos) == 3 and "n" not in [d.episode_id for d in demos]
     assert demos[0].success != demos[1].success
     # other steps: the most similar transitions, whatever their outcome
-    plain = retrieve_demos(retriever, "What is the price of Z?", HOME, "click('14')", k=2)
+    plain = retrieve_demos(retriever, WEB, "What is the price of Z?", HOME, "click('14')", k=2)
     assert [d.episode_id for d in plain] == ["n", "w0"]
 
 
@@ -394,20 +398,21 @@ def test_decision_spans_mark_the_conclusion_the_outcome_and_the_next_page():
     completion = ("<reasoning>The task is complete. Final answer, checked above.</reasoning>\n"
                   "<reward>1</reward>\n<done>true</done>\n<success>true</success>\n"
                   "<next_state>\n@state\n- [1] link 'a'\n</next_state>")
-    spans = [completion[a:b] for a, b in decision_spans(completion)]
+    spans = [completion[a:b] for a, b in decision_spans(completion, WEB)]
     # a reference comes with the line that says whether and how it changes: its first edit
     assert spans == ["The task is complete.",  # the verdict, wherever it is said
                      "<reward>1</reward>\n<done>true</done>\n<success>true</success>",
                      "@state\n- [1] link 'a'"]
     empty = completion.replace("The task is complete. Final answer, checked above.", "")
-    assert [empty[a:b] for a, b in decision_spans(empty)][1:] == ["@state\n- [1] link 'a'"]
+    assert [empty[a:b] for a, b in decision_spans(empty, WEB)][1:] == ["@state\n- [1] link 'a'"]
     unchanged = completion.replace("- [1] link 'a'\n", "")
-    assert [unchanged[a:b] for a, b in decision_spans(unchanged)][-1] == "@state\n</next_state>"
+    spans = [unchanged[a:b] for a, b in decision_spans(unchanged, WEB)]
+    assert spans[-1] == "@state\n</next_state>"
     full = completion.replace("@state\n- [1] link 'a'", "URL: x\nTitle: y")
-    assert [full[a:b] for a, b in decision_spans(full)][-1] == "URL: x"
+    assert [full[a:b] for a, b in decision_spans(full, WEB)][-1] == "URL: x"
     teacher = completion.replace("The task is complete. Final answer, checked above.",
                                  "It opens the cart. So the order is placed.")
-    assert [teacher[a:b] for a, b in decision_spans(teacher)][0] == "So the order is placed."
+    assert [teacher[a:b] for a, b in decision_spans(teacher, WEB)][0] == "So the order is placed."
 
 
 def url_task(reference_url: str) -> Task:
@@ -445,7 +450,7 @@ def test_stops_at_recorded_states_are_labelled_by_the_evaluator():
 def test_judge_copies_of_final_answers_are_short_and_train_the_verdict_only():
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1,
-                                                                         judge_repeat=2))
+                                                                         judge_repeat=2), WEB)
     judges = [e for e in examples if e.get("loss") == "decisions"]
     assert len(examples) == 4 + 2 * 2 and len(judges) == 4
     full = next(e for e in examples if e["meta"]["step"] == 1 and "loss" not in e)
@@ -469,7 +474,7 @@ def test_previous_is_the_page_go_back_returns_to_in_training_and_at_inference():
     traj = Trajectory("e", Task("t", "webarena", "find it"), transitions=[
         Transition("e", i, "t", s, a, n, provenance="offline") for i, (s, a, n) in
         enumerate(steps)])
-    example = build_examples([traj], None, ExampleConfig(use_retrieval=False))[2]
+    example = build_examples([traj], None, ExampleConfig(use_retrieval=False), WEB)[2]
     # the last step's state is the sorted listing; go_back returns to the home page
     assert "<next_state>\n@previous\n</next_state>" in example["completion"]
     assert expand_state("@previous", sorted_laptops, [], back_page(traj.transitions[:2])) == HOME
@@ -526,12 +531,12 @@ def test_step_demos_rank_the_same_action_then_the_result_in_this_pages_context()
     # retrieve_demos re-ranks the retriever's candidates for every step but a final answer
     retriever = ListRetriever([Trajectory("x", Task("x", "webarena", "?"),
                                           transitions=[other_action, signed_out, elsewhere])])
-    demos = retrieve_demos(retriever, "Open the laptops", here, "click('14')", k=1)
+    demos = retrieve_demos(retriever, WEB, "Open the laptops", here, "click('14')", k=1)
     assert [d.episode_id for d in demos] == ["c"]
 
 
 def test_a_derived_rationale_follows_how_the_next_state_is_written():
-    from dreamgym_agents.training.annotate import follows
+    from dreamgym_agents.adapters.webarena.rationale import follows
 
     step = Transition("e", 0, "t", HOME, "click('30')", HOME.replace("(4)", "(5)"))
     assert follows("@state", step, []) == "The page stays; the target changes."
@@ -546,5 +551,5 @@ def test_a_derived_rationale_follows_how_the_next_state_is_written():
     teacher = episode("a", "$9.99", True)
     teacher.transitions[0].info.update(em_rationale="It opens the laptops.",
                                        em_rationale_source="teacher:m")
-    example = build_examples([teacher], None, ExampleConfig(use_retrieval=False))[0]
+    example = build_examples([teacher], None, ExampleConfig(use_retrieval=False), WEB)[0]
     assert example["completion"].startswith("<reasoning>It opens the laptops.</reasoning>")

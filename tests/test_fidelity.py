@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from test_experience import HOME, LAPTOPS, TASK, ScriptedModel
 
+from dreamgym_agents.adapters.webarena.family import WebArenaFamily
+from dreamgym_agents.env import ends_by_type, make_family
 from dreamgym_agents.errors import ModelError
 from dreamgym_agents.experience import ExperienceOutput, ExperiencePrediction
 from dreamgym_agents.fidelity import (
@@ -51,7 +53,8 @@ def test_state_f1_edge_cases():
     # repeated lines count as often as they occur
     assert state_f1("StaticText 'a'\nStaticText 'a'", "StaticText 'a'") == pytest.approx(2 / 3)
     assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'") == 0.0
-    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'", ignore_bids=True) == 1.0
+    strip = WebArenaFamily.state_format().strip_ids
+    assert state_f1("[7] link 'Laptops'", "[1] link 'Laptops'", strip_ids=strip) == 1.0
 
 
 def test_a_perfect_model_scores_one_on_every_metric():
@@ -111,7 +114,8 @@ def test_rare_outcomes_are_scored_balanced_next_to_trivial_baselines():
     steps.append(real_steps()[2])
     never = [(t, ExperiencePrediction(ExperienceOutput("", t.next_state, 0.0, False, False)))
              for t in steps]
-    metrics = transition_metrics(never)
+    metrics = transition_metrics(never, is_terminal=ends_by_type(make_family("webarena")
+                                                               .action_set()))
     assert metrics["reward_accuracy"] == pytest.approx(0.9)
     assert metrics["reward_balanced_accuracy"] == 0.5 and metrics["reward_f1"] == 0.0
     assert metrics["done_balanced_accuracy"] == 0.5 and metrics["done_f1"] == 0.0
@@ -124,6 +128,7 @@ def test_rare_outcomes_are_scored_balanced_next_to_trivial_baselines():
     assert base["done_from_action_type"]["f1"] == 1.0
     # copying the current page: HOME → LAPTOPS shares nothing, CART → CART everything
     assert base["state_f1_copy_current_page"] == pytest.approx(0.1)
+    assert transition_metrics(never)["baselines"]["done_from_action_type"] is None  # no set
     right = transition_metrics([(t, perfect(t)) for t in steps])
     assert right["reward_balanced_accuracy"] == right["reward_f1"] == 1.0
     assert right["done_balanced_accuracy"] == right["done_f1"] == 1.0

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from dreamgym_agents.env import make_family
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.pipeline import (
     STAGES,
@@ -112,9 +113,11 @@ def test_the_dream_trains_on_the_task_kinds_it_can_judge():
 
     tasks = [task("q", "string_match"), task("u", "url_match"), task("h", "program_html"),
              task("qh", "string_match", "program_html"), task("none")]
-    kept = dream_tasks(tasks, PipelineConfig().dream_eval_types)
+    family = make_family("webarena")
+    kept = dream_tasks(tasks, family, PipelineConfig().dream_eval_types)
     assert [t.task_id for t in kept] == ["q", "u", "none"]
-    assert dream_tasks(tasks, None) == tasks
+    assert dream_tasks(tasks, family, None) == tasks
+    assert [t.task_id for t in dream_tasks(tasks, family, ["program_html"])] == ["h", "none"]
 
 
 def test_report_of_a_partial_run(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from conftest import counter_tasks
 from counter_agents import CounterSolver
 
+from dreamgym_agents.adapters.webarena.policy_view import compact_page
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.graph import RunConfig, run_episodes
 from dreamgym_agents.policy import (
@@ -18,7 +19,6 @@ from dreamgym_agents.policy import (
     PolicyAgent,
     PolicyConfig,
     PolicyModel,
-    compact_page,
     episode_tokens,
     render_segment,
 )
@@ -52,7 +52,7 @@ def test_compact_page_and_segment():
     assert compact_page(page, bids=False).splitlines()[2] == "link 'Laptops'"
     assert shown.splitlines()[5].endswith("…") and len(shown.splitlines()[5]) == 101
     assert compact_page(page, max_lines=3).splitlines()[-1] == "(… 3 more lines)"
-    task = Task(task_id="1", family="f", intent="Buy it")
+    task = Task(task_id="1", family="webarena", intent="Buy it")
     seg = render_segment(task, page, ["click('3')", "go_back()"], "no such element",
                          PolicyConfig(history_actions=1))
     assert seg.startswith(f"{USER}URL: http://s/\nTitle: Shop\nlink 'Laptops'\n")
@@ -62,7 +62,7 @@ def test_compact_page_and_segment():
 
 
 def test_the_lines_a_task_mentions_are_marked():
-    from dreamgym_agents.policy import mentions
+    from dreamgym_agents.adapters.webarena.policy_view import mentions
 
     page = ("URL: http://s/\nTitle: Shop\n[3] link 'Laptops'\n[5] link 'Acme Red Chair'\n"
             "[6] link 'Acme Red Chair, Oak'\nStaticText 'Jacket | PVC'\n"

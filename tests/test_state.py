@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dreamgym_agents.axtree import map_axtree, map_observation
+from dreamgym_agents.adapters.webarena.axtree import map_axtree, map_observation
 from dreamgym_agents.state import (
     AbstractState,
     Element,
@@ -387,7 +387,7 @@ def _make_env(url: str) -> Any:
 
 @pytest.fixture(scope="module")
 def browser_env(site: str) -> Iterator[Any]:
-    from dreamgym_agents.adapters.chromium import (
+    from dreamgym_agents.adapters.webarena.chromium import (
         find_chromium,
         patch_browsergym_launch,
         stop_thread_playwright,
@@ -437,7 +437,7 @@ def test_real_page_state(browser_env: Any, site: str) -> None:
 
 @pytest.mark.browser
 def test_bids_drive_the_page(browser_env: Any, site: str) -> None:
-    from dreamgym_agents.adapters.web_action import WebActionSet
+    from dreamgym_agents.adapters.webarena.actions import WebActionSet
 
     actions = WebActionSet()
     obs, _ = browser_env.reset()
@@ -460,7 +460,7 @@ def test_bids_drive_the_page(browser_env: Any, site: str) -> None:
 @pytest.mark.browser
 def test_envs_in_threads(browser_env: Any, site: str) -> None:
     """Each thread gets its own patched Playwright (sync Playwright is thread-bound)."""
-    from dreamgym_agents.adapters.chromium import stop_thread_playwright
+    from dreamgym_agents.adapters.webarena.chromium import stop_thread_playwright
 
     results: dict[int, str] = {}
     errors: list[BaseException] = []

@@ -3,8 +3,10 @@
 Each recorded transition becomes one (prompt, completion) pair. The prompt is the compact
 experience prompt (task, last-H history, top-k demonstrations retrieved from the buffer — never
 from the transition's own episode — current page, action); the completion is the rationale, then
-the next state written in its shortest faithful form (full, or a reference plus edits, see
-:mod:`dreamgym_agents.state_delta`), then reward, done and success.
+the next state written as the family's experience codec writes it (the web codec: its shortest
+faithful form, full or a reference plus edits), then reward, done and success. Prompt and answer
+come from the same codec the model is prompted with at inference
+(:mod:`dreamgym_agents.experience_codec`).
 """
 
 from __future__ import annotations
@@ -15,14 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.experience import retrieve_demos
-from dreamgym_agents.experience_compact import answer_text, back_page, head, render_compact
-from dreamgym_agents.state_delta import demo_pages, encode_state
-from dreamgym_agents.training.annotate import (
-    DETERMINISTIC,
-    FOLLOWS,
-    VERDICTS,
-    deterministic_rationale,
-)
+from dreamgym_agents.experience_codec import ExperienceCodec
+from dreamgym_agents.training.annotate import DETERMINISTIC
 from dreamgym_agents.types import Trajectory, Transition
 
 UNPARSEABLE_PREFIX = "invalid action:"
@@ -73,19 +69,17 @@ class ExampleConfig:
     judge_repeat: int = 0
 
 
-def completion_text(t: Transition, demos: list[Transition], *, use_reasoning: bool,
-                    previous: str | None = None, intent: str = "") -> str:
-    """The target answer for one transition (``previous``: the state before the last action,
-    offered as ``@previous`` when the model sees the history; ``intent``: the task)."""
-    pages = demo_pages(demos, t.state, t.action)
-    next_state = encode_state(t.next_state, t.state, pages, previous, t.action)
+def completion_text(t: Transition, demos: list[Transition], codec: ExperienceCodec, *,
+                    use_reasoning: bool, previous: str | None = None, intent: str = "") -> str:
+    """The target answer for one transition (``previous``: the state going back returns to,
+    when the model sees the history; ``intent``: the task)."""
+    pages = codec.demo_pages(demos, t.state, t.action)
+    next_state = codec.encode_state(t.next_state, t.state, pages, previous, t.action)
     rationale = t.info.get("em_rationale")
     if not rationale or t.info.get("em_rationale_source", DETERMINISTIC) == DETERMINISTIC:
-        # derived, it says which of the shown pages the next one follows (as the prompt
-        # writes their URLs: demo_pages, head)
-        rationale = deterministic_rationale(
-            t, intent, written_as=next_state.splitlines()[0],
-            demo_urls=[head(p).split(" | ")[0] for p in pages])
+        # derived, it says which of the shown states the next one follows
+        rationale = codec.rationale(t, intent, written_as=next_state.splitlines()[0],
+                                    pages=pages)
     # The outcome comes right after the reasoning that decides it, before the page (a small
     # model otherwise writes it after hundreds of page tokens, detached from its own reasoning).
     return (
@@ -101,10 +95,12 @@ _OUTCOME_START, _OUTCOME_END = "<reward>", "</success>"
 _STATE_START = "<next_state>\n"
 
 
-def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[int, int]]:
+def decision_spans(completion: str, codec: ExperienceCodec, *,
+                   next_state: bool = True) -> list[tuple[int, int]]:
     """Character spans of a completion where its decisions are written: the reasoning's
-    verdict (a deterministic rationale's outcome sentence, else its last sentence) and, for a
-    step that is not an answer, its opening words saying which page follows, the outcome
+    verdict (a derived rationale's outcome sentence, one of the ``codec``'s verdicts, else its
+    last sentence) and, for a step that is not an answer, its opening words saying which state
+    follows (one of the codec's ``follows``), the outcome
     block (reward, done, success) and the first line of the next state (which page, or which
     reference, it is), with the line after a reference (its first edit, or the block's end when
     the page is the reference unchanged); the page is left out with ``next_state=False``.
@@ -117,13 +113,13 @@ def decision_spans(completion: str, *, next_state: bool = True) -> list[tuple[in
     end = completion.find(_REASONING_END)
     opening = completion.find(">") + 1
     if 0 < opening <= end:
-        verdicts = [(completion.find(v, opening, end), len(v)) for v in VERDICTS]
+        verdicts = [(completion.find(v, opening, end), len(v)) for v in codec.verdicts]
         found = [(at, n) for at, n in verdicts if at >= 0]
         if found:
             at, n = min(found)
             spans.append((at, at + n))
-            # a derived rationale of another step opens with which page follows (annotate.follows)
-            led = [completion.find(p, opening, end) for p in FOLLOWS]
+            # a derived rationale of another step opens with which state follows
+            led = [completion.find(p, opening, end) for p in codec.follows]
             lead = min((x for x in led if x >= 0), default=-1)
             if lead == opening:
                 stop = min(x for x in (completion.find(":", lead, end),
@@ -159,14 +155,14 @@ def trainable(t: Transition) -> bool:
 
 def build_examples(
     trajectories: Iterable[Trajectory], retriever: Retriever | None, cfg: ExampleConfig,
-    *, where: dict | None = None,
+    codec: ExperienceCodec, *, where: dict | None = None,
 ) -> list[dict[str, Any]]:
     """One chat example per trainable transition: ``{"messages", "completion", "meta",
-    "decision_spans"}`` (see :func:`decision_spans`).
+    "decision_spans"}`` (see :func:`decision_spans`), in the family's ``codec``.
 
     Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
     variants repeat their source episode's steps, see
-    :mod:`dreamgym_agents.training.counterfactual`).
+    :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
     """
     steps: list[tuple[Trajectory, int]] = [
         (traj, i) for traj in trajectories for i, t in enumerate(traj.transitions)
@@ -186,10 +182,10 @@ def build_examples(
             if cfg.exclude_same_task and traj.task.task_id:
                 scope = {**(where or {}), "task_id": {"$ne": traj.task.task_id}}
             source = str(traj.info.get("counterfactual_of") or traj.episode_id)
-            demos = retrieve_demos(retriever, traj.task.intent, t.state, t.action,
+            demos = retrieve_demos(retriever, codec, traj.task.intent, t.state, t.action,
                                    k=cfg.top_k, where=scope, exclude_episode=source,
                                    params=traj.task.params)
-        messages = render_compact(
+        messages = codec.render(
             traj.task.intent,
             traj.transitions[:i] if cfg.use_history else None,
             t.state, t.action,
@@ -198,28 +194,28 @@ def build_examples(
             params=traj.task.params,
         )
         completion = completion_text(
-            t, demos, use_reasoning=cfg.use_reasoning,
-            previous=back_page(traj.transitions[:i]) if cfg.use_history else None,
+            t, demos, codec, use_reasoning=cfg.use_reasoning,
+            previous=codec.back_page(traj.transitions[:i]) if cfg.use_history else None,
             intent=traj.task.intent)
         example = {
             "messages": messages,
             "completion": completion,
-            "decision_spans": decision_spans(completion),
+            "decision_spans": decision_spans(completion, codec),
             "meta": {"episode_id": traj.episode_id, "step": t.step},
         }
-        final = answer_text(t.action) is not None
+        final = codec.answer_text(t.action) is not None
         repeat = cfg.final_answer_repeat if final else 1
         examples.extend(dict(example) for _ in range(max(1, repeat)))
         if final and cfg.judge_repeat > 0:
             judge = {
-                "messages": render_compact(
+                "messages": codec.render(
                     traj.task.intent, traj.transitions[:i] if cfg.use_history else None,
                     t.state, t.action, None, history_steps=cfg.history_steps,
                     use_reasoning=cfg.use_reasoning, params=traj.task.params,
                     tally=getattr(demos, "tally", None)),
                 "completion": completion,
                 # the verdict and the outcome; the page written after them is not trained here
-                "decision_spans": decision_spans(completion, next_state=False),
+                "decision_spans": decision_spans(completion, codec, next_state=False),
                 "loss": "decisions",
                 "meta": {**example["meta"], "judge": True},
             }

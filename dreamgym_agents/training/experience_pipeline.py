@@ -15,11 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dreamgym_agents.env import make_family
 from dreamgym_agents.training.annotate import annotate_deterministic, annotate_with_teacher
-from dreamgym_agents.training.counterfactual import (
-    counterfactual_trajectories,
-    stop_trajectories,
-)
 from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
 from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
 from dreamgym_agents.types import Trajectory
@@ -54,28 +51,26 @@ def train_from_trajectories(
         sft_cfg: How the model is trained.
         teacher: A model writing the rationales; None derives them deterministically.
         counterfactual_answers: Variants of each recorded final answer, labelled by the task's
-            evaluator, added as examples (not to the buffer); see
-            :mod:`dreamgym_agents.training.counterfactual`.
+            evaluator, added as examples (not to the buffer): the task family's ``relabel``
+            makes them (see :func:`relabelled`).
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
-            task's evaluator (:func:`~dreamgym_agents.training.counterfactual.stop_trajectories`),
-            added as examples.
+            task's evaluator, added as examples (the family's ``relabel`` too).
         on_step: Called after each SFT step (a progress bar).
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
     """
     timings: dict[str, float] = {}
+    codec = experience_codec(trajectories)
     start = time.perf_counter()
-    variants = counterfactual_trajectories(
-        trajectories, per_answer=counterfactual_answers, seed=example_cfg.seed)
-    stops = stop_trajectories(trajectories, per_episode=counterfactual_stops,
-                              seed=example_cfg.seed)
+    variants, stops = relabelled(trajectories, answers=counterfactual_answers,
+                                 stops=counterfactual_stops, seed=example_cfg.seed)
     everything = [*trajectories, *variants, *stops]
     if teacher is None:
-        annotated = annotate_deterministic(everything)
+        annotated = annotate_deterministic(everything, codec)
         source = "deterministic"
     else:
-        annotated = annotate_with_teacher(everything, teacher)
+        annotated = annotate_with_teacher(everything, teacher, codec)
         source = f"teacher:{teacher.cfg.model}"
     timings["annotate_s"] = time.perf_counter() - start
 
@@ -85,7 +80,7 @@ def train_from_trajectories(
     timings["seed_buffer_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    examples = build_examples(everything, buffer, example_cfg, where=RECORDED)
+    examples = build_examples(everything, buffer, example_cfg, codec, where=RECORDED)
     timings["build_examples_s"] = time.perf_counter() - start
 
     # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
@@ -122,6 +117,48 @@ def train_from_trajectories(
     }
     Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
+
+
+def experience_codec(trajectories: list[Trajectory]) -> Any:
+    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``).
+
+    Raises:
+        ConfigError: The episodes are of several families (one model simulates one family).
+    """
+    from dreamgym_agents.errors import ConfigError
+
+    names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
+    if len(names) != 1:
+        raise ConfigError(f"an experience model learns one task family; the episodes are of "
+                          f"{', '.join(names) or 'none'}: train one model per family")
+    family = make_family(names[0])
+    try:
+        return family.experience_codec()
+    finally:
+        family.close()
+
+
+def relabelled(trajectories: list[Trajectory], *, answers: int, stops: int,
+               seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(other final answers, earlier stops) of the recorded episodes, each labelled by its
+    task's own evaluator: every task family relabels its own episodes (``TaskFamily.relabel``),
+    in the episodes' order."""
+    variants: list[Trajectory] = []
+    early: list[Trajectory] = []
+    if answers < 1 and stops < 1:
+        return variants, early
+    by_family: dict[str, list[Trajectory]] = {}
+    for traj in trajectories:
+        by_family.setdefault(traj.task.family, []).append(traj)
+    for name, episodes in by_family.items():
+        family = make_family(name)
+        try:
+            more, fewer = family.relabel(episodes, answers=answers, stops=stops, seed=seed)
+        finally:
+            family.close()
+        variants += more
+        early += fewer
+    return variants, early
 
 
 def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:

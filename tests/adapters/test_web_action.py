@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dreamgym_agents.adapters.web_action import (
+from dreamgym_agents.adapters.webarena.actions import (
     ActionParseError,
     WebAction,
     WebActionSet,

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from dreamgym_agents.adapters.webarena import (
+from dreamgym_agents.adapters.webarena.family import (
     WebArenaFamily,
     _sites_used,
     configured_sites,

@@ -82,6 +82,11 @@ class WebAction:
         return f"{self.name}({', '.join(_literal(a) for a in self.args)})"
 
     @property
+    def verb(self) -> str:
+        """The function name (the family-independent view of an action, ``env.Action``)."""
+        return self.name
+
+    @property
     def is_terminal(self) -> bool:
         """True if the action ends the episode (an answer or a declared infeasibility)."""
         return self.name in TERMINAL_ACTIONS

@@ -6,7 +6,8 @@ whose evaluator reads only the answer text (WebArena ``string_match`` without an
 outcome of *another* answer on the same final page is exact and cheap: the task's evaluator is a
 pure function of the text. So each recorded right answer yields a few variants — a word of the
 page (what random and giving-up agents say), the right answer quoted — each labelled by
-:func:`dreamgym_agents.evaluation.evaluate_task`, never by us.
+:func:`dreamgym_agents.adapters.webarena.evaluation.evaluate_task`, never by us (the web family's
+:meth:`~dreamgym_agents.adapters.webarena.family.WebArenaFamily.relabel`).
 
 A variant is a new trajectory: the recorded steps up to the answer (context only, marked by
 ``info["train_from_step"]``) and the new final step. Variants are training examples, not buffer
@@ -28,7 +29,13 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from dreamgym_agents.experience_compact import answer_text
+from dreamgym_agents.adapters.webarena.agents import call
+from dreamgym_agents.adapters.webarena.evaluation import (
+    SITE_PLACEHOLDER,
+    evaluate_task,
+    fill_placeholders,
+)
+from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
 from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition
 
@@ -57,10 +64,8 @@ class _UrlPage:
 def _offline_sites(*urls: str) -> dict[str, str]:
     """A base URL for every WebArena placeholder in ``urls`` (states name sites by placeholder;
     any base does, as long as the state and the reference resolve to the same)."""
-    from dreamgym_agents.evaluation import _PLACEHOLDER
-
     return {m.group(0): f"http://{m.group(1).lower()}.offline.invalid"
-            for url in urls for m in _PLACEHOLDER.finditer(url)}
+            for url in urls for m in SITE_PLACEHOLDER.finditer(url)}
 
 
 def _variant(traj: Trajectory, at: int, step: dict[str, Any], result: Any, *, kind: str,
@@ -126,9 +131,6 @@ def counterfactual_trajectories(
     Returns:
         New trajectories (``agent`` suffixed ``+counterfactual``), labelled by the evaluator.
     """
-    from dreamgym_agents.agent import _call
-    from dreamgym_agents.evaluation import evaluate_task
-
     out: list[Trajectory] = []
     for traj in trajectories:
         if not traj.transitions or per_answer < 1:
@@ -144,7 +146,7 @@ def counterfactual_trajectories(
         for j, candidate in enumerate(candidate_answers(last.state, answer, rng, per_answer)):
             result = evaluate_task(traj.task.config, answer=candidate, page=None, site_urls={})
             out.append(_variant(traj, len(traj.transitions) - 1,
-                                {"action": _call("send_msg_to_user", candidate)}, result,
+                                {"action": call("send_msg_to_user", candidate)}, result,
                                 kind=COUNTERFACTUAL, tag=f"cf{j}"))
     return out
 
@@ -163,9 +165,6 @@ def stop_trajectories(
         New trajectories (``agent`` suffixed ``+stop``): the recorded steps before the state as
         context, then the stop (a word of the page, or ``done``), with the evaluator's verdict.
     """
-    from dreamgym_agents.agent import _call
-    from dreamgym_agents.evaluation import evaluate_task, fill_placeholders
-
     out: list[Trajectory] = []
     for traj in trajectories:
         config = traj.task.config
@@ -183,7 +182,7 @@ def stop_trajectories(
             sites = _offline_sites(url, str(config["eval"].get("reference_url", "")))
             page = _UrlPage(fill_placeholders(url, sites, strict=False)) if by_url else None
             result = evaluate_task(config, answer=answer, page=page, site_urls=sites)
-            out.append(_variant(traj, i, {"action": _call("send_msg_to_user", answer),
+            out.append(_variant(traj, i, {"action": call("send_msg_to_user", answer),
                                           "next_state": state, "error": ""},
                                 result, kind="stop", tag=f"stop{j}"))
     return out

@@ -5,8 +5,8 @@ followed by edits. The reference is the first line of the ``<next_state>`` block
 
 - ``@state``: the current state;
 - ``@previous``: the page ``go_back`` returns to, as the history recorded it (the state before
-  the last navigation, :func:`~dreamgym_agents.experience_compact.back_page`), when the model
-  is given the episode's history;
+  the last navigation, :func:`~dreamgym_agents.adapters.webarena.experience_prompt.back_page`),
+  when the model is given the episode's history;
 - ``@demo N``: the next state of the N-th retrieved demonstration (1-based, as shown).
 
 Each following line is an edit applied in order with a cursor (initially at the end):
@@ -49,6 +49,7 @@ import functools
 import re
 from urllib.parse import quote_plus
 
+from dreamgym_agents.experience_codec import StateReferenceError
 from dreamgym_agents.state import (
     Element,
     action_bid,
@@ -133,10 +134,6 @@ def demo_pages(demos: list, current: str, action: str | None = None) -> list[str
     if typed_text(current, action) is None:
         return [d.next_state for d in demos]
     return [use_typed(d.next_state, d.state, d.action) for d in demos]
-
-
-class StateReferenceError(ValueError):
-    """A reference names a state that was not shown (e.g. ``@demo 4`` with three demos)."""
 
 
 def is_reference(text: str) -> bool:

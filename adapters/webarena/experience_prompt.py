@@ -7,7 +7,7 @@ title, the action with the element it targets and the text right below it, the l
 current page differs from each retrieved demonstration's page, each demonstration's action and
 outcome, and, for a final answer, the lines of the page that contain it. The model answers with
 the usual fields, the outcome before the page; its next state is usually a reference
-(``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.state_delta`).
+(``@demo N`` / ``@state`` plus edits, see :mod:`dreamgym_agents.adapters.webarena.state_delta`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterable
 from importlib import resources
 
+from dreamgym_agents.adapters.webarena.state_delta import demo_pages, typed_text, use_typed
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.state import parse_line, parse_state, quote, target_line
-from dreamgym_agents.state_delta import demo_pages, typed_text, use_typed
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"
@@ -537,7 +537,8 @@ def back_page(history: list[Transition]) -> str | None:
     """The page ``go_back()`` returns to after ``history``, as recorded: the state before the
     last navigation (a recorded ``go_back`` pops one; a step that stays on its URL is not a
     navigation), or None when the episode has not left its start page (the browser goes back
-    to a blank page). It is what ``@previous`` stands for (:mod:`dreamgym_agents.state_delta`)."""
+    to a blank page). It is what ``@previous`` stands for
+    (:mod:`dreamgym_agents.adapters.webarena.state_delta`)."""
     pages: list[str] = []
     for t in history:
         if head(t.state).split(" | ")[0] == head(t.next_state).split(" | ")[0]:
@@ -562,7 +563,8 @@ _SUBMIT = re.compile(r"^\s*(?:keyboard_press\(|press\s*\[)", re.I)
 def action_notes(state: str, action: str, history: list[Transition] | None) -> str:
     """What the page implies of an action beyond its target: where ``go_back`` returns (with
     the history shown), and the text typed in the page's field for a key press or a button
-    click (what a search or a form sends: :data:`~dreamgym_agents.state_delta.TYPED`)."""
+    click (what a search or a form sends:
+    :data:`~dreamgym_agents.adapters.webarena.state_delta.TYPED`)."""
     act = action.strip()
     if act.startswith("go_back") and history is not None:
         back = back_target(history)

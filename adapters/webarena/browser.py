@@ -3,9 +3,9 @@
 BrowserGym drives Chromium through Playwright's *sync* API, whose objects belong to the thread that
 created them, and it keeps one global Playwright instance. To run many episodes concurrently we give
 every :class:`BrowserGymEnv` its own worker thread, with its own Playwright instance (BrowserGym's
-global getter is made thread-local by :mod:`dreamgym_agents.adapters.chromium`, which also gives
-every launch the system Chromium and the flags that work offline as root), and marshal every call
-onto that thread.
+global getter is made thread-local by :mod:`dreamgym_agents.adapters.webarena.chromium`, which
+also gives every launch the system Chromium and the flags that work offline as root), and marshal
+every call onto that thread.
 
 Two more patches keep episodes fast: the chat window BrowserGym opens in a *second* browser is
 replaced by an in-memory message list (the agent talks to the task through ``send_msg_to_user``;
@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dreamgym_agents.adapters.chromium import (
+from dreamgym_agents.adapters.webarena.actions import ActionParseError, WebActionSet
+from dreamgym_agents.adapters.webarena.axtree import map_axtree
+from dreamgym_agents.adapters.webarena.chromium import (
     patch_browsergym_launch,
     require_chromium,
     stop_thread_playwright,
     thread_playwright,
 )
-from dreamgym_agents.adapters.web_action import ActionParseError, WebActionSet
-from dreamgym_agents.axtree import map_axtree
 from dreamgym_agents.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
 from dreamgym_agents.types import Task

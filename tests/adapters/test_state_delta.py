@@ -1,6 +1,6 @@
 import pytest
 
-from dreamgym_agents.state_delta import (
+from dreamgym_agents.adapters.webarena.state_delta import (
     StateReferenceError,
     demo_pages,
     diff_edits,

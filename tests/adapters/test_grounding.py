@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dreamgym_agents.grounding import refer, resolve
+from dreamgym_agents.adapters.webarena.grounding import refer, resolve
 
 PAGE = """URL: http://s/category/office
 Title: Office | Shop

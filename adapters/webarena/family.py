@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -20,9 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment, register_family
+from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.types import Task
+from dreamgym_agents.types import Task, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def resolve_url(url: str, site_urls: dict[str, str]) -> str:
 
 def config_to_task(config: Any, *, split: str, source: str) -> Task:
     """Validate one WebArena config and wrap it in a :class:`Task`."""
-    from dreamgym_agents.evaluation import validate_config
+    from dreamgym_agents.adapters.webarena.evaluation import validate_config
 
     if not isinstance(config, dict):
         raise TaskError(f"{source}: each task config must be a JSON object")
@@ -113,7 +114,7 @@ def _make_browsergym_task_class() -> type:
     """The BrowserGym task class running one WebArena config (built lazily: an extra)."""
     from browsergym.core.task import AbstractBrowserTask
 
-    from dreamgym_agents.evaluation import evaluate_task
+    from dreamgym_agents.adapters.webarena.evaluation import evaluate_task
 
     class _WebArenaConfigTask(AbstractBrowserTask):
         """Opens the config's start URL(s); evaluates when the agent stops (sends its answer)."""
@@ -162,6 +163,31 @@ def _make_browsergym_task_class() -> type:
     return _WebArenaConfigTask
 
 
+class WebStateFormat:
+    """:class:`~dreamgym_agents.env.StateFormat` of web pages (``URL:``, ``Title:``, then
+    ``[bid] role 'name'`` lines)."""
+
+    @staticmethod
+    def start_key(task: Task) -> str:
+        return str(task.config.get("start_url") or "")
+
+    def initial_state(self, task: Task) -> str:
+        return f"URL: {self.start_key(task)}\nTitle: "
+
+    @staticmethod
+    def location(state: str) -> str:
+        from dreamgym_agents.state import parse_state
+
+        return parse_state(state).url
+
+    @staticmethod
+    def strip_ids(line: str) -> str:
+        return _BID_PREFIX.sub("", line)
+
+
+_BID_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+
+
 class WebArenaFamily:
     """Task family ``webarena`` (see the module docstring)."""
 
@@ -178,6 +204,122 @@ class WebArenaFamily:
     @property
     def uses_real_sites(self) -> bool:
         return bool(self._sites)
+
+    def action_set(self) -> Any:
+        """The web action set (BrowserGym's high-level actions and WebArena's brackets)."""
+        from dreamgym_agents.adapters.webarena.actions import WebActionSet
+
+        return WebActionSet()
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+        """The family's offline agents by name: ``oracle`` (plays each task's recorded
+        program), ``noisy`` (the oracle with random detours, at rate ``noise``), ``quitter``
+        (wrong and early answers), ``random``, ``explorer`` (every listing's items) and
+        ``orders`` (the signed-in customer's orders). The explorers need :meth:`assign`-ed
+        tasks (one slot each) and at least ``min_steps`` steps."""
+        from dreamgym_agents.adapters.webarena.agents import offline_agents
+
+        return offline_agents(seed=seed, noise=noise)
+
+    eval_types = ("string_match", "url_match", "program_html")
+    """WebArena's evaluator kinds (:mod:`dreamgym_agents.adapters.webarena.evaluation`)."""
+
+    dream_eval_types = ("string_match", "url_match")
+    """The tasks the dream trains on by default: not ``program_html`` ones, whose outcome is the
+    site's hidden state (a cart, an address, a placed order): the embedded experience model
+    judges them from the final page and the last steps, and on the warm start's own rollouts it
+    called 25 of 36 such episodes successes where the real site called 6 (docs/RESULTS.md), so
+    dream RL taught sloppy edits."""
+
+    @staticmethod
+    def task_eval_types(task: Task) -> list[str]:
+        """The WebArena eval types of a task's evaluator (empty for a task without one)."""
+        from dreamgym_agents.adapters.webarena.evaluation import task_eval_types
+
+        return task_eval_types(task)
+
+    @staticmethod
+    def state_format() -> WebStateFormat:
+        """Web pages: ``URL:`` and ``Title:``, then one line per element."""
+        return WebStateFormat()
+
+    @staticmethod
+    def policy_view() -> Any:
+        """Compact pages, elements by name, the page's action grammar
+        (:class:`.policy_view.WebPolicyView`)."""
+        from dreamgym_agents.adapters.webarena.policy_view import WebPolicyView
+
+        return WebPolicyView()
+
+    @staticmethod
+    def experience_codec() -> Any:
+        """The experience model's web prompt and answer (:class:`.codec.WebCodec`)."""
+        from dreamgym_agents.adapters.webarena.codec import WebCodec
+
+        return WebCodec()
+
+    @staticmethod
+    def embedded_recipe_defaults() -> dict[str, Any]:
+        """The recipe's own defaults (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`) are
+        the web family's."""
+        return {}
+
+    collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
+    """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        """(collector, agent, its train tasks, step limit) for every collector of the embedded
+        ``recipe`` (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`), each spread over the
+        whole split (every template), deterministically."""
+        from dreamgym_agents.adapters.webarena.agents import collection_plan
+
+        return collection_plan(recipe, tasks)
+
+    def relabel(self, trajectories: list[Trajectory], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]:
+        """Relabelled variants of recorded episodes for the experience model's data: ``answers``
+        other final answers per right answer and ``stops`` earlier stops per episode, each
+        labelled by the task's own evaluator (tasks whose evaluator reads only the answer or
+        the final URL; :mod:`dreamgym_agents.adapters.webarena.counterfactual`)."""
+        from dreamgym_agents.adapters.webarena.counterfactual import (
+            counterfactual_trajectories,
+            stop_trajectories,
+        )
+
+        return (counterfactual_trajectories(trajectories, per_answer=answers, seed=seed),
+                stop_trajectories(trajectories, per_episode=stops, seed=seed))
+
+    def requirements(self) -> list[Requirement]:
+        """Chromium (with its version), BrowserGym and Playwright, and which WebArena sites are
+        configured (the bundled shop stands in for ``SHOPPING`` when none is)."""
+        import subprocess
+
+        from dreamgym_agents.adapters.webarena.chromium import find_chromium
+        from dreamgym_agents.doctor import dist_version, public_url
+
+        rows = []
+        path = find_chromium()
+        if path is None:
+            rows.append(Requirement("chromium", False, "not found: install one (Debian/Ubuntu: "
+                                    "apt-get install chromium) or set DG_CHROMIUM=/path/to/chrome"))
+        else:
+            try:
+                out = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=20)
+                version = out.stdout.strip() or out.stderr.strip().splitlines()[-1]
+                rows.append(Requirement("chromium", True, f"{path} ({version})"))
+            except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
+                rows.append(Requirement("chromium", False, f"{path} does not start ({exc})"))
+        for dist in ("browsergym-core", "playwright"):
+            version = dist_version(dist)
+            rows.append(Requirement(dist, version is not None, version or
+                                    "missing: pip install 'dreamgym-agents[web]'"))
+        for variable in SITE_VARIABLES.values():
+            url = self._sites.get(variable)
+            rows.append(Requirement(f"site {variable}", None, public_url(url) if url else
+                                    "not set (bundled site)" if variable == "SHOPPING"
+                                    else "not set"))
+        return rows
 
     # -- tasks --------------------------------------------------------------------------------
     def load_tasks(self, split: str) -> list[Task]:
@@ -205,11 +347,11 @@ class WebArenaFamily:
     # -- running ------------------------------------------------------------------------------
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
         """Start or check the sites; build the judge; describe the setup in one line."""
-        from dreamgym_agents.adapters.browser import install_browsergym_patches
+        from dreamgym_agents.adapters.webarena.browser import install_browsergym_patches
 
         install_browsergym_patches()
         if cfg.judge_model and self._judge is None:
-            from dreamgym_agents.judge import make_llm_judge
+            from dreamgym_agents.adapters.webarena.judge import make_llm_judge
             from dreamgym_agents.llm import Gateway, LLMConfig
 
             self._judge = make_llm_judge(Gateway(LLMConfig(model=cfg.judge_model)))
@@ -235,7 +377,7 @@ class WebArenaFamily:
                 "set SHOPPING=URL for a real one)")
 
     def make_env(self, cfg: EnvConfig) -> Environment:
-        from dreamgym_agents.adapters.browser import BrowserGymEnv
+        from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
         if self._task_class is None:
             self._task_class = _make_browsergym_task_class()
@@ -292,5 +434,3 @@ def _check_reachable(variable: str, url: str) -> None:
         reason = getattr(exc, "reason", exc)
         raise EnvError(f"site {variable} at {url} is unreachable ({reason})") from None
 
-
-register_family("webarena", WebArenaFamily)

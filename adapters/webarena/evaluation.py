@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.judge import (  # noqa: F401 - re-exported: the judge is part of the evaluator API
+from dreamgym_agents.adapters.webarena.judge import (  # noqa: F401 - re-exported: the judge is part of the evaluator API
     LLMJudge,
     fuzzy_match_messages,
     make_llm_judge,
@@ -45,7 +44,8 @@ from dreamgym_agents.judge import (  # noqa: F401 - re-exported: the judge is pa
     parse_unachievable_verdict,
     unachievable_messages,
 )
-from dreamgym_agents.page_helper import Helper, call_helper
+from dreamgym_agents.adapters.webarena.page_helper import Helper, call_helper
+from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ NOT_ACHIEVABLE = "N/A"
 JUDGE_HINT = "this task needs an LLM judge: pass --judge MODEL"
 
 # Placeholders WebArena uses for its self-hosted sites; any ``__NAME__`` in a URL is looked up.
-_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
+SITE_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
 _SPECIAL_PLACEHOLDERS = frozenset({"__last_url__", "__page__"})
 
 
@@ -334,7 +334,7 @@ def fill_placeholders(
             )
         return urls[token]
 
-    return _PLACEHOLDER.sub(replace, text)
+    return SITE_PLACEHOLDER.sub(replace, text)
 
 
 def evaluate_task(

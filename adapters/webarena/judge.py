@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dreamgym_agents.evaluation import Judge
+    from dreamgym_agents.adapters.webarena.evaluation import Judge
     from dreamgym_agents.llm import Gateway
 
 logger = logging.getLogger(__name__)

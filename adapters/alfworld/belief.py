@@ -1,0 +1,320 @@
+"""The ALFWorld abstract state: what the player knows, rendered as a few lines of text.
+
+ALFWorld answers each command with one sentence of feedback ("You arrive at countertop 1. On the
+countertop 1, you see a soapbar 4, and a spraybottle 1."). An agent that sees only the last
+sentence must remember the rest; the abstract state keeps it instead, so a turn is a function of
+the state alone (the policy conditions on its turn, the experience model on a state):
+
+    Task: put two soapbar in bathtubbasin.
+    At: countertop 1
+    Holding: soapbar 3 (clean)
+    Seen: bathtubbasin 1: nothing; cabinet 1 (closed); countertop 1: soapbar 4, spraybottle 1
+    Unvisited: cabinet 2, cabinet 3, toilet 1
+    Feedback: You arrive at countertop 1. On the countertop 1, you see a soapbar 4, and a …
+
+The state is a deterministic function of the feedback sentences (:meth:`Belief.update`), so the
+dream only has to predict the next sentence: :meth:`Belief.update` turns it into the next state,
+as the real environment does. :meth:`Belief.admissible` derives the commands the game accepts
+from the state (the game's grammar); tests check it against textworld's own list.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_ITEM = re.compile(r"\ba ([a-z]+ \d+)")
+_ARRIVE = re.compile(r"^You arrive at ([a-z]+ \d+)\.")
+_ON = re.compile(r"On the ([a-z]+ \d+), you see (.*)$")
+_OPEN_IN = re.compile(r"The ([a-z]+ \d+) is open\. In it, you see (.*)$")
+_CLOSED = re.compile(r"The ([a-z]+ \d+) is closed\.")
+_OPENED = re.compile(r"^You open the ([a-z]+ \d+)\.")
+_CLOSE = re.compile(r"^You close the ([a-z]+ \d+)\.")
+_TAKE = re.compile(r"^You pick up the ([a-z]+ \d+) from the ([a-z]+ \d+)\.")
+_MOVE = re.compile(r"^You (?:move|put) the ([a-z]+ \d+) (?:to|in|on) the ([a-z]+ \d+)\.")
+_CHANGE = re.compile(r"^You (clean|heat|cool) the ([a-z]+ \d+) using the ([a-z]+ \d+)\.")
+_TURN_ON = re.compile(r"^You turn on the ([a-z]+ \d+)\.")
+_CARRY = re.compile(r"^You are carrying: (.*)$")
+_ROOM = re.compile(r"Looking quickly around you, you see (.*?)\.\s*$", re.M)
+_TASK = re.compile(r"Your task is to: (.*?)\s*$", re.M)
+_PROPERTY = {"clean": "clean", "heat": "hot", "cool": "cool"}
+_TOOLS = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
+
+
+@dataclass(frozen=True)
+class Rules:
+    """ALFRED's object tables, by the lower-case kind names the game shows (``soapbar``,
+    ``sinkbasin``): what each receptacle can hold, which objects can be cleaned, heated or
+    cooled, which receptacles open and which objects are lamps."""
+
+    can_contain: dict[str, frozenset[str]]
+    abilities: dict[str, frozenset[str]]
+    openable: frozenset[str]
+    lamps: frozenset[str]
+
+    @classmethod
+    def alfred(cls) -> Rules:
+        """The tables of ``alfworld.gen.constants`` (the ``alfworld`` extra)."""
+        from dreamgym_agents.adapters.alfworld.layouts import alfred
+
+        c = alfred()
+        low = str.lower
+        return cls(
+            can_contain={low(r): frozenset(map(low, objs))
+                         for r, objs in c.VAL_RECEPTACLE_OBJECTS.items()},
+            abilities={verb: frozenset(map(low, c.VAL_ACTION_OBJECTS[key]))
+                       for verb, key in (("clean", "Cleanable"), ("heat", "Heatable"),
+                                         ("cool", "Coolable"))},
+            openable=frozenset(map(low, c.OPENABLE_CLASS_SET)),
+            lamps=frozenset(map(low, c.VAL_ACTION_OBJECTS["Toggleable"])))
+
+
+def items_of(text: str) -> list[str]:
+    """``a soapbar 4, and a spraybottle 1.`` → ``["soapbar 4", "spraybottle 1"]``; ``nothing.``
+    → ``[]``."""
+    return _ITEM.findall(text)
+
+
+@dataclass
+class Place:
+    """What the player knows of one receptacle: open, closed or a surface, and what is in it
+    (None: not known — a closed receptacle not opened yet)."""
+
+    status: str = "surface"
+    items: list[str] | None = None
+
+
+@dataclass
+class Belief:
+    """The player's knowledge of one game (see the module docstring)."""
+
+    task: str = ""
+    at: str = ""
+    holding: str = ""
+    receptacles: list[str] = field(default_factory=list)
+    places: dict[str, Place] = field(default_factory=dict)
+    properties: dict[str, list[str]] = field(default_factory=dict)
+    feedback: str = ""
+
+    # -- from the game ------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, observation: str) -> Belief:
+        """The state of a game's opening text (the room's receptacles and the task)."""
+        belief = cls()
+        room = _ROOM.search(observation)
+        belief.receptacles = sorted(items_of(room.group(1)), key=_order) if room else []
+        task = _TASK.search(observation)
+        belief.task = task.group(1).strip() if task else ""
+        first = next((line for line in observation.splitlines()
+                      if line.startswith("You are in the middle")), "")
+        belief.feedback = first.strip()
+        return belief
+
+    def update(self, command: str, feedback: str) -> None:
+        """Take in the game's answer to ``command``."""
+        text = " ".join(feedback.split())
+        self.feedback = text
+        if m := _ARRIVE.match(text):
+            self.at = m.group(1)
+            self._see(text)
+        elif m := _OPENED.match(text):
+            self._see(text)
+        elif m := _CLOSE.match(text):
+            self._place(m.group(1)).status = "closed"
+        elif m := _TAKE.match(text):
+            obj, where = m.groups()
+            self.holding = obj
+            place = self._place(where)
+            if place.items is not None and obj in place.items:
+                place.items.remove(obj)
+        elif m := _MOVE.match(text):
+            obj, where = m.groups()
+            self.holding = ""
+            place = self._place(where)
+            place.items = sorted({*(place.items or []), obj}, key=_order)
+        elif m := _CHANGE.match(text):
+            verb, obj, _ = m.groups()
+            props = self.properties.setdefault(obj, [])
+            if _PROPERTY[verb] not in props:
+                props.append(_PROPERTY[verb])
+        elif m := _TURN_ON.match(text):
+            props = self.properties.setdefault(m.group(1), [])
+            if "on" not in props:
+                props.append("on")
+        elif m := _CARRY.match(text):
+            found = items_of(m.group(1))
+            self.holding = found[0] if found else ""
+        elif text.startswith("You are not carrying anything"):
+            self.holding = ""
+        elif text.startswith("On the "):  # examine a receptacle
+            self._see(text)
+
+    def _see(self, text: str) -> None:
+        if m := _ON.search(text):
+            self._place(m.group(1)).items = sorted(items_of(m.group(2)), key=_order)
+            self._place(m.group(1)).status = "surface"
+        elif m := _OPEN_IN.search(text):
+            place = self._place(m.group(1))
+            place.status, place.items = "open", sorted(items_of(m.group(2)), key=_order)
+        elif m := _CLOSED.search(text):
+            self._place(m.group(1)).status = "closed"
+
+    def _place(self, name: str) -> Place:
+        if name not in self.receptacles:
+            self.receptacles = sorted({*self.receptacles, name}, key=_order)
+        return self.places.setdefault(name, Place())
+
+    # -- as text ------------------------------------------------------------------------------
+
+    def render(self) -> str:
+        """The state as the models see it (the module docstring's lines)."""
+        seen = []
+        for name in self.receptacles:
+            place = self.places.get(name)
+            if place is None:
+                continue
+            label = name if place.status == "surface" else f"{name} ({place.status})"
+            if place.items is None or place.status == "closed":
+                seen.append(label)
+            else:
+                seen.append(f"{label}: {', '.join(self._named(place.items)) or 'nothing'}")
+        unvisited = [r for r in self.receptacles if r not in self.places]
+        held = self._named([self.holding])[0] if self.holding else "nothing"
+        return "\n".join([f"Task: {self.task}",
+                          f"At: {self.at or 'the middle of the room'}",
+                          f"Holding: {held}",
+                          f"Seen: {'; '.join(seen) or 'nothing yet'}",
+                          f"Unvisited: {', '.join(unvisited) or 'none'}",
+                          f"Feedback: {self.feedback}"])
+
+    def _named(self, objects: list[str]) -> list[str]:
+        return [f"{o} ({', '.join(self.properties[o])})" if self.properties.get(o) else o
+                for o in objects]
+
+    @classmethod
+    def parse(cls, state: str) -> Belief:
+        """Read a rendered state back (the inverse of :meth:`render`)."""
+        fields = {}
+        for line in state.splitlines():
+            key, sep, value = line.partition(": ")
+            if sep:
+                fields[key.strip()] = value.strip()
+        belief = cls(task=fields.get("Task", ""), feedback=fields.get("Feedback", ""))
+        at = fields.get("At", "")
+        belief.at = "" if at == "the middle of the room" else at
+        holding, props = _split_props(fields.get("Holding", "nothing"))
+        belief.holding = "" if holding == "nothing" else holding
+        if props:
+            belief.properties[holding] = props
+        names: set[str] = set()
+        seen = fields.get("Seen", "")
+        for part in ([] if seen in ("", "nothing yet") else seen.split("; ")):
+            head, _, contents = part.partition(": ")
+            name, status = head, "surface"
+            if head.endswith(")") and " (" in head:
+                name, status = head[:-1].split(" (", 1)
+            place = belief.places.setdefault(name, Place(status=status))
+            if status != "closed":
+                place.items = []
+                for item in ([] if contents in ("", "nothing") else contents.split(", ")):
+                    obj, obj_props = _split_props(item)
+                    place.items.append(obj)
+                    if obj_props:
+                        belief.properties[obj] = obj_props
+            names.add(name)
+        unvisited = fields.get("Unvisited", "none")
+        names |= set() if unvisited == "none" else set(unvisited.split(", "))
+        if belief.at:
+            names.add(belief.at)
+        belief.receptacles = sorted(names, key=_order)
+        return belief
+
+    # -- the game's grammar -------------------------------------------------------------------
+
+    def admissible(self, rules: Rules) -> list[str]:
+        """The commands the game accepts in this state (its grammar and ``rules``, applied to
+        what the player knows), sorted."""
+        out = {"look", "inventory", "help"}
+        for name in self.receptacles:
+            if name != self.at:
+                out.add(f"go to {name}")
+        if self.holding:
+            out.add(f"examine {self.holding}")
+        if self.at:
+            place = self.places.get(self.at, Place())
+            kind = _kind(self.at)
+            out.add(f"examine {self.at}")
+            if kind in rules.openable:
+                out.add(f"close {self.at}" if place.status == "open" else f"open {self.at}")
+            visible = (place.items or []) if place.status != "closed" else []
+            for obj in visible:
+                if _kind(obj) in rules.lamps:
+                    out.add(f"use {obj}")
+                elif not self.holding:
+                    out.add(f"take {obj} from {self.at}")
+            held = _kind(self.holding) if self.holding else ""
+            if held and place.status != "closed" and held in rules.can_contain.get(kind, ()):
+                out.add(f"move {self.holding} to {self.at}")
+            verb = _TOOLS.get(kind)
+            if held and verb and held in rules.abilities[verb]:
+                out.add(f"{verb} {self.holding} with {self.at}")
+        return sorted(out)
+
+
+def _split_props(text: str) -> tuple[str, list[str]]:
+    if text.endswith(")") and " (" in text:
+        name, props = text[:-1].split(" (", 1)
+        return name, props.split(", ")
+    return text, []
+
+
+def _kind(name: str) -> str:
+    return name.rsplit(" ", 1)[0]
+
+
+def _order(name: str) -> tuple[str, int]:
+    kind, _, number = name.rpartition(" ")
+    return (kind, int(number)) if number.isdigit() else (name, 0)
+
+
+@functools.cache
+def _rules() -> Rules:
+    return Rules.alfred()
+
+
+def admissible_in(state: str) -> list[str]:
+    """The commands the game accepts in a rendered state (none for a text that is not one)."""
+    try:
+        return Belief.parse(state).admissible(_rules())
+    except (ValueError, KeyError):
+        return []
+
+
+class AlfworldStateFormat:
+    """:class:`~dreamgym_agents.env.StateFormat` of the rendered belief state."""
+
+    @staticmethod
+    def start_key(task: Any) -> str:
+        """A task's game: its episodes start from the game's opening."""
+        import json
+
+        game = task.config.get("game")
+        return json.dumps(game, sort_keys=True) if game else ""
+
+    @staticmethod
+    def initial_state(task: Any) -> str:
+        """The state before anything is seen (the room's receptacles unknown)."""
+        return Belief(task=str(task.intent).strip().rstrip(".") + ".",
+                      feedback="You are in the middle of a room.").render()
+
+    @staticmethod
+    def location(state: str) -> str:
+        return next((line[4:].strip() for line in state.splitlines() if line.startswith("At: ")),
+                    "")
+
+    @staticmethod
+    def strip_ids(line: str) -> str:
+        return line  # object numbers are the game's, and the model sees them

@@ -1,0 +1,209 @@
+"""The ``alfworld`` task family: ALFWorld's household tasks, the paper's second benchmark.
+
+Tasks come from ``tasks/alfworld/{train,validation,test}.json`` (generated games, see
+:mod:`~dreamgym_agents.adapters.alfworld.taskgen`): train and validation on ALFRED's seen room
+layouts, test on its unseen ones (ALFWorld's ``valid_unseen``). A task names its game (seed,
+task type, layout); the game file is generated on first use and cached. With ``ALFWORLD_DATA``
+pointing at ALFWorld's official games, ``--tasks $ALFWORLD_DATA/json_2.1.1/valid_unseen`` loads
+them (every ``game.tw-pddl`` below the folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.env import EnvConfig, Environment, Requirement
+from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.types import Task
+
+FAMILY = "alfworld"
+SPLITS = ("train", "validation", "test")
+TASK_DIR = "alfworld"
+
+
+def _require() -> None:
+    try:
+        import alfworld  # noqa: F401
+        import textworld  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("alfworld", "alfworld") from None
+
+
+def task_from_config(config: dict[str, Any], split: str = "") -> Task:
+    """A task of a generated game's config (``game``: seed, task type, layout; ``intent``) or
+    of an official game file (``game_file``)."""
+    return Task(task_id=str(config["task_id"]), family=FAMILY, intent=str(config["intent"]),
+                split=split, config=config)
+
+
+class AlfworldFamily:
+    """ALFWorld: generated games (or the official ones) played through textworld."""
+
+    name = FAMILY
+
+    def load_tasks(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        ref = resources.files("dreamgym_agents.tasks") / TASK_DIR / f"{split}.json"
+        with resources.as_file(ref) as path:
+            if not Path(path).is_file():
+                raise ConfigError(f"no ALFWorld {split} tasks shipped at {path}")
+            return [task_from_config(c, split) for c in json.loads(Path(path).read_text())]
+
+    def load_task_file(self, path: str) -> list[Task]:
+        """A JSON task file of this family, or a folder of official ``game.tw-pddl`` files."""
+        from dreamgym_agents.adapters.alfworld.games import GAME_FILE, task_description
+
+        folder = Path(path)
+        if folder.is_dir():
+            games = sorted(folder.rglob(GAME_FILE))
+            if not games:
+                raise ConfigError(f"no {GAME_FILE} below {folder}")
+            return [task_from_config({"task_id": f"{folder.name}.{i}",
+                                      "intent": task_description(g), "game_file": str(g),
+                                      "task_type": g.parent.parent.name.split("-", 1)[0]})
+                    for i, g in enumerate(games)]
+        if not folder.is_file():
+            raise ConfigError(f"task file not found: {path}")
+        return [task_from_config(c) for c in json.loads(folder.read_text())]
+
+    def instance_key(self, task: Task) -> tuple[str, ...]:
+        """What makes a task the same task: its game (many games share a sentence such as
+        'put a clean soapbar in shelf', in other rooms)."""
+        game = task.config.get("game") or {}
+        if game:
+            return ("game", str(game.get("layout")), str(game.get("task_type")),
+                    str(game.get("seed")))
+        return ("file", str(task.config.get("game_file", task.task_id)))
+
+    def game_path(self, task: Task) -> Path:
+        """The task's game file (generated and cached on first use)."""
+        from dreamgym_agents.adapters.alfworld.games import GameSpec, games_root, generate_game
+
+        if task.config.get("game_file"):
+            return Path(task.config["game_file"])
+        game = task.config.get("game") or {}
+        try:
+            spec = GameSpec(int(game["seed"]), str(game["task_type"]), str(game["layout"]))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"task {task.task_id}: config.game needs seed, task_type and "
+                              "layout (or give game_file)") from None
+        return generate_game(spec, games_root())
+
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
+        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each)."""
+        _require()
+        for task in tasks or []:
+            self.game_path(task)
+        from dreamgym_agents.adapters.alfworld.games import games_root
+
+        return f"ALFWorld games (generated offline, cached in {games_root()})"
+
+    def requirements(self) -> list[Requirement]:
+        """The alfworld and textworld packages (``make install-alfworld``), where generated
+        games are cached, and whether the official games are configured (``ALFWORLD_DATA``)."""
+        from dreamgym_agents.doctor import dist_version
+
+        rows = []
+        for dist in ("alfworld", "textworld"):
+            version = dist_version(dist)
+            rows.append(Requirement(dist, version is not None, version or
+                                    "missing: make install-alfworld (pip install "
+                                    "'dreamgym-agents[alfworld]')"))
+        from dreamgym_agents.adapters.alfworld.games import games_root
+
+        rows.append(Requirement("games", None, f"generated on first use into {games_root()}"))
+        official = os.environ.get("ALFWORLD_DATA")
+        rows.append(Requirement("ALFWORLD_DATA", None, official or
+                                "not set (the official json_2.1.1 games load when it is)"))
+        return rows
+
+    def make_env(self, cfg: EnvConfig) -> Environment:
+        from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
+
+        return AlfworldEnv(self.game_path, expert=cfg.expert)
+
+    def action_set(self) -> Any:
+        from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet
+
+        return AlfworldActionSet()
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+        """``oracle`` (the expert's plan), ``noisy`` (random detours at rate ``noise``) and
+        ``random`` (a random admissible command)."""
+        from dreamgym_agents.adapters.alfworld.agents import offline_agents
+
+        return offline_agents(seed, noise)
+
+    eval_types = ("goal",)
+    """One kind of evaluator: the game's goal conditions (the PDDL goal of the task)."""
+
+    dream_eval_types = None
+    """The dream trains on every task: the outcome is the visible state's goal."""
+
+    @staticmethod
+    def task_eval_types(task: Task) -> list[str]:
+        """Every ALFWorld task is judged by its game's goal."""
+        del task
+        return ["goal"]
+
+    @staticmethod
+    def state_format() -> Any:
+        """Text-game states: no location, no ids; a task's start is its game."""
+        from dreamgym_agents.adapters.alfworld.belief import AlfworldStateFormat
+
+        return AlfworldStateFormat()
+
+    @staticmethod
+    def policy_view() -> Any:
+        """The state as it is; decoding constrained to the commands the game accepts in it
+        (:meth:`~.belief.Belief.admissible`, derived from the state alone, so the dream's
+        states constrain the same way)."""
+        from dreamgym_agents.adapters.alfworld.belief import admissible_in
+        from dreamgym_agents.policy import PlainView
+
+        return PlainView(options=admissible_in)
+
+    def experience_codec(self) -> Any:
+        """Short text states, written in full
+        (:class:`~dreamgym_agents.experience_codec.PlainCodec`)."""
+        from dreamgym_agents.experience_codec import PlainCodec
+
+        return PlainCodec(self.action_set(), "a household text game",
+                          head_prefixes=("At:", "Holding:"))
+
+    @staticmethod
+    def embedded_recipe_defaults() -> dict[str, Any]:
+        """Expert, noisy-expert and random episodes (no quitter, no explorers: every command
+        the game accepts is listed, and episodes end only at the goal); no relabelled endings
+        (:meth:`relabel`); longer episodes than a web task's."""
+        return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
+                "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
+                "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
+                "max_steps": 30}
+
+    collectors = ("oracle", "noisy", "random")
+    """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        """(collector, agent, its train tasks, step limit): the expert, the noisy expert and
+        the random agent on the recipe's counts of train tasks, spread over the split."""
+        agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
+        counts = {"oracle": recipe.oracle_tasks, "noisy": recipe.noisy_tasks,
+                  "random": recipe.random_tasks}
+        return [(name, agents[name], tasks[:: max(1, len(tasks) // max(counts[name], 1))]
+                 [:counts[name]], recipe.max_steps) for name in self.collectors]
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]:
+        """None: an ALFWorld outcome is the game's state, not a text the evaluator reads, so
+        no other ending of a recorded episode can be labelled without replaying it."""
+        del trajectories, answers, stops, seed
+        return [], []
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,73 @@
+"""The dream of every registered family honours the environment contract.
+
+The experience model is scripted (it answers the state unchanged, as ``@state``, or a step that
+ends the episode), so what is checked is the family's side of the dream: its action set, its
+state format (start state, location) and its experience codec (reading the answer back).
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_experience import ScriptedModel
+from test_family_contract import GARBAGE
+
+from dreamgym_agents.dream import DreamConfig, DreamEnv
+from dreamgym_agents.env import Environment, make_family
+from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+
+VALID = {"webarena": "click('1')", "alfworld": "look"}
+TERMINAL = {"webarena": "send_msg_to_user('done')", "alfworld": None}
+UNCHANGED = ("<reasoning>nothing happens</reasoning>\n<reward>0</reward>\n<done>false</done>\n"
+             "<success>false</success>\n<next_state>\n@state\n</next_state>")
+WON = UNCHANGED.replace("<reward>0", "<reward>1").replace("<done>false", "<done>true").replace(
+    "<success>false", "<success>true")
+
+
+def test_every_family_is_covered():
+    assert set(VALID) == set(TERMINAL) == set(GARBAGE)
+
+
+@pytest.fixture(params=sorted(VALID))
+def dream(request):
+    name = request.param
+    family = make_family(name)
+    task = family.load_tasks("test")[0]
+    model = ScriptedModel([UNCHANGED, UNCHANGED, WON])
+    experience = ExperienceModel(ExperienceConfig(prompt_style="compact", max_parse_retries=0),
+                                 model, None, codec=family.experience_codec())
+    env = DreamEnv(DreamConfig(invalid_action_ends_episode=False), experience, None, family)
+    yield name, family, task, env, model
+    env.close()
+    family.close()
+
+
+def test_the_dream_plays_a_family_like_its_real_environment(dream):
+    name, family, task, env, model = dream
+    assert isinstance(env, Environment) and env.provenance == "synthetic"
+    fmt = family.state_format()
+    start = env.reset(task)
+    assert start.state == fmt.initial_state(task) and start.info["start_state"] == "synthesised"
+    assert start.url == fmt.location(start.state)
+    # an action the family cannot parse: a recorded invalid step, the model not asked
+    bad = env.step(GARBAGE[name])
+    assert not bad.valid and bad.reward == 0 and not bad.done and model.requests == []
+    # a valid one: the model's "@state" is read back by the family's codec as the same state
+    same = env.step(VALID[name])
+    assert same.valid and not same.done and same.observation.state == start.state
+    assert len(model.requests) == 1
+    history = env.history
+    assert [t.valid for t in history] == [False, True] and history[1].provenance == "synthetic"
+    # the model ends the episode with a success
+    env.step(VALID[name])
+    won = env.step(VALID[name])
+    assert won.done and won.success and won.reward == 1.0
+
+
+def test_a_terminal_action_ends_the_dream_episode_whatever_the_model_says(dream):
+    name, _, task, env, _ = dream
+    if TERMINAL[name] is None:
+        pytest.skip(f"{name} has no action that ends an episode by its type")
+    env.reset(task)
+    result = env.step(TERMINAL[name])
+    assert result.done and not result.success and result.reward == 0
+    assert result.info["forced_done"]

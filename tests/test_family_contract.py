@@ -1,0 +1,168 @@
+"""The contract every registered task family honours, run against each of them.
+
+- its environment resets to a non-empty abstract state; an unparseable or impossible action is a
+  recorded invalid step (reward 0, not done, state unchanged), never an exception;
+- its oracle solves its test tasks; episodes written to ``trajectories.jsonl`` read back equal;
+- evaluation is deterministic: the same agent on the same task gives the same states and outcome;
+- a run killed after some episodes resumes: a rerun plays only the missing ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dreamgym_agents.env import EnvConfig, TaskFamily, family_names, make_family
+from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
+from dreamgym_agents.types import read_trajectories
+
+GARBAGE = {"webarena": "dance [wildly]", "alfworld": "dance wildly"}
+IMPOSSIBLE = {"webarena": "click('99999')", "alfworld": "take unicorn 1 from moon 1"}
+MARKS = {"webarena": [pytest.mark.browser], "alfworld": [pytest.mark.slow]}
+
+
+def test_every_family_is_covered():
+    assert set(family_names()) == set(GARBAGE), "add the new family to this contract suite"
+
+
+@pytest.mark.parametrize("name", sorted(GARBAGE))
+def test_every_family_has_the_protocols_hooks(name):
+    family = make_family(name)
+    try:
+        assert isinstance(family, TaskFamily)
+        assert {"oracle", "random"} <= set(family.offline_agents(0))
+        assert family.action_set().describe().strip()
+    finally:
+        family.close()
+
+
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=MARKS[name])
+                                        for name in sorted(GARBAGE)])
+def family_case(request):
+    family = make_family(request.param)
+    cfg = EnvConfig(max_steps=20)
+    tasks = family.load_tasks("test")[:3]
+    family.prepare(cfg, tasks)
+    yield request.param, family, cfg, tasks
+    family.close()
+
+
+def _play(family, cfg, tasks, out, agent, on_episode=None):
+    run = RunConfig(out_dir=out, concurrency=1, max_steps=cfg.max_steps,
+                    meta={"command": "contract", "agent": agent.name})
+    return asyncio.run(run_episodes(tasks, lambda: family.make_env(cfg), agent, run,
+                                    on_episode=on_episode))
+
+
+def test_reset_invalid_actions_and_close(family_case):
+    name, family, cfg, tasks = family_case
+    env = family.make_env(cfg)
+    try:
+        obs = env.reset(tasks[0])
+        assert obs.state.strip()
+        for action in (GARBAGE[name], IMPOSSIBLE[name]):
+            bad = env.step(action)
+            assert not bad.valid and bad.error and bad.reward == 0.0 and not bad.done
+            assert bad.observation.state == obs.state
+    finally:
+        env.close()
+
+
+def test_the_oracle_solves_and_records_round_trip(family_case, tmp_path):
+    _, family, cfg, tasks = family_case
+    oracle = family.offline_agents()["oracle"]
+    result = _play(family, cfg, tasks, tmp_path / "oracle", oracle)
+    assert not result.failed and result.summary["success_rate"] == 1.0
+    episodes = read_trajectories(tmp_path / "oracle" / TRAJECTORIES_FILE)
+    assert len(episodes) == len(tasks)
+    for traj in episodes:
+        assert traj.success and traj.transitions[-1].reward == 1.0
+        assert type(traj).from_dict(traj.to_dict()) == traj
+        for prev, step in zip(traj.transitions, traj.transitions[1:], strict=False):
+            assert step.state == prev.next_state  # each step starts where the last ended
+
+
+def test_evaluation_is_deterministic(family_case, tmp_path):
+    _, family, cfg, tasks = family_case
+    runs = []
+    for n in range(2):
+        agent = family.offline_agents(seed=7)["random"]
+        _play(family, cfg, tasks[:1], tmp_path / f"random{n}", agent)
+        (traj,) = read_trajectories(tmp_path / f"random{n}" / TRAJECTORIES_FILE)
+        runs.append([(t.state, t.action, t.next_state, t.reward) for t in traj.transitions])
+    assert runs[0] == runs[1]
+
+
+KILLED_RUN = """
+import asyncio, sys, time
+from dreamgym_agents.env import EnvConfig, make_family
+from dreamgym_agents.graph import RunConfig, run_episodes
+
+family = make_family(sys.argv[1])
+cfg = EnvConfig(max_steps=20)
+tasks = family.load_tasks("test")[:4]
+oracle = family.offline_agents()["oracle"]
+
+class Slow:  # the oracle, slowed so the kill lands mid-run
+    name = oracle.name
+
+    async def act(self, *args):
+        await asyncio.sleep(0.3)
+        return await oracle.act(*args)
+
+family.prepare(cfg, tasks)
+run = RunConfig(out_dir=sys.argv[2], concurrency=1, max_steps=20,
+                meta={"command": "contract", "agent": "oracle"})
+asyncio.run(run_episodes(tasks, lambda: family.make_env(cfg), Slow(), run))
+"""
+
+
+def test_a_killed_run_resumes_with_the_missing_episodes(family_case, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    name, family, cfg, _ = family_case
+    tasks = family.load_tasks("test")[:4]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, name, str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    traj_file = out / TRAJECTORIES_FILE
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if traj_file.exists() and traj_file.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and any browser it started
+    proc.wait()
+    before = len(read_trajectories(traj_file, repair=True))
+    assert 1 <= before < 4, "the kill came too late to test a resume"
+    result = _play(family, cfg, tasks, out, family.offline_agents()["oracle"])
+    ids = [t.task.task_id for t in read_trajectories(traj_file)]
+    assert sorted(ids) == sorted(t.task_id for t in tasks)  # each once, none lost
+    assert result.summary["resumed_episodes"] == before and result.summary["episodes"] == 4
+
+
+@pytest.mark.slow
+def test_alfworld_games_start_in_parallel_threads():
+    """textworld's PDDL parser is shared by threads: games started at once (concurrent
+    episodes) must all load (they used to corrupt it for the whole process)."""
+    import concurrent.futures
+
+    family = make_family("alfworld")
+    cfg = EnvConfig(max_steps=5)
+    tasks = family.load_tasks("test")[:4]
+    family.prepare(cfg, tasks)
+    envs = [family.make_env(cfg) for _ in tasks]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            starts = list(pool.map(lambda env, task: env.reset(task), envs, tasks))
+        assert all(obs.state.strip() for obs in starts)
+    finally:
+        for env in envs:
+            env.close()
+        family.close()
