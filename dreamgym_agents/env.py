@@ -6,9 +6,12 @@ action set parses it, and text it cannot parse or execute becomes an *invalid-ac
 (``valid=False``, reward 0, recorded), never an exception. Real environments (the browser) and the
 dream (the experience model) implement the same contract, so the same episode graph runs on either.
 
-A *task family* (e.g. ``webarena``) knows where its tasks come from and how to build the
-environment that plays them. Families register themselves by name prefix from ``adapters/``; core
-code never special-cases a family.
+A *task family* (``webarena``, ``alfworld``, a user's own) knows where its tasks come from, how
+to build the environment that plays them, and everything else the core must not assume about an
+environment (its actions, offline agents, evaluator kinds, state format, experience-model codec,
+policy view, embedded recipe: :class:`TaskFamily`). Families are found by the
+``dreamgym_agents.families`` entry point (or :func:`register_family`); the core never imports
+one (``tests/test_architecture.py``).
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ class StepResult:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-@runtime_checkable
 @runtime_checkable
 class Action(Protocol):
     """One parsed action, whatever the family: its verb, whether it ends the episode by its
