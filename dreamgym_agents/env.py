@@ -220,6 +220,10 @@ class TaskFamily(Protocol):
     (:mod:`dreamgym_agents.experience_codec`), ``state_format`` how its states read
     (:class:`StateFormat`), ``policy_view`` the policy's part (how a state reads to it, how
     actions are written, the grammar of a turn: :class:`~dreamgym_agents.policy.PolicyView`).
+
+    Optional: ``task_keys(task) -> set[str]``, what makes a task the same instance for
+    :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
+    parameters).
     """
 
     name: str

@@ -2,16 +2,19 @@
 
 A family's validation and test tasks are *held out*: the curriculum must not propose them, and
 the buffer, the experience model's data, the warm start and RL must not train on them.
-:class:`HeldOut` recognises a task by its instruction (normalised) or by its template and
-parameters (WebArena's ``intent_template`` and ``instantiation_dict``, normalised), so a
-rephrased intent with the same values is caught as well as a verbatim copy.
+:class:`HeldOut` recognises a task by its keys: what makes it the same task instance. By default
+(:func:`task_keys`) its instruction (normalised) and its template and parameters (WebArena's
+``intent_template`` and ``instantiation_dict``, normalised), so a rephrased intent with the same
+values is caught as well as a verbatim copy. A family whose instructions recur across instances
+says otherwise (``TaskFamily.task_keys``: ALFWorld's "put a mug in cabinet" is a different task
+in another room; its key is the game).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,12 +32,20 @@ def normalise(text: str) -> str:
     return _SPACE.sub(" ", str(text).lower()).strip().rstrip(".?!")
 
 
-def _instance(task: Task) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+def task_keys(task: Task) -> set[str]:
+    """A task's default keys: its normalised instruction, and its template with its parameters
+    when it has both."""
+    keys = {f"intent:{normalise(task.intent)}"}
     template = task.config.get("intent_template") if isinstance(task.config, dict) else None
     params = task.params
-    if not template or not params:
-        return None
-    return normalise(str(template)), tuple(sorted((k, normalise(v)) for k, v in params.items()))
+    if template and params:
+        values = sorted((k, normalise(v)) for k, v in params.items())
+        keys.add(f"instance:{normalise(str(template))}|{values}")
+    return keys
+
+
+Keys = Callable[[Task], set[str]]
+"""A task → the keys that name its instance (:func:`task_keys`, or a family's)."""
 
 
 @dataclass
@@ -42,25 +53,27 @@ class HeldOut:
     """The held-out tasks of a family, and what was rejected for matching one.
 
     Attributes:
-        intents: Normalised instructions of the held-out tasks.
-        instances: (template, parameters) of the held-out tasks that have them.
+        keys: The keys of the held-out tasks.
+        count_tasks: How many held-out tasks there are.
         splits: The splits they come from.
         rejected: How many items each caller rejected (``curriculum``, ``offline_episodes``,
             ``buffer``, ``rl_tasks`` …), for the run's summary.
+        keys_of: How a task's keys are made (:func:`task_keys`, or the family's).
     """
 
-    intents: set[str] = field(default_factory=set)
-    instances: set[tuple[str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+    count_tasks: int = 0
     splits: tuple[str, ...] = ()
     rejected: dict[str, int] = field(default_factory=dict)
+    keys_of: Keys = task_keys
 
     @classmethod
-    def of(cls, tasks: Iterable[Task], splits: tuple[str, ...] = ()) -> HeldOut:
-        out = cls(splits=splits)
+    def of(cls, tasks: Iterable[Task], splits: tuple[str, ...] = (),
+           keys_of: Keys | None = None) -> HeldOut:
+        out = cls(splits=splits, keys_of=keys_of or task_keys)
         for task in tasks:
-            out.intents.add(normalise(task.intent))
-            if (key := _instance(task)) is not None:
-                out.instances.add(key)
+            out.keys |= out.keys_of(task)
+            out.count_tasks += 1
         return out
 
     @classmethod
@@ -75,18 +88,15 @@ class HeldOut:
             except ConfigError:
                 continue
             found.append(split)
-        return cls.of(tasks, tuple(found))
+        return cls.of(tasks, tuple(found), getattr(family, "task_keys", None))
 
     def __len__(self) -> int:
-        return len(self.intents)
+        return self.count_tasks
 
     def matches(self, task: Task) -> bool:
-        """True when ``task`` is a held-out task (same instruction, or same template and
-        parameters)."""
-        if normalise(task.intent) in self.intents:
-            return True
-        key = _instance(task)
-        return key is not None and key in self.instances
+        """True when ``task`` is a held-out task (a key in common: by default the same
+        instruction, or the same template and parameters)."""
+        return not self.keys.isdisjoint(self.keys_of(task))
 
     def keep(self, items: Iterable[Any], where: str) -> list[Any]:
         """The items (tasks, or anything with a ``task``: trajectories) that are not held out;

@@ -55,3 +55,15 @@ def test_the_warm_start_never_sees_a_held_out_episode(tmp_path):
     kept = pipe.offline_episodes()
     assert [t.episode_id for t in kept] == ["a"]
     assert pipe.held_out().rejected == {"offline_episodes": 1}
+
+
+def test_a_family_says_what_makes_a_task_the_same_instance():
+    """ALFWorld's instructions recur across games (train and test alike): its key is the game,
+    so no train task is held out for sharing a test instruction, and a test game is."""
+    family = make_family("alfworld")
+    held_out = HeldOut.for_family(family)
+    train, test = family.load_tasks("train"), family.load_tasks("test")
+    shared = {t.intent for t in train} & {t.intent for t in test}
+    assert shared, "the task set no longer shares instructions: this test checks nothing"
+    assert not any(held_out.matches(t) for t in train)
+    assert all(held_out.matches(t) for t in test)

@@ -139,6 +139,16 @@ class AlfworldFamily:
 
         return offline_agents(seed, noise)
 
+    @staticmethod
+    def task_keys(task: Task) -> set[str]:
+        """A task is its game: the same instruction ("put a mug in cabinet") recurs across
+        games and rooms, train and test alike (ALFWorld's protocol), and is not held out by
+        that alone."""
+        game = task.config.get("game")
+        if game:
+            return {f"game:{json.dumps(game, sort_keys=True)}"}
+        return {f"game_file:{task.config.get('game_file') or task.task_id}"}
+
     eval_types = ("goal",)
     """One kind of evaluator: the game's goal conditions (the PDDL goal of the task)."""
 
