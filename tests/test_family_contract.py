@@ -166,3 +166,25 @@ def test_alfworld_games_start_in_parallel_threads():
         for env in envs:
             env.close()
         family.close()
+
+
+@pytest.mark.slow
+def test_alfworld_games_are_generated_safely_by_concurrent_episodes(tmp_path, monkeypatch):
+    """A game not generated yet is made when an episode first meets it, in that episode's
+    worker thread: two generated at once must not corrupt textworld's parser either (a tiny
+    run on an empty cache failed so, "pop from empty list")."""
+    import concurrent.futures
+
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))  # no game generated yet
+    family = make_family("alfworld")
+    cfg = EnvConfig(max_steps=5)
+    tasks = family.load_tasks("validation")[:4]
+    envs = [family.make_env(cfg) for _ in tasks]  # no prepare: the resets generate them
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            starts = list(pool.map(lambda env, task: env.reset(task), envs, tasks))
+        assert all(obs.state.startswith("Task: ") for obs in starts)
+    finally:
+        for env in envs:
+            env.close()
+        family.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.adapters.alfworld.belief import Belief
+from dreamgym_agents.adapters.alfworld.games import TEXTWORLD_LOCK
 from dreamgym_agents.env import Observation, StepResult
 from dreamgym_agents.errors import EnvError
 from dreamgym_agents.types import Task
@@ -66,11 +67,8 @@ def admissible_shown(commands: list[str]) -> list[str]:
     return sorted(c for c in commands if c.split(" ", 1)[0] not in HIDDEN_VERBS)
 
 
-_TEXTWORLD = threading.Lock()
-"""textworld's PDDL loading and stepping share parser state across threads: two games started
-at once corrupt it for the whole process ("pop from empty list", grammar errors on later games).
-Every call into a game holds this lock; a step costs ~0.2 s, so concurrent episodes mostly wait
-on the agent, not on each other."""
+_TEXTWORLD = TEXTWORLD_LOCK
+"""The process-wide textworld lock (:data:`.games.TEXTWORLD_LOCK`)."""
 
 
 class AlfworldEnv:

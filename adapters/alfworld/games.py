@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,25 @@ def _textworld() -> tuple[Any, Any]:
     return textworld, textworld.gym
 
 
+TEXTWORLD_LOCK = threading.RLock()
+"""textworld's PDDL loading and stepping share parser state across threads: two games started
+(or generated) at once corrupt it for the whole process ("pop from empty list", grammar errors
+on later games). Every call into textworld holds this lock: a game's generation here, and each
+reset, step and close of a game (:mod:`.env`); a step costs ~0.2 s, so concurrent episodes
+mostly wait on the agent, not on each other."""
+
+
 def generate_game(spec: GameSpec, root: str | Path) -> Path:
     """Write the game of ``spec`` under ``root`` unless it is there; return its game file.
 
     Raises:
         EnvError: The planner found no plan for it (it is not kept).
     """
+    with TEXTWORLD_LOCK:  # generated in a worker thread when an episode meets a new game
+        return _generate_game(spec, root)
+
+
+def _generate_game(spec: GameSpec, root: str | Path) -> Path:
     folder = Path(root) / spec.folder
     path = folder / GAME_FILE
     if path.exists() and json.loads(path.read_text(encoding="utf-8")).get("solvable"):
