@@ -99,3 +99,34 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     assert main(["run", "--task", "webarena", "--preset", "quick", "--out", str(out),
                  *TINY]) == 0
     assert "stage " not in capsys.readouterr().err
+
+
+TINY_ALFWORLD = ["--set", "experience_recipe={oracle_tasks: 4, noisy_tasks: 1, random_tasks: 1, "
+                 "max_steps: 10, hidden_size: 32, num_layers: 1, vocab_size: 500, sft_steps: 10, "
+                 "batch_size: 4}", "--set", "eval_max_steps=8",
+                 *[arg for i in range(0, len(TINY), 2) for arg in TINY[i:i + 2]
+                   if not TINY[i + 1].startswith(("experience_recipe", "eval_max_steps"))]]
+"""The web tiny run's settings with an ALFWorld recipe (its episodes need a few more steps)."""
+
+
+@pytest.mark.slow
+def test_tiny_run_end_to_end_on_alfworld(tmp_path, monkeypatch, capsys):
+    """The same pipeline on the second family: its recipe built on first use (no bundle), the
+    expert's demonstrations, the dream with ALFWorld's codec and state format, real RL within
+    the budget; training on train games, evaluation on test games."""
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    assert main(["run", "--task", "alfworld", "--preset", "quick", "--out", str(out),
+                 *TINY_ALFWORLD]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["synthetic_transitions"] > 0 and summary["dream_real_transitions"] == 0
+    assert summary["real_transitions_used"] == 2
+    state = json.loads((out / "state.json").read_text())
+    assert state["done"]["sft"]["offline_episodes"] >= 2  # no train game held out by its intent
+    assert "/alfworld/" in state["done"]["experience"]["model"]
+    from dreamgym_agents.types import read_trajectories
+
+    for stage in ("eval_sft", "eval_dream", "eval_s2r"):
+        evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
+        assert evaluated and {t.task.family for t in evaluated} == {"alfworld"}
+        assert {t.task.split for t in evaluated} == {"test"}
