@@ -270,6 +270,12 @@ def task_template(task: Task) -> str:
     return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
 
 
+def every_nth(tasks: list[Task], count: int) -> list[Task]:
+    """``count`` of ``tasks`` taken at an even stride from the first (all of them when there
+    are fewer): the embedded collection's choice of a collector's tasks, deterministic."""
+    return tasks[:: max(1, len(tasks) // max(count, 1))][:count]
+
+
 def spread_tasks(tasks: list[Task], limit: int | None = None) -> list[Task]:
     """``limit`` of ``tasks`` spread over their templates (all of them without a limit).
 

@@ -105,7 +105,7 @@ class ExperienceCodec(Protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# PlainCodec: short plain-text states, written in full
+# PlainCodec: short plain-text states, written in full or as @state plus line edits
 # --------------------------------------------------------------------------------------------
 
 COMPLETE = "The task is complete."
@@ -150,7 +150,7 @@ class PlainCodec:
     """
 
     verdicts = (COMPLETE, FAILED, UNFINISHED)
-    follows = ("The state stays", "As in demo", "A new state", "The state changes")
+    follows = ("The state stays", "The state changes", "A new state")
     prompt_file = "experience_model_plain.md"
 
     def __init__(self, action_set: ActionSet, environment: str = "a text environment",
@@ -292,8 +292,8 @@ def line_edits(state: str, target: str) -> list[str]:
     """The edits that turn ``state`` into ``target`` line by line: ``+ Key: value`` for a
     keyed line whose value changed or that is new, ``- line`` for a line that went, ``+ line``
     for a new unkeyed one (empty: no change)."""
-    old = [ln for ln in _norm(state).splitlines()]
-    new = [ln for ln in _norm(target).splitlines()]
+    old = _norm(state).splitlines()
+    new = _norm(target).splitlines()
     old_keys = {_key(ln): ln for ln in old if _key(ln)}
     new_keys = {_key(ln): ln for ln in new if _key(ln)}
     edits = [f"- {ln}" for ln in old

@@ -96,6 +96,19 @@ def tokenizer(tmp_path_factory):
     return transformers.AutoTokenizer.from_pretrained(str(path))
 
 
+def random_walk(constraint, eos, rng, max_tokens, tokenizer):
+    """A uniformly random "model" under the constraint: token ids until an end token or
+    ``max_tokens``; every step must leave some token allowed."""
+    ids = []
+    while len(ids) < max_tokens:
+        allowed = constraint.allowed(ids)
+        assert allowed, tokenizer.decode(ids)
+        ids.append(rng.choice(allowed))
+        if ids[-1] in eos:
+            break
+    return ids
+
+
 @pytest.mark.parametrize("extractive", [False, True])
 def test_constrained_sampling_only_writes_grammatical_actions(tokenizer, extractive):
     grammar = ActionGrammar(PAGE, INTENT, extractive_answers=extractive)
@@ -104,14 +117,8 @@ def test_constrained_sampling_only_writes_grammatical_actions(tokenizer, extract
     eos = {tokenizer.eos_token_id}
     rng = random.Random(0)
     written = set()
-    for _ in range(200):  # a uniformly random "model" under the constraint
-        constraint, ids = Constraint(grammar, vocab, eos), []
-        while len(ids) < 200:
-            allowed = constraint.allowed(ids)
-            assert allowed, tokenizer.decode(ids)
-            ids.append(rng.choice(allowed))
-            if ids[-1] in eos:
-                break
+    for _ in range(200):
+        ids = random_walk(Constraint(grammar, vocab, eos), eos, rng, 200, tokenizer)
         text = tokenizer.decode(ids, skip_special_tokens=True)
         if ids[-1] in eos:
             assert grammar.accepts(text), text
@@ -140,14 +147,8 @@ def test_a_choice_grammar_writes_exactly_one_of_its_options(tokenizer):
     eos = {tokenizer.eos_token_id}
     rng = random.Random(1)
     written = set()
-    for _ in range(300):  # a uniformly random "model" under the constraint
-        constraint, ids = Constraint(grammar, vocab, eos), []
-        while len(ids) < 60:
-            allowed = constraint.allowed(ids)
-            assert allowed, tokenizer.decode(ids)
-            ids.append(rng.choice(allowed))
-            if ids[-1] in eos:
-                break
+    for _ in range(300):
+        ids = random_walk(Constraint(grammar, vocab, eos), eos, rng, 60, tokenizer)
         assert ids[-1] in eos
         written.add(tokenizer.decode(ids, skip_special_tokens=True))
     # every option, the one that is a prefix of another included, and nothing else

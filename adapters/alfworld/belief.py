@@ -21,6 +21,7 @@ from the state (the game's grammar); tests check it against textworld's own list
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -299,8 +300,6 @@ class AlfworldStateFormat:
     @staticmethod
     def start_key(task: Any) -> str:
         """A task's game: its episodes start from the game's opening."""
-        import json
-
         game = task.config.get("game")
         return json.dumps(game, sort_keys=True) if game else ""
 

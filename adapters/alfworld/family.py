@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment, Requirement
+from dreamgym_agents.env import EnvConfig, Environment, Requirement, every_nth
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.types import Task
 
@@ -205,8 +205,8 @@ class AlfworldFamily:
         agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
         counts = {"oracle": recipe.oracle_tasks, "noisy": recipe.noisy_tasks,
                   "random": recipe.random_tasks}
-        return [(name, agents[name], tasks[:: max(1, len(tasks) // max(counts[name], 1))]
-                 [:counts[name]], recipe.max_steps) for name in self.collectors]
+        return [(name, agents[name], every_nth(tasks, counts[name]), recipe.max_steps)
+                for name in self.collectors]
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]:

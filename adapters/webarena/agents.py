@@ -15,7 +15,7 @@ from typing import Any
 
 from dreamgym_agents.adapters.webarena.actions import WebAction
 from dreamgym_agents.agent import EXPLORATION, Decision
-from dreamgym_agents.env import Observation
+from dreamgym_agents.env import Observation, every_nth
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Task, Transition
@@ -293,7 +293,7 @@ def collection_plan(recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list
              [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
     out = []
     for name, agent, count, pool, max_steps in plan:
-        chosen = pool[:: max(1, len(pool) // max(count, 1))][:count]
+        chosen = every_nth(pool, count)
         if hasattr(agent, "assign"):  # the explorer: one slot per task
             agent.assign(chosen)
         out.append((name, agent, chosen, max_steps))

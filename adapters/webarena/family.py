@@ -23,6 +23,7 @@ from typing import Any
 
 from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
+from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Task, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -176,8 +177,6 @@ class WebStateFormat:
 
     @staticmethod
     def location(state: str) -> str:
-        from dreamgym_agents.state import parse_state
-
         return parse_state(state).url
 
     @staticmethod

@@ -14,7 +14,7 @@ from dreamgym_agents.adapters.webarena.experience_prompt import (
     target_line,
 )
 from dreamgym_agents.adapters.webarena.state_delta import DEMO_REF, PREVIOUS_REF, STATE_REF
-from dreamgym_agents.experience_codec import COMPLETE, FAILED, UNFINISHED
+from dreamgym_agents.experience_codec import COMPLETE, FAILED, UNFINISHED, verdict
 from dreamgym_agents.types import Transition
 
 
@@ -50,13 +50,13 @@ def deterministic_rationale(t: Transition, intent: str = "", *,
     target = target_line(t.state, t.action)
     verb = action_verb(t.action) or "acts"
     answer = answer_text(t.action)
-    verdict = COMPLETE if t.success else FAILED if t.terminated else UNFINISHED
+    outcome = verdict(t)
     if answer is not None:
         if intent and kinds_match(answer, intent) is None:
-            return f"{verdict} Final message; the task asks for an action, so the page decides."
-        return f"{verdict} Final answer, checked above."
+            return f"{outcome} Final message; the task asks for an action, so the page decides."
+        return f"{outcome} Final answer, checked above."
     if written_as is not None:
-        return f"{follows(written_as, t, demo_urls or [])} {verdict}"
+        return f"{follows(written_as, t, demo_urls or [])} {outcome}"
     parts = [f"The agent does {verb}" + (f" on {target}." if target else ".")]
     before, after = _path(t.state), _path(t.next_state)
     if verb == "go_back":
@@ -67,7 +67,7 @@ def deterministic_rationale(t: Transition, intent: str = "", *,
         parts.append("The page stays and changes.")
     else:
         parts.append("The page does not change.")
-    parts.append(verdict)
+    parts.append(outcome)
     return " ".join(parts)
 
 
