@@ -55,7 +55,7 @@ from dreamgym_agents.embedded import (
     COLLECT_VERSION,
     DEMOS_VERSION,
     RECIPE_VERSION,
-    EmbeddedRecipe,
+    check_recipe_keys,
     collect,
     demos_name,
     ensure_demos,
@@ -125,13 +125,7 @@ class BuildConfig:
     fidelity_concurrency: int = 2
 
     def __post_init__(self) -> None:
-        from dataclasses import fields
-
-        known = {f.name for f in fields(EmbeddedRecipe)}
-        unknown = sorted(set(self.experience_recipe) - known)
-        if unknown:
-            raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
-                              f"{', '.join(sorted(known))}")
+        check_recipe_keys(self.experience_recipe)
         if self.weights_dtype not in ("bfloat16", "float32"):
             raise ConfigError(f"weights_dtype must be bfloat16 or float32, got "
                               f"{self.weights_dtype!r}")

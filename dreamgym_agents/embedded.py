@@ -29,7 +29,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,16 @@ COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "rando
 """The recipe fields that decide which episodes are collected."""
 
 
+def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = ()) -> None:
+    """Raise :class:`ConfigError` naming the keys that are not :class:`EmbeddedRecipe` fields
+    (or are among ``exclude``: fields a caller sets itself), with the valid ones."""
+    known = set(EmbeddedRecipe.__dataclass_fields__) - set(exclude)
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(sorted(known))}")
+
+
 def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
     """The task ``family``'s embedded recipe (its ``embedded_recipe_defaults`` over the
     dataclass's defaults), with ``fields`` changed.
@@ -156,11 +166,7 @@ def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
     """
     from dreamgym_agents.env import make_family
 
-    known = set(EmbeddedRecipe.__dataclass_fields__)
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
-                          f"{', '.join(sorted(known))}")
+    check_recipe_keys(fields)
     made = make_family(family)
     try:
         defaults = made.embedded_recipe_defaults()

@@ -133,15 +133,11 @@ class PipelineConfig:
                               f"{self.demo_tasks}")
         if self.eval_concurrency < 1 or self.eval_max_steps < 1:
             raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
-        from dataclasses import fields
 
-        from dreamgym_agents.embedded import EmbeddedRecipe
+        from dreamgym_agents.embedded import check_recipe_keys
 
-        known = {f.name for f in fields(EmbeddedRecipe)} - {"use_retrieval", "use_reasoning"}
-        unknown = sorted(set(self.experience_recipe) - known)
-        if unknown:
-            raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
-                              f"{', '.join(sorted(known))}")
+        # the run sets these two itself (use_retrieval, use_reasoning are its own flags)
+        check_recipe_keys(self.experience_recipe, exclude=("use_retrieval", "use_reasoning"))
         if self.dream_eval_types not in (None, "family"):
             from dreamgym_agents.env import make_family
 
