@@ -70,6 +70,9 @@ class BufferConfig:
             embedding it was created with: reopen it with the same value.
         embedding_api_base: Base URL of the embedding API for ``litellm:`` embeddings.
         hash_dim: Dimension of the ``hash`` embedding (number of hash buckets).
+        family: The task family whose features a new collection's ``hash`` embedding uses
+            (its ``hash_features`` hook; ``""``: plain text features). A collection keeps the
+            features it was created with.
         top_k: Transitions returned by :meth:`ReplayBuffer.retrieve` when ``k`` is not given.
     """
 
@@ -79,6 +82,7 @@ class BufferConfig:
     embedding: str = "hash"
     embedding_api_base: str | None = None
     hash_dim: int = 1024
+    family: str = ""
     top_k: int = 3
 
     def __post_init__(self) -> None:
@@ -161,7 +165,7 @@ class ReplayBuffer:
         self._last_seq = 0
         self._closed = False
         self._ef = make_embedding_function(cfg.embedding, hash_dim=cfg.hash_dim,
-                                           api_base=cfg.embedding_api_base)
+                                           api_base=cfg.embedding_api_base, family=cfg.family)
         self._client = self._connect()
         try:
             self._collection = self._open_collection()
@@ -227,8 +231,8 @@ class ReplayBuffer:
         if (persisted.get("name") == ours["name"] == HashEmbeddingFunction.name()
                 and theirs.get("dim") == ours["config"]["dim"]
                 and theirs != ours["config"]):
-            # A buffer made with another state/action weighting or feature version (an older
-            # default) keeps its own: they are part of its stored vectors.
+            # A buffer made with another state/action weighting, feature version (an older
+            # default) or family's features keeps its own: they are part of its stored vectors.
             self._ef = HashEmbeddingFunction.build_from_config(theirs)
             with self._guard():
                 collection = self._client.get_collection(name, embedding_function=self._ef)

@@ -193,7 +193,7 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
         episodes = held_out.keep(read_episodes(bundle.collect_file), "buffer")
         if folder.exists():
             shutil.rmtree(folder)  # an interrupted first use
-        buffer = ReplayBuffer(BufferConfig(path=str(folder)))
+        buffer = ReplayBuffer(BufferConfig(path=str(folder), family=bundle.family))
         try:
             count = buffer.add_trajectories(episodes, provenance="offline")
         finally:

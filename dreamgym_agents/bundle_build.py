@@ -411,7 +411,7 @@ def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path, 
     paths = bundle.experience_paths(progress=reporter.say, buffer_dir=folder / "buffer" / "db")
     gateway = Gateway(LLMConfig(model=paths["model"],
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
-    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
+    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family))
     try:
         from dreamgym_agents.env import make_family
 

@@ -118,12 +118,32 @@ EmbeddingOpt = Annotated[
 
 
 @contextmanager
-def _open_buffer(path: Path, url: str | None, embedding: str) -> Iterator[Any]:
+def _open_buffer(path: Path, url: str | None, embedding: str,
+                 family: str = "") -> Iterator[Any]:
+    """The buffer; a new one embeds with ``family``'s features (an existing one keeps its own)."""
     from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
 
-    with ReplayBuffer(BufferConfig(path=str(path), url=url or None,
-                                   embedding=embedding)) as buffer:
+    with ReplayBuffer(BufferConfig(path=str(path), url=url or None, embedding=embedding,
+                                   family=family)) as buffer:
         yield buffer
+
+
+def _first_family(file: Path) -> str:
+    """The task family of the first record of a trajectories or buffer-export file ("" when
+    it names none): what a new buffer seeded from it embeds by."""
+    with open(file, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                return ""  # the reader says where and why
+            task = data.get("task") if isinstance(data, dict) else None
+            found = task.get("family") if isinstance(task, dict) else (
+                data.get("family") if isinstance(data, dict) else None)
+            return str(found or "")
+    return ""
 
 
 def _stdout() -> Any:
@@ -172,7 +192,7 @@ def buffer_seed(
 ) -> None:
     """Add every transition of recorded episodes to the buffer."""
     _check_files(files, "pass the trajectories.jsonl of a `dg-agents eval --out DIR` run")
-    with _open_buffer(path, url, embedding) as buffer:
+    with _open_buffer(path, url, embedding, _first_family(files[0])) as buffer:
         total = 0
         for file in files:
             added = buffer.seed_from_jsonl(file, provenance=provenance.value)
@@ -304,7 +324,7 @@ def buffer_import(
 ) -> None:
     """Add the transitions of a `buffer export` file (same ids replace the stored ones)."""
     _check_files([file], "write one with `dg-agents buffer export FILE`")
-    with _open_buffer(path, url, embedding) as buffer:
+    with _open_buffer(path, url, embedding, _first_family(file)) as buffer:
         count = buffer.import_(file)
         typer.echo(f"imported {count} transitions from {file} ({buffer.count()} in total)")
 
@@ -336,7 +356,7 @@ def _build_experience(
                                  "experience", flags)
     buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else model_buffer),
                                    ("url", buffer_url)) if v}
-    buf_cfg = sections.configure(BufferConfig(), "buffer", buf_flags)
+    buf_cfg = sections.configure(BufferConfig(family=family.name), "buffer", buf_flags)
     gateway = sections.gateway(experience_model, "llm")
     try:
         buffer = ReplayBuffer(buf_cfg)
@@ -658,7 +678,8 @@ def train_experience_command(
                                   time_budget_s=time_budget_s,
                                   decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
-    buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer")))
+    buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer"),
+                                       family=trajectories[0].task.family))
     console = make_console()
     try:
         console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")

@@ -334,7 +334,7 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
     say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
         f"{recipe.sft_steps} SFT steps")
     (folder / "PARTIAL").unlink(missing_ok=True)
-    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer")))
+    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer"), family=family))
     try:
         buffer.clear()
         manifest = train_from_trajectories(

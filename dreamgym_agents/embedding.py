@@ -8,8 +8,10 @@ Documents are embedded by one of three kinds of embedding function, chosen by a 
 (:func:`make_embedding_function`):
 
 - ``"hash"`` (the default): a deterministic feature-hashing embedding of an abstract state and an
-  action (:class:`HashEmbeddingFunction`). Downloads nothing, needs no model, and is the same on
-  every machine and Python run (stable ``blake2b`` hashing, not Python's salted ``hash``).
+  action (:class:`HashEmbeddingFunction`) by the features of the buffer's task family (its
+  ``hash_features`` hook, else plain :class:`TextFeatures`). Downloads nothing, needs no model,
+  and is the same on every machine and Python run (stable ``blake2b`` hashing, not Python's
+  salted ``hash``).
 - ``"st:<model name or local path>"``: a sentence-transformers model, loaded from local files only
   and cached once per process.
 - ``"litellm:<model>"``: an embedding API called through LiteLLM's ``embedding()``.
@@ -30,12 +32,11 @@ import re
 import threading
 from collections import Counter
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from dreamgym_agents.errors import ConfigError, MissingExtraError, ModelError
-from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Transition
 
 try:
@@ -54,12 +55,7 @@ EMBEDDING_FORMS = (
     "'litellm:<LiteLLM embedding model, e.g. openai/text-embedding-3-small>'"
 )
 
-_BID_LINE = re.compile(r"^\[(?P<bid>[^\]\s]+)\]\s+(?P<rest>.*)$")
-_ELEMENT = re.compile(r"^(?P<role>[A-Za-z][\w-]*)(?:\s+'(?P<name>(?:[^'\\]|\\.)*)')?")
 _WORD = re.compile(r"[^\W_]+(?:[.,'][^\W_]+)*|\$", re.UNICODE)
-_CALL = re.compile(r"^\s*(?P<fn>[A-Za-z_]\w*)\s*\((?P<args>.*)\)\s*$", re.DOTALL)
-_STRING_ARG = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"")
-_URL_HOST = re.compile(r"^[a-z][a-z0-9+.-]*://[^/]*", re.IGNORECASE)
 
 
 def transition_key_text(state: str, action: str) -> str:
@@ -118,137 +114,78 @@ def split_key_text(text: str) -> tuple[str, str]:
     return state, action
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """The lower-cased words of ``text`` (numbers with their separators, ``$`` as a word)."""
     return _WORD.findall(text.lower())
 
 
-def _add_ngrams(feats: Counter[str], prefix: str, words: list[str]) -> None:
+def add_ngrams(feats: Counter[str], prefix: str, words: list[str]) -> None:
+    """Count the word unigrams (``<prefix>w:``) and bigrams (``<prefix>b:``) of ``words``."""
     for i, word in enumerate(words):
         feats[f"{prefix}w:{word}"] += 1
         if i:
             feats[f"{prefix}b:{words[i - 1]}_{word}"] += 1
 
 
-def _url_path(url: str) -> str:
-    """Drop scheme and host so ``http://127.0.0.1:7770/x`` and ``__SHOPPING__/x`` share ``/x``."""
-    url = _URL_HOST.sub("", url.strip())
-    url = re.sub(r"^__[A-Z_]+__", "", url)
-    return url.split("#", 1)[0] or "/"
+class HashFeatures(Protocol):
+    """A task family's features of a state and an action, for the hash embedding.
 
-
-def state_features(state: str) -> tuple[Counter[str], dict[str, tuple[str, str]]]:
-    """Features of an abstract state, and its elements by bid (to resolve action targets).
-
-    Features are word unigrams and bigrams within each line, the URL path and its segments, and
-    each element as ``role|name`` with its bid stripped (bids differ between visits of one page).
+    ``state`` returns the state's features and whatever the action's features need from it
+    (the web family: its elements by id, so ``click('12')`` becomes the element it clicks);
+    ``action`` the action's features given the state and that context. A family hands its own
+    through the optional ``hash_features(version)`` hook; :class:`TextFeatures` serves the
+    others.
     """
-    feats: Counter[str] = Counter()
-    elements: dict[str, tuple[str, str]] = {}
-    for raw in state.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("URL:"):
-            path = _url_path(line[4:])
-            base = path.split("?", 1)[0]
-            feats[f"url:{base.lower()}"] += 2
-            for seg in filter(None, base.lower().split("/")):
-                feats[f"seg:{seg}"] += 1
-            _add_ngrams(feats, "", _words(path.replace("/", " ")))
-            continue
-        if line.startswith("Title:"):
-            title = " ".join(_words(line[6:]))
-            feats[f"title:{title}"] += 1
-            _add_ngrams(feats, "", _words(title))
-            continue
-        bid = ""
-        match = _BID_LINE.match(line)
-        if match:
-            bid, line = match["bid"], match["rest"]
-        element = _ELEMENT.match(line)
-        if element and element["name"] is not None:
-            role, name = element["role"], " ".join(_words(element["name"]))
-            feats[f"el:{role.lower()}|{name}"] += 1
-            feats[f"role:{role.lower()}"] += 1
-            if bid:
-                elements[bid] = (role.lower(), name)
-            _add_ngrams(feats, "", _words(element["name"]))
-            rest = line[element.end():]
-            if rest.strip():
-                _add_ngrams(feats, "", _words(rest))
-            continue
-        _add_ngrams(feats, "", _words(line))
-    return feats, elements
+
+    def state(self, text: str) -> tuple[Counter[str], Any]: ...
+
+    def action(self, text: str, state: str, context: Any) -> Counter[str]: ...
 
 
-_SENT_FIELDS = ("textbox", "searchbox", "combobox")
-"""Fields a submit sends (a combobox too, unlike the web codec's ``state_delta.typed_text``,
-which looks for typed text only)."""
+class TextFeatures:
+    """Features of plain text: the word unigrams and bigrams within each line of the state,
+    and the action's (prefixed ``a``). Enough for short text-game states, where the same
+    command in a room with the same things is the same transition."""
 
+    def state(self, text: str) -> tuple[Counter[str], Any]:
+        feats: Counter[str] = Counter()
+        for line in text.splitlines():
+            if line.strip():
+                add_ngrams(feats, "", words(line.strip()))
+        return feats, None
 
-def typed_texts(state: str) -> list[str]:
-    """The non-empty values of the state's fields that a submit sends."""
-    return [e.value for e in parse_state(state).elements
-            if e.role.lower() in _SENT_FIELDS and e.value.strip()]
-
-
-SHAPE_WEIGHT = 4
-"""Count given to each shape feature of a submitted query (see :func:`action_features`)."""
-
-
-def _submits(fn: str, args: list[str], target_role: str | None) -> bool:
-    """Whether an action sends a form: Enter pressed, or a button clicked."""
-    if fn == "keyboard_press":
-        return bool(args) and args[0].lower() == "enter"
-    return fn == "click" and target_role == "button"
-
-
-def action_features(action: str, elements: dict[str, tuple[str, str]],
-                    typed: list[str] | None = None) -> Counter[str]:
-    """Features of an action such as ``click('12')`` or ``fill('15', 'usb')``.
-
-    The function name, the target element resolved through the state's bids to ``role|name``
-    (so clicking "Laptops" matches across pages with different bids), and the words of the other
-    string arguments. An action in no known shape contributes its words.
-
-    With ``typed`` (the state's text-field values, :func:`typed_texts`), an action that sends a
-    form (Enter, or a click on a button) also gets the shape of what it sends: submitted at all,
-    how many words (1, 2, 3, 4 or more) and whether there is a comma. What a search page shows
-    depends on the kind of query far more than on which button sent it: a whole product name
-    finds that one product, a keyword a list. Without the shape, a product-name search sent by
-    the Search button retrieved only keyword searches sent the same way, and the dream wrote
-    their lists (measured: docs/RESULTS.md).
-    """
-    feats: Counter[str] = Counter()
-    call = _CALL.match(action)
-    if not call:
-        _add_ngrams(feats, "a", _words(action))
+    def action(self, text: str, state: str, context: Any) -> Counter[str]:
+        feats: Counter[str] = Counter()
+        add_ngrams(feats, "a", words(text))
         return feats
-    fn = call["fn"].lower()
-    feats[f"afn:{fn}"] += 1
-    args = [m.group(1) if m.group(1) is not None else m.group(2)
-            for m in _STRING_ARG.finditer(call["args"])]
-    target = elements.get(args[0]) if args else None
-    if typed and _submits(fn, args, target[0] if target else None):
-        feats["asubmit"] += 2
-        for text in typed:
-            feats[f"atyped:n{min(len(_words(text)), 4)}"] += SHAPE_WEIGHT
-            if "," in text:
-                feats["atyped:comma"] += SHAPE_WEIGHT
-    if target is not None:
-        role, name = target
-        feats[f"ael:{role}|{name}"] += 2
-        feats[f"arole:{role}"] += 1
-        _add_ngrams(feats, "an", name.split())
-        args = args[1:]
-    elif args and re.fullmatch(r"[a-z]?\d+", args[0]):
-        feats[f"abid:{args[0]}"] += 1  # a bid absent from the state: weak evidence only
-        args = args[1:]
-    for arg in args:
-        _add_ngrams(feats, "aa", _words(arg))
-    if not args and not call["args"].strip():
-        feats[f"afn0:{call['fn'].lower()}"] += 1
-    return feats
+
+
+_FEATURES: dict[tuple[str, int], HashFeatures] = {}
+_FEATURES_LOCK = threading.Lock()
+
+
+def family_hash_features(family: str, version: int) -> HashFeatures:
+    """The hash features of task ``family`` at ``version`` (its ``hash_features`` hook; plain
+    :class:`TextFeatures` for ``""`` or a family without one), built once per process.
+
+    Raises:
+        ConfigError: No family has that name, or it has no such version of its features.
+    """
+    if not family:
+        return TextFeatures()
+    with _FEATURES_LOCK:
+        found = _FEATURES.get((family, version))
+        if found is None:
+            from dreamgym_agents.env import make_family
+
+            made = make_family(family)
+            try:
+                hook = getattr(made, "hash_features", None)
+                found = hook(version) if hook is not None else TextFeatures()
+            finally:
+                made.close()
+            _FEATURES[(family, version)] = found
+        return found
 
 
 @lru_cache(maxsize=1 << 17)
@@ -280,8 +217,12 @@ does matters more than which near-identical page it is done on."""
 
 
 HASH_FEATURES = 2
-"""Version of the hash features: 2 adds the shape of what a form submit sends
-(:func:`action_features`). A buffer keeps the version it was created with."""
+"""Version of a family's hash features that new buffers use (the web family's 2 adds the shape
+of what a form submit sends). A buffer keeps the version it was created with."""
+
+LEGACY_FEATURES_FAMILY = "webarena"
+"""The features of a collection saved before families chose their own (0.1.0): every buffer
+then held web pages, embedded with the web features."""
 
 
 @register_embedding_function
@@ -295,27 +236,31 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
     Args:
         dim: Number of hash buckets (the embedding dimension).
         action_weight: Share of the similarity given to the action, in ``[0, 1]``.
+        features: Version of the family's features (:data:`HASH_FEATURES`).
+        family: The task family whose features embed the texts (:func:`family_hash_features`;
+            ``""``: plain :class:`TextFeatures`).
     """
 
     def __init__(self, dim: int = 1024, action_weight: float = ACTION_WEIGHT,
-                 features: int = HASH_FEATURES) -> None:
+                 features: int = HASH_FEATURES, family: str = "") -> None:
         if dim < 16:
             raise ConfigError(f"hash embedding dim must be >= 16, got {dim}")
         if not 0.0 <= action_weight <= 1.0:
             raise ConfigError(f"action_weight must be in [0, 1], got {action_weight}")
-        if features not in (1, 2):
-            raise ConfigError(f"hash embedding features must be 1 or 2, got {features}")
+        if features < 1:
+            raise ConfigError(f"hash embedding features must be a version >= 1, got {features}")
         self.dim = int(dim)
         self.action_weight = float(action_weight)
         self.features = int(features)
+        self.family = family
+        self._features = family_hash_features(family, self.features)
 
     def embed_text(self, text: str) -> np.ndarray:
         """Embed one document (a :func:`transition_key_text` or any text)."""
         state, action = split_key_text(text)
-        feats, elements = state_features(state)
+        feats, context = self._features.state(state)
         state_vec = hash_vector(feats, self.dim)
-        typed = typed_texts(state) if self.features >= 2 else None
-        action_vec = hash_vector(action_features(action, elements, typed), self.dim)
+        action_vec = hash_vector(self._features.action(action, state, context), self.dim)
         if not action_vec.any():
             return state_vec
         if not state_vec.any():
@@ -339,15 +284,18 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         return ["cosine", "ip"]
 
     def get_config(self) -> dict[str, Any]:
-        return {"dim": self.dim, "action_weight": self.action_weight, "features": self.features}
+        return {"dim": self.dim, "action_weight": self.action_weight, "features": self.features,
+                "family": self.family}
 
     @staticmethod
     def build_from_config(config: dict[str, Any]) -> HashEmbeddingFunction:
-        # A collection saved before the features had versions has version 1.
+        # A collection saved before the features had versions has version 1, and one saved
+        # before families chose their features has the web family's.
         return HashEmbeddingFunction(dim=int(config.get("dim", 1024)),
                                      action_weight=float(config.get("action_weight",
                                                                     ACTION_WEIGHT)),
-                                     features=int(config.get("features", 1)))
+                                     features=int(config.get("features", 1)),
+                                     family=str(config.get("family", LEGACY_FEATURES_FAMILY)))
 
 
 _ST_MODELS: dict[str, Any] = {}
@@ -462,13 +410,14 @@ def check_embedding_spec(spec: str) -> None:
 
 
 def make_embedding_function(
-    spec: str, *, hash_dim: int = 1024, api_base: str | None = None
+    spec: str, *, hash_dim: int = 1024, api_base: str | None = None, family: str = ""
 ) -> EmbeddingFunction[Documents]:
-    """Build the embedding function named by ``spec`` (see the module docstring)."""
+    """Build the embedding function named by ``spec`` (see the module docstring); a ``hash``
+    one with ``family``'s features."""
     check_embedding_spec(spec)
     kind, _, arg = spec.partition(":")
     if kind == "hash":
-        return HashEmbeddingFunction(dim=hash_dim)
+        return HashEmbeddingFunction(dim=hash_dim, family=family)
     if kind == "st":
         return SentenceTransformerEmbedding(model=arg.strip())
     return LiteLLMEmbedding(model=arg.strip(), api_base=api_base)

@@ -223,7 +223,8 @@ class TaskFamily(Protocol):
 
     Optional: ``task_keys(task) -> set[str]``, what makes a task the same instance for
     :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
-    parameters).
+    parameters); ``hash_features(version)``, the features the replay buffer retrieves by
+    (:class:`~dreamgym_agents.embedding.HashFeatures`; default: the words of each line).
     """
 
     name: str

@@ -392,8 +392,9 @@ class Pipeline:
                              if not v})
             gateway = Gateway(LLMConfig(model=paths["model"],
                                         max_concurrency=max(4, self.cfg.dream.concurrency)))
-            buffer = ReplayBuffer(BufferConfig(path=paths["buffer"]))
-            codec = make_family(self.cfg.task).experience_codec()
+            family = make_family(self.cfg.task)
+            buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=family.name))
+            codec = family.experience_codec()
             self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer,
                                            codec=codec), gateway, buffer)
         return self._dream

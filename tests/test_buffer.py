@@ -53,7 +53,7 @@ def tr(episode: str, step: int, state: str, action: str, *, task: str = "t0",
 
 @pytest.fixture
 def cfg(tmp_path: Path) -> BufferConfig:
-    return BufferConfig(path=str(tmp_path / "buffer"))
+    return BufferConfig(path=str(tmp_path / "buffer"), family="webarena")  # web pages
 
 
 @pytest.fixture
@@ -239,7 +239,8 @@ def test_a_buffer_keeps_the_action_weight_it_was_made_with(cfg, monkeypatch):
     made = buffer_module.make_embedding_function
     monkeypatch.setattr(buffer_module, "make_embedding_function",
                         lambda *a, **kw: HashEmbeddingFunction(dim=cfg.hash_dim,
-                                                               action_weight=0.35))
+                                                               action_weight=0.35,
+                                                               family="webarena"))
     with ReplayBuffer(cfg) as buf:  # an older default weighting
         buf.add(corpus())
         before = buf.retrieve(page("laptops", LAPTOPS), "click('24')", k=3)
@@ -276,7 +277,7 @@ def test_a_search_retrieves_searches_of_the_same_kind_of_query(buffer):
 
 
 def test_submit_shape_features_only_on_submits():
-    from dreamgym_agents.embedding import action_features, typed_texts
+    from dreamgym_agents.adapters.webarena.retrieval import action_features, typed_texts
 
     typed = typed_texts(home("Zen Book Pro, 14 inch"))
     assert typed == ["Zen Book Pro, 14 inch"]
@@ -294,7 +295,8 @@ def test_a_buffer_keeps_the_feature_version_it_was_made_with(cfg, monkeypatch):
 
     made = buffer_module.make_embedding_function
     monkeypatch.setattr(buffer_module, "make_embedding_function",
-                        lambda *a, **kw: HashEmbeddingFunction(dim=cfg.hash_dim, features=1))
+                        lambda *a, **kw: HashEmbeddingFunction(dim=cfg.hash_dim, features=1,
+                                                               family="webarena"))
     with ReplayBuffer(cfg) as buf:  # made before the submit features
         buf.add([tr("k", 0, home("laptop"), "click('10')"),
                  tr("n", 0, home("Zen Book Pro, 14 inch"), "keyboard_press('Enter')")])
@@ -305,10 +307,42 @@ def test_a_buffer_keeps_the_feature_version_it_was_made_with(cfg, monkeypatch):
         after = buf.retrieve(home("Acme Laptop 14, 16GB"), "click('10')", k=2)
     assert [t.info["similarity"] for t in after] == pytest.approx(
         [t.info["similarity"] for t in before])
-    # a configuration saved before feature versions existed reads as version 1
-    assert HashEmbeddingFunction.build_from_config({"dim": 64}).features == 1
+    # a configuration saved before feature versions (and families' features) existed reads as
+    # version 1 of the web features: every buffer held web pages then
+    legacy = HashEmbeddingFunction.build_from_config({"dim": 64})
+    assert (legacy.features, legacy.family) == (1, "webarena")
     with pytest.raises(ConfigError, match="features"):
-        HashEmbeddingFunction(features=3)
+        HashEmbeddingFunction(features=3, family="webarena")
+    with pytest.raises(ConfigError, match="features"):
+        HashEmbeddingFunction(features=0)
+
+
+def test_a_buffer_keeps_the_family_features_it_was_made_with(cfg):
+    """A web buffer reopened by code that does not say its family still embeds queries with
+    the web features (its stored vectors were made with them); a new buffer without a family
+    embeds plain text."""
+    with ReplayBuffer(cfg) as buf:
+        buf.add(corpus())
+        before = buf.retrieve(page("laptops", LAPTOPS), "click('20')", k=4)
+    with ReplayBuffer(BufferConfig(path=cfg.path)) as buf:
+        assert buf._ef.family == "webarena"
+        after = buf.retrieve(page("laptops", LAPTOPS), "click('20')", k=4)
+    assert [t.info["similarity"] for t in after] == pytest.approx(
+        [t.info["similarity"] for t in before])
+    with ReplayBuffer(BufferConfig(path=cfg.path, collection="text")) as buf:
+        assert buf._ef.family == "" and buf._ef.get_config()["family"] == ""
+
+
+def test_text_features_are_the_words_of_each_line_and_of_the_action():
+    from dreamgym_agents.embedding import TextFeatures, family_hash_features
+
+    feats, _ = TextFeatures().state("You see a apple 1.\nOn the shelf 2, you see nothing.")
+    assert feats["w:apple"] == 1 and feats["b:shelf_2"] == 1 and not feats["b:1_on"]  # per line
+    action = TextFeatures().action("take apple 1 from countertop 2", "", None)
+    assert action["aw:take"] == 1 and action["ab:from_countertop"] == 1
+    assert isinstance(family_hash_features("alfworld", 2), TextFeatures)  # no hook: plain text
+    with pytest.raises(ConfigError, match="unknown task family"):
+        family_hash_features("no-such-family", 2)
 
 
 def test_config_validation():

@@ -251,6 +251,13 @@ class WebArenaFamily:
         return WebPolicyView()
 
     @staticmethod
+    def hash_features(version: int) -> Any:
+        """The buffer's features of pages and actions (:class:`.retrieval.WebHashFeatures`)."""
+        from dreamgym_agents.adapters.webarena.retrieval import WebHashFeatures
+
+        return WebHashFeatures(version)
+
+    @staticmethod
     def experience_codec() -> Any:
         """The experience model's web prompt and answer (:class:`.codec.WebCodec`)."""
         from dreamgym_agents.adapters.webarena.codec import WebCodec
