@@ -17,6 +17,7 @@ one (``tests/test_architecture.py``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -32,7 +33,7 @@ class Observation:
     """What the agent sees.
 
     Attributes:
-        state: The abstract textual state (see :mod:`dreamgym_agents.state`).
+        state: The abstract textual state, in the family's format (its ``StateFormat``).
         url: Current URL, for web environments.
         error: Error of the last action (``last_action_error`` in BrowserGym terms).
         info: Extra data for agents that need it (e.g. ``site_urls`` for the oracle).
@@ -105,6 +106,14 @@ def ends_by_type(action_set: ActionSet) -> Callable[[str], bool]:
             return False
 
     return ends
+
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """Collapse runs of whitespace to one space and strip the ends (how state lines compare)."""
+    return _WHITESPACE.sub(" ", text).strip()
 
 
 class StateFormat(Protocol):

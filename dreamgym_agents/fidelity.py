@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dreamgym_agents.env import normalize_text
 from dreamgym_agents.experience import ChatModel, ExperiencePrediction, clip_state
-from dreamgym_agents.state import normalize_text
 from dreamgym_agents.types import Trajectory, Transition
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from dreamgym_agents.action_grammar import ActionGrammar, ChoiceGrammar, Constraint, Vocabulary
+from dreamgym_agents.action_grammar import ChoiceGrammar, Constraint, Vocabulary
+from dreamgym_agents.adapters.webarena.action_grammar import ActionGrammar
 
 PAGE = """URL: http://s/category/office
 Title: Office | Shop

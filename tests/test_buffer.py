@@ -28,7 +28,7 @@ PHONES = [("Pixel Phone", "499.00"), ("Galaxy Phone", "799.00"), ("Nokia Classic
 
 
 def page(category: str, items: list[tuple[str, str]], *, bid0: int = 20) -> str:
-    """An abstract web state in the project's format (see dreamgym_agents.state)."""
+    """An abstract web state (see dreamgym_agents.adapters.webarena.state)."""
     lines = [f"URL: __SHOPPING__/category/{category}",
              f"Title: {category.title()} - Acme Shop", *NAV, f"heading '{category.title()}'"]
     for i, (name, price) in enumerate(items):

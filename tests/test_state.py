@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dreamgym_agents.adapters.webarena.axtree import map_axtree, map_observation
-from dreamgym_agents.state import (
+from dreamgym_agents.adapters.webarena.state import (
     AbstractState,
     Element,
     parse_line,

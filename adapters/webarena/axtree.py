@@ -1,7 +1,7 @@
 """The rule-based abstract-state mapper: BrowserGym accessibility tree → :class:`AbstractState`.
 
 Keeps actionable elements (with their bids), headings and the page's key text, in document order;
-see :mod:`dreamgym_agents.state` for the rendered format the models read.
+see :mod:`dreamgym_agents.adapters.webarena.state` for the rendered format the models read.
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dreamgym_agents.state import (
+from dreamgym_agents.adapters.webarena.state import (
     ACTIONABLE_ROLES,
     STATE_FLAGS,
     TEXT_ROLE,
     VALUE_ROLES,
     AbstractState,
     Element,
-    normalize_text,
 )
+from dreamgym_agents.env import normalize_text
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from dreamgym_agents.adapters.webarena.evaluation import (
     fill_placeholders,
 )
 from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
-from dreamgym_agents.state import parse_state
+from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.types import Trajectory, Transition
 
 COUNTERFACTUAL = "counterfactual"

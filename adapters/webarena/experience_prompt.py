@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterable
 from importlib import resources
 
+from dreamgym_agents.adapters.webarena.state import parse_line, parse_state, quote, target_line
 from dreamgym_agents.adapters.webarena.state_delta import demo_pages, typed_text, use_typed
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.state import parse_line, parse_state, quote, target_line
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"

@@ -21,9 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
-from dreamgym_agents.state import parse_state
 from dreamgym_agents.types import Task, Trajectory
 
 logger = logging.getLogger(__name__)

@@ -16,14 +16,14 @@ Cart'``) the same few tokens on every page. :func:`refer` turns a recorded actio
 form on the current page, so environments, trajectories and the experience model only ever see
 bids. Names are matched exactly as the page renders them (quoted, cut names with their ``…``);
 where several elements share a role and name, the first on the page is meant (as
-:meth:`~dreamgym_agents.state.AbstractState.find` resolves the oracle's programs).
+:meth:`~dreamgym_agents.adapters.webarena.state.AbstractState.find` resolves the oracle's programs).
 """
 
 from __future__ import annotations
 
 import re
 
-from dreamgym_agents.state import AbstractState, parse_state, quote
+from dreamgym_agents.adapters.webarena.state import AbstractState, parse_state, quote
 
 ELEMENT_VERBS = ("click", "dblclick", "hover", "focus", "clear", "fill", "select_option", "press",
                  "check", "uncheck", "upload_file", "drag_and_drop")

@@ -6,7 +6,7 @@ headings as ``# …``, long texts cut, at most ``max_state_lines`` lines. By def
 shown and named without their bids (``element_refs="name"``, :mod:`.grounding`): the agent
 resolves ``click(link 'Name')`` to the element's bid on the current page, so a product's link is
 a copy of its name from the task rather than a number looked up on the page. The grammar of a
-turn is :class:`~dreamgym_agents.action_grammar.ActionGrammar` on the page.
+turn is :class:`~dreamgym_agents.adapters.webarena.action_grammar.ActionGrammar` on the page.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 from dreamgym_agents.adapters.webarena.grounding import refer, resolve
+from dreamgym_agents.adapters.webarena.state import parse_line, parse_state
 from dreamgym_agents.policy import PolicyConfig
-from dreamgym_agents.state import parse_line, parse_state
 
 _TEXT = re.compile(r"^StaticText '(.*)'$")
 _HEADING = re.compile(r"^heading '(.*)'$")
@@ -83,7 +83,7 @@ class WebPolicyView:
 
     @staticmethod
     def grammar(state: str, intent: str, cfg: PolicyConfig) -> Any:
-        from dreamgym_agents.action_grammar import ActionGrammar
+        from dreamgym_agents.adapters.webarena.action_grammar import ActionGrammar
 
         page = parse_state(state)
         if not page.url or not page.elements:

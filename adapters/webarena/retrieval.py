@@ -13,9 +13,9 @@ import re
 from collections import Counter
 from typing import Any
 
+from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.embedding import add_ngrams, words
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.state import parse_state
 
 _BID_LINE = re.compile(r"^\[(?P<bid>[^\]\s]+)\]\s+(?P<rest>.*)$")
 _ELEMENT = re.compile(r"^(?P<role>[A-Za-z][\w-]*)(?:\s+'(?P<name>(?:[^'\\]|\\.)*)')?")

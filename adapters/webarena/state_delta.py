@@ -49,8 +49,7 @@ import functools
 import re
 from urllib.parse import quote_plus
 
-from dreamgym_agents.experience_codec import StateReferenceError
-from dreamgym_agents.state import (
+from dreamgym_agents.adapters.webarena.state import (
     Element,
     action_bid,
     parse_line,
@@ -58,6 +57,7 @@ from dreamgym_agents.state import (
     quote,
     target_line,
 )
+from dreamgym_agents.experience_codec import StateReferenceError
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"

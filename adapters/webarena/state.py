@@ -44,6 +44,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dreamgym_agents.env import normalize_text
+
 logger = logging.getLogger(__name__)
 
 ACTIONABLE_ROLES: frozenset[str] = frozenset(
@@ -84,7 +86,6 @@ STATE_FLAGS: tuple[str, ...] = ("checked", "mixed", "selected", "pressed", "expa
 
 TEXT_ROLE = "StaticText"
 
-_WS = re.compile(r"\s+")
 
 
 _ACTION_BID = re.compile(r"""^\s*(?:[a-z_]+\(\s*['"]([^'"]+)['"]|[a-z_]+ \[(\d+)\])""")
@@ -104,11 +105,6 @@ def target_line(state: str, action: str) -> str:
         return ""
     prefix = f"[{bid}] "
     return next((ln.strip() for ln in state.splitlines() if ln.strip().startswith(prefix)), "")
-
-
-def normalize_text(text: str) -> str:
-    """Collapse runs of whitespace to one space and strip the ends."""
-    return _WS.sub(" ", text).strip()
 
 
 def quote(text: str) -> str:
