@@ -21,7 +21,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,8 +40,9 @@ from dreamgym_agents.embedding import (
     transition_key_text,
     transition_record,
 )
+from dreamgym_agents.env import make_family
 from dreamgym_agents.errors import ConfigError, DreamGymError, EnvError
-from dreamgym_agents.types import PROVENANCES, Trajectory, Transition, iter_trajectories
+from dreamgym_agents.types import PROVENANCES, Task, Trajectory, Transition, iter_trajectories
 
 __all__ = ["BufferConfig", "ReplayBuffer", "transition_key_text", "split_key_text"]
 
@@ -164,6 +165,7 @@ class ReplayBuffer:
         self._lock = threading.RLock()
         self._last_seq = 0
         self._closed = False
+        self._start_keys: dict[str, Callable[[Task], str]] = {}
         self._ef = make_embedding_function(cfg.embedding, hash_dim=cfg.hash_dim,
                                            api_base=cfg.embedding_api_base, family=cfg.family)
         self._client = self._connect()
@@ -277,9 +279,27 @@ class ReplayBuffer:
             self._last_seq = max(self._last_seq + 1, time.time_ns())
             return self._last_seq
 
+    def _start_key(self, task: Task) -> str:
+        """Where ``task`` starts, by its family's ``StateFormat.start_key`` ("" for a family
+        not installed here)."""
+        start_key = self._start_keys.get(task.family)
+        if start_key is None:
+            try:
+                made = make_family(task.family)
+            except ConfigError:
+                logger.warning("buffer: task family %r is not installed: its episodes are "
+                               "stored without a start key", task.family)
+                start_key = self._start_keys[task.family] = lambda _task: ""
+            else:
+                try:
+                    start_key = self._start_keys[task.family] = made.state_format().start_key
+                finally:
+                    made.close()
+        return str(start_key(task) or "")
+
     def _record(self, t: Transition, family: str = "", intent: str = "",
-                start_url: str = "", params: dict[str, str] | None = None) -> Record:
-        return transition_record(t, family=family, intent=intent, start_url=start_url,
+                start: str = "", params: dict[str, str] | None = None) -> Record:
+        return transition_record(t, family=family, intent=intent, start=start,
                                  seq=self._next_seq(), params=params)
 
     def _upsert(self, records: Iterable[Record]) -> int:
@@ -324,7 +344,8 @@ class ReplayBuffer:
     def add_trajectories(
         self, trajs: Iterable[Trajectory], *, provenance: str | None = None
     ) -> int:
-        """Add every transition of some episodes, with the task's family, intent and start URL.
+        """Add every transition of some episodes, with the task's family, intent and start key
+        (where it starts: its family's ``StateFormat.start_key``).
 
         Args:
             trajs: The episodes.
@@ -340,11 +361,11 @@ class ReplayBuffer:
         def records() -> Iterator[Record]:
             for traj in trajs:
                 task = traj.task
-                start_url = str(task.config.get("start_url") or "")
+                start = self._start_key(task)
                 for t in traj.transitions:
                     if provenance is not None and t.provenance != provenance:
                         t = replace(t, provenance=provenance)
-                    yield self._record(t, task.family, task.intent, start_url, task.params)
+                    yield self._record(t, task.family, task.intent, start, task.params)
 
         return self._upsert(records())
 
@@ -425,10 +446,11 @@ class ReplayBuffer:
             offset += _PAGE
 
     def start_state(
-        self, task_id: str | None = None, *, start_url: str | None = None,
+        self, task_id: str | None = None, *, start: str | None = None,
         family: str | None = None,
     ) -> str | None:
-        """A recorded real initial state: of ``task_id``, else of a task with ``start_url``.
+        """A recorded real initial state: of ``task_id``, else of a task that starts at
+        ``start`` (its family's ``StateFormat.start_key``).
 
         Only ``real`` and ``offline`` episodes count; among several, the newest wins.
 
@@ -437,7 +459,8 @@ class ReplayBuffer:
         """
         base = {"$and": [{"step": 0}, {"provenance": {"$in": _START_PROVENANCES}}]
                 + ([{"family": family}] if family else [])}
-        keys = [("task_id", task_id), ("start_url", start_url)]
+        # "start_url": the start key of a collection written before families had their own
+        keys = [("task_id", task_id), ("start", start), ("start_url", start)]
         for key, value in keys:
             if not value:
                 continue
@@ -517,7 +540,7 @@ class ReplayBuffer:
         self._delete([rid for rid, _ in self._scan(include=[])])
 
     def export(self, path: str | Path) -> int:
-        """Write every transition as one JSON line (with ``family``, ``intent``, ``start_url``),
+        """Write every transition as one JSON line (with ``family``, ``intent``, ``start``),
         in insertion order. Returns how many were written."""
         rows = sorted(self._scan(), key=lambda row: row[1].get("seq", 0))
         path = Path(path)
@@ -526,8 +549,9 @@ class ReplayBuffer:
         with open(tmp, "w", encoding="utf-8") as fh:
             for _, meta in rows:
                 data = json.loads(meta["transition"])
-                for key in ("family", "intent", "start_url"):
+                for key in ("family", "intent"):
                     data[key] = meta.get(key, "")
+                data["start"] = meta.get("start", meta.get("start_url", ""))
                 data["task_params"] = json.loads(meta.get("params") or "{}")
                 fh.write(json.dumps(data, ensure_ascii=False, sort_keys=True) + "\n")
             fh.flush()
@@ -548,7 +572,7 @@ class ReplayBuffer:
                         raise ConfigError(f"{path}:{lineno}: not a JSON line ({exc.msg})") from None
                     yield self._record(Transition.from_dict(data), str(data.get("family", "")),
                                        str(data.get("intent", "")),
-                                       str(data.get("start_url", "")),
+                                       str(data.get("start", data.get("start_url", ""))),
                                        data.get("task_params") or {})
 
         if not Path(path).is_file():

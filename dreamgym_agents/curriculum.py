@@ -262,19 +262,28 @@ class LLMTaskGenerator:
     The answer is JSON: ``{"candidates": [{"intent": …, "params": {…}}, …], "choice": i}``
     (a fenced block or surrounding text is tolerated). An unreadable answer yields no
     candidates (counted as one malformed proposal by the curriculum).
+
+    Args:
+        gateway: The model.
+        prompt: The prompt file (``{intent}``, ``{template}``, ``{params}``, ``{start}``, ``{n}``).
+        start_key: Where a task starts, to show the model (the family's
+            ``StateFormat.start_key``: a web task's start URL); None shows nothing.
     """
 
-    def __init__(self, gateway: Gateway, prompt: str = PROMPT_FILE) -> None:
+    def __init__(self, gateway: Gateway, prompt: str = PROMPT_FILE,
+                 start_key: Callable[[Task], str] | None = None) -> None:
         from dreamgym_agents.agent import load_prompt
 
         self.gateway = gateway
         self.template = load_prompt(prompt)
+        self.start_key = start_key
 
     def messages(self, seed: Task, n: int) -> list[dict[str, str]]:
         params = json.dumps(seed.params, ensure_ascii=False) if seed.params else "{}"
         template = str(seed.config.get("intent_template") or "(none)")
+        start = (self.start_key(seed) if self.start_key else "") or "(not given)"
         content = self.template.format(intent=seed.intent, template=template, params=params,
-                                       start_url=seed.config.get("start_url", ""), n=n)
+                                       start=start, n=n)
         return [{"role": "user", "content": content}]
 
     def generate(self, seed: Task, n: int) -> tuple[list[Any], int | None]:

@@ -47,7 +47,7 @@ class DreamBuffer(Retriever, Protocol):
     """What the dream needs of the replay buffer: retrieval plus recorded start states."""
 
     def start_state(
-        self, task_id: str | None = None, *, start_url: str | None = None,
+        self, task_id: str | None = None, *, start: str | None = None,
         family: str | None = None,
     ) -> str | None:
         """The recorded initial state of a task (by id, else by where it starts), or None."""
@@ -115,7 +115,7 @@ class DreamEnv:
         if self.buffer is not None:
             # a curriculum's synthetic task starts where its seed task starts
             seed = str(task.config.get("synthetic_of") or task.task_id)
-            state = self.buffer.start_state(seed, start_url=start or None, family=task.family)
+            state = self.buffer.start_state(seed, start=start or None, family=task.family)
         source = "recorded"
         if not state:
             if not self.cfg.synthesise_start:

@@ -72,7 +72,7 @@ Record = tuple[str, str, dict[str, Any]]
 
 
 def transition_record(
-    t: Transition, *, family: str = "", intent: str = "", start_url: str = "", seq: int = 0,
+    t: Transition, *, family: str = "", intent: str = "", start: str = "", seq: int = 0,
     params: dict[str, str] | None = None,
 ) -> Record:
     """The Chroma record of a transition.
@@ -81,8 +81,9 @@ def transition_record(
         t: The transition.
         family: Its task family.
         intent: Its task's instruction.
-        start_url: Its task's start URL (matched by
-            :meth:`~dreamgym_agents.buffer.ReplayBuffer.start_state`).
+        start: Where its task starts, in its family's terms (``StateFormat.start_key``: a web
+            task's start URL, a game's id), matched by
+            :meth:`~dreamgym_agents.buffer.ReplayBuffer.start_state`.
         seq: Insertion order (for pruning and export order).
         params: Its task's parameters (:attr:`~dreamgym_agents.types.Task.params`), kept as JSON.
 
@@ -94,7 +95,7 @@ def transition_record(
         "provenance": t.provenance, "family": family, "task_id": t.task_id,
         "episode_id": t.episode_id, "step": int(t.step), "reward": float(t.reward),
         "done": bool(t.done), "success": bool(t.success), "valid": bool(t.valid),
-        "intent": intent, "start_url": start_url, "seq": int(seq),
+        "intent": intent, "start": start, "seq": int(seq),
         "params": json.dumps(params or {}, ensure_ascii=False, sort_keys=True),
         "transition": json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True, default=str),
     }

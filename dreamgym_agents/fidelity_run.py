@@ -149,7 +149,7 @@ class _RecordedStart:
     def __init__(self, state: str) -> None:
         self.state = state
 
-    def start_state(self, task_id: str | None = None, *, start_url: str | None = None,
+    def start_state(self, task_id: str | None = None, *, start: str | None = None,
                     family: str | None = None) -> str | None:
         return self.state
 

@@ -137,10 +137,10 @@ def test_empty_buffer_and_bad_k(buffer):
         buffer.retrieve("URL: x", "click('1')", k=0)
 
 
-def make_traj(episode: str, task_id: str, start: str, *, start_url: str = "",
+def make_traj(episode: str, task_id: str, start: str, *, config: dict | None = None,
               provenance: str = "real", family: str = "webarena") -> Trajectory:
     task = Task(task_id=task_id, family=family, intent=f"buy something ({task_id})",
-                config={"start_url": start_url} if start_url else {})
+                config=config or {})
     steps = [tr(episode, 0, start, "click('20')", task=task_id, provenance=provenance),
              tr(episode, 1, "StaticText 'done'", "stop('ok')", task=task_id,
                 provenance=provenance, done=True)]
@@ -151,16 +151,16 @@ def make_traj(episode: str, task_id: str, start: str, *, start_url: str = "",
 def test_start_state(buffer):
     home = page("laptops", LAPTOPS)
     buffer.add_trajectories([
-        make_traj("e1", "shop.1", home, start_url="__SHOPPING__/category/laptops"),
+        make_traj("e1", "shop.1", home, config={"start_url": "__SHOPPING__/category/laptops"}),
         make_traj("e2", "shop.2", "dreamed page", provenance="synthetic",
-                  start_url="__SHOPPING__/dream"),
+                  config={"start_url": "__SHOPPING__/dream"}),
     ])
     assert buffer.start_state("shop.1") == home
     # No episode of shop.9 yet, but a task with the same start page was recorded.
-    assert buffer.start_state("shop.9", start_url="__SHOPPING__/category/laptops") == home
+    assert buffer.start_state("shop.9", start="__SHOPPING__/category/laptops") == home
     assert buffer.start_state("shop.1", family="alfworld") is None
     assert buffer.start_state("shop.2") is None  # synthetic states are not real start pages
-    assert buffer.start_state("shop.9", start_url="__SHOPPING__/dream") is None
+    assert buffer.start_state("shop.9", start="__SHOPPING__/dream") is None
     assert buffer.start_state(None) is None
     meta = buffer._collection.get(ids=["e1:0"], include=["metadatas"])["metadatas"][0]
     assert meta["intent"] == "buy something (shop.1)" and meta["family"] == "webarena"
@@ -192,8 +192,9 @@ def test_stats_prune_export_import_round_trip(buffer, tmp_path):
     buffer.add(corpus(), family="webarena")
     buffer.add([tr(f"s{i}", 0, f"dream {i}", "click('1')", provenance="synthetic")
                 for i in range(5)], family="webarena")
+    game = {"layout": "kitchen-1", "seed": 3, "task_type": "pick_and_place_simple"}
     buffer.add_trajectories([make_traj("a1", "al.1", "You are in a kitchen.",
-                                       family="alfworld", start_url="kitchen")])
+                                       family="alfworld", config={"game": game})])
     stats = buffer.stats()
     assert stats == {"total": 14, "by_provenance": {"real": 9, "synthetic": 5},
                      "by_family": {"webarena": 12, "alfworld": 2}, "episodes": 11, "tasks": 2}
@@ -219,7 +220,10 @@ def test_stats_prune_export_import_round_trip(buffer, tmp_path):
     assert buffer.import_(out) == 14
     assert buffer.stats() == stats
     assert buffer.start_state("al.1") == "You are in a kitchen."
-    assert buffer.start_state("x", start_url="kitchen") == "You are in a kitchen."
+    # another task of the same game starts where it started (the family's start key)
+    assert buffer.start_state("x", start=json.dumps(game, sort_keys=True)) == \
+        "You are in a kitchen."
+    assert buffer.start_state("x", start="kitchen") is None
 
 
 def test_reopen_keeps_counts_and_checks_embedding(cfg):

@@ -125,6 +125,10 @@ def test_llm_generator_reads_json_and_counts_unreadable_answers():
     gateway = Gateway(LLMConfig(model="openai/gpt-4o-mini", mock_response=f"Sure:\n{answer}"))
     gen = LLMTaskGenerator(gateway)
     assert "Red Kettle" in gen.messages(TASKS[0], 2)[0]["content"]
+    from dreamgym_agents.env import make_family
+
+    located = LLMTaskGenerator(gateway, start_key=make_family("webarena").state_format().start_key)
+    assert "it starts at: __SHOPPING__" in located.messages(TASKS[0], 2)[0]["content"]
     known = [t for t in TASKS if t.task_id in ("0", "1")]
     cur = Curriculum(CurriculumConfig(seeds_per_round=1), gen, known)
     cur.observe(known, [[1, 0], [0, 0]])

@@ -77,7 +77,7 @@ class FakeBuffer:
         pool.sort(key=lambda t: -len(words & set((t.state + " " + t.action).split())))
         return pool[: k or 3]
 
-    def start_state(self, task_id=None, *, start_url=None, family=None):
+    def start_state(self, task_id=None, *, start=None, family=None):
         return self.starts.get(task_id)
 
 
