@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
 from dreamgym_agents.types import Transition
 
 CATEGORIES = ["laptops", "phones", "tablets", "cameras", "audio", "monitors", "printers",

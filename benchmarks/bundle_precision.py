@@ -21,12 +21,12 @@ import concurrent.futures
 import time
 from pathlib import Path
 
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-from dreamgym_agents.env import make_family
-from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
-from dreamgym_agents.llm import Gateway, LLMConfig
-from dreamgym_agents.policy import PolicyModel, error_seen, written_actions
-from dreamgym_agents.training.experience_pipeline import trained_settings
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+from dreamgym_agents.experience.training import trained_settings
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+from dreamgym_agents.policy.model import PolicyModel, error_seen, written_actions
 from dreamgym_agents.types import read_trajectories
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dreamgym_agents.adapters.webarena.evaluation import evaluate_task, task_eval_types
 from dreamgym_agents.adapters.webarena.experience_prompt import answer_text
-from dreamgym_agents.training.grpo import ROLLOUTS_FILE
+from dreamgym_agents.rl.grpo import ROLLOUTS_FILE
 from dreamgym_agents.types import read_trajectories
 
 ROLLOUTS = Path("stages") / "dream_rl" / ROLLOUTS_FILE

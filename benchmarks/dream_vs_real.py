@@ -26,10 +26,10 @@ from pathlib import Path
 
 from dreamgym_agents.adapters.webarena.evaluation import task_eval_types
 from dreamgym_agents.config import apply_mapping
-from dreamgym_agents.env import spread_tasks
-from dreamgym_agents.graph import RunConfig, run_episodes
-from dreamgym_agents.pipeline import CONFIG_FILE, STATE_FILE, Pipeline, PipelineConfig
-from dreamgym_agents.policy import PolicyAgent, PolicyModel
+from dreamgym_agents.episodes.env import spread_tasks
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+from dreamgym_agents.pipeline.run import CONFIG_FILE, STATE_FILE, Pipeline, PipelineConfig
+from dreamgym_agents.policy.model import PolicyAgent, PolicyModel
 from dreamgym_agents.types import read_trajectories
 
 
@@ -38,7 +38,7 @@ def eval_kind(task) -> str:
 
 
 def play(pipe: Pipeline, tasks, agent, out: Path, where: str, concurrency: int) -> dict:
-    from dreamgym_agents.dream import DreamConfig, DreamEnv
+    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
 
     if where == "real":
         family, env_cfg = pipe.family(), pipe.env_cfg()

@@ -18,9 +18,9 @@ import argparse
 import json
 from pathlib import Path
 
-from dreamgym_agents.env import ends_by_type, make_family
-from dreamgym_agents.experience import transition_id
-from dreamgym_agents.fidelity import binary_scores, state_f1
+from dreamgym_agents.episodes.env import ends_by_type, make_family
+from dreamgym_agents.experience.fidelity import binary_scores, state_f1
+from dreamgym_agents.experience.model import transition_id
 from dreamgym_agents.types import read_trajectories
 
 

@@ -17,10 +17,10 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-from dreamgym_agents.env import make_family
-from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
-from dreamgym_agents.local_provider import _get_loaded, generate_local
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+from dreamgym_agents.gateway.local import _get_loaded, generate_local
 from dreamgym_agents.types import read_trajectories
 
 
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=600)
     args = parser.parse_args()
     if args.checkpoint is None:
-        from dreamgym_agents.embedded import ensure_embedded_experience_model
+        from dreamgym_agents.pipeline.embedded import ensure_embedded_experience_model
 
         paths = ensure_embedded_experience_model("webarena", progress=print)
         args.checkpoint, args.buffer = paths["checkpoint"], paths["buffer"]

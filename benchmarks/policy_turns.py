@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from dreamgym_agents.config import load_config
-from dreamgym_agents.policy import PolicyConfig, PolicyModel, error_seen, written_actions
+from dreamgym_agents.policy.model import PolicyConfig, PolicyModel, error_seen, written_actions
 from dreamgym_agents.types import read_trajectories
 
 

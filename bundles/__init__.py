@@ -1,2 +1,2 @@
 """Embedded bundles shipped with the package, one folder per task family (see
-:mod:`dreamgym_agents.bundle`); installed as ``dreamgym_agents.bundles``."""
+:mod:`dreamgym_agents.pipeline.bundle`); installed as ``dreamgym_agents.bundles``."""

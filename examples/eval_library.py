@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from dreamgym_agents.agent import LLMAgent
-from dreamgym_agents.env import EnvConfig, make_family
-from dreamgym_agents.graph import RunConfig, run_episodes
-from dreamgym_agents.llm import Gateway, LLMConfig
+from dreamgym_agents.episodes.agent import LLMAgent
+from dreamgym_agents.episodes.env import EnvConfig, make_family
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig
 
 
 def main(agent_name: str = "oracle") -> None:

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from dreamgym_agents.env import Observation, StepResult
+from dreamgym_agents.episodes.env import Observation, StepResult
 from dreamgym_agents.types import Task
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from dreamgym_agents.agent import Decision
+from dreamgym_agents.episodes.agent import Decision
 
 
 class CounterSolver:

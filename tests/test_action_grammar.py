@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from dreamgym_agents.action_grammar import ChoiceGrammar, Constraint, Vocabulary
 from dreamgym_agents.adapters.webarena.action_grammar import ActionGrammar
+from dreamgym_agents.policy.grammar import ChoiceGrammar, Constraint, Vocabulary
 
 PAGE = """URL: http://s/category/office
 Title: Office | Shop
@@ -88,7 +88,7 @@ def test_bid_references():
 def tokenizer(tmp_path_factory):
     import transformers
 
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
 
     path = tmp_path_factory.mktemp("tok")
     make_tiny_checkpoint(path, [PAGE, INTENT, "click(link 'Home') fill(searchbox 'Search', "

@@ -12,8 +12,8 @@ from dreamgym_agents.adapters.webarena.agents import (
     QuitterAgent,
     RandomAgent,
 )
-from dreamgym_agents.agent import parse_answer
-from dreamgym_agents.env import Observation
+from dreamgym_agents.episodes.agent import parse_answer
+from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.types import Task, Transition
 
 STATE = "URL: __SHOPPING__\nTitle: Home\n[14] link 'Laptops'\n[37] searchbox 'Search'"

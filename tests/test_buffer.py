@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer, transition_key_text
-from dreamgym_agents.embedding import HashEmbeddingFunction, split_key_text
+from dreamgym_agents.buffer.embedding import HashEmbeddingFunction, split_key_text
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer, transition_key_text
 from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError
 from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
 
@@ -238,7 +238,7 @@ def test_reopen_keeps_counts_and_checks_embedding(cfg):
 
 
 def test_a_buffer_keeps_the_action_weight_it_was_made_with(cfg, monkeypatch):
-    import dreamgym_agents.buffer as buffer_module
+    import dreamgym_agents.buffer.replay as buffer_module
 
     made = buffer_module.make_embedding_function
     monkeypatch.setattr(buffer_module, "make_embedding_function",
@@ -295,7 +295,7 @@ def test_submit_shape_features_only_on_submits():
 
 
 def test_a_buffer_keeps_the_feature_version_it_was_made_with(cfg, monkeypatch):
-    import dreamgym_agents.buffer as buffer_module
+    import dreamgym_agents.buffer.replay as buffer_module
 
     made = buffer_module.make_embedding_function
     monkeypatch.setattr(buffer_module, "make_embedding_function",
@@ -338,7 +338,7 @@ def test_a_buffer_keeps_the_family_features_it_was_made_with(cfg):
 
 
 def test_text_features_are_the_words_of_each_line_and_of_the_action():
-    from dreamgym_agents.embedding import TextFeatures, family_hash_features
+    from dreamgym_agents.buffer.embedding import TextFeatures, family_hash_features
 
     feats, _ = TextFeatures().state("You see a apple 1.\nOn the shelf 2, you see nothing.")
     assert feats["w:apple"] == 1 and feats["b:shelf_2"] == 1 and not feats["b:1_on"]  # per line
@@ -414,7 +414,7 @@ def test_never_runs_chroma_default_embedding(tmp_path, monkeypatch):
 
 
 def test_sentence_transformers_local_only_and_cached(tmp_path, monkeypatch):
-    import dreamgym_agents.embedding as embedding
+    import dreamgym_agents.buffer.embedding as embedding
 
     monkeypatch.setattr(embedding, "_ST_MODELS", {})
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # not installed
@@ -459,7 +459,7 @@ def test_litellm_embedding(tmp_path, monkeypatch):
             return type("R", (), {"data": [{"index": i, "embedding": ef.embed_text(t).tolist()}
                                            for i, t in enumerate(kwargs["input"])]})
 
-    import dreamgym_agents.llm as llm
+    import dreamgym_agents.gateway.llm as llm
 
     monkeypatch.setattr(llm, "import_litellm", lambda: FakeLiteLLM)
     cfg = BufferConfig(path=str(tmp_path / "lite"), embedding="litellm:openai/text-embed",
@@ -492,7 +492,7 @@ def test_concurrent_adds_and_retrievals(buffer):
 
 SIGKILL_CHILD = """
 import sys, time
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
 from dreamgym_agents.types import Transition
 buf = ReplayBuffer(BufferConfig(path=sys.argv[1]))
 n = 0

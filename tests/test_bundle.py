@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from dreamgym_agents.bundle import COLLECT_FILE, Bundle, shipped_bundle
-from dreamgym_agents.cli import main
-from dreamgym_agents.embedded import RECIPE_VERSION, EmbeddedRecipe, demos_name
+from dreamgym_agents.cli.main import main
 from dreamgym_agents.errors import ConfigError, PartialBuildError
-from dreamgym_agents.pipeline import WARM_START_VERSION, preset_config, warm_start_key
+from dreamgym_agents.pipeline.bundle import COLLECT_FILE, Bundle, shipped_bundle
+from dreamgym_agents.pipeline.embedded import RECIPE_VERSION, EmbeddedRecipe, demos_name
+from dreamgym_agents.pipeline.run import WARM_START_VERSION, preset_config, warm_start_key
 
 TINY_RECIPE = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
                    explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
@@ -49,9 +49,9 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch):
 def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
     """The shipped models trained on train-split episodes only: none of the bundle's seed
     episodes or demonstrations is a validation or test task."""
-    from dreamgym_agents.bundle import read_episodes
-    from dreamgym_agents.env import make_family
+    from dreamgym_agents.episodes.env import make_family
     from dreamgym_agents.heldout import HeldOut
+    from dreamgym_agents.pipeline.bundle import read_episodes
 
     monkeypatch.delenv("DG_BUNDLE", raising=False)
     bundle = shipped_bundle("webarena")
@@ -114,7 +114,7 @@ def test_a_tiny_bundle_is_built_end_to_end(tiny_build):
 
     with safe_open(str(bundle.policy_dir / "model.safetensors"), "pt") as fh:
         assert {str(fh.get_tensor(k).dtype) for k in fh.keys()} == {"torch.bfloat16"}
-    from dreamgym_agents.local_provider import load_causal_lm
+    from dreamgym_agents.gateway.local import load_causal_lm
 
     _, model = load_causal_lm(bundle.experience_dir)
     assert {str(p.dtype) for p in model.parameters()} == {"torch.float32"}
@@ -135,7 +135,7 @@ def test_a_tiny_bundle_is_built_end_to_end(tiny_build):
 @pytest.mark.slow
 def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkeypatch):
     from dreamgym_agents.config import load_config
-    from dreamgym_agents.pipeline import Pipeline
+    from dreamgym_agents.pipeline.run import Pipeline
 
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
     monkeypatch.setenv("DG_BUNDLE", str(tiny_build / "build" / "bundle"))
@@ -169,7 +169,7 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
                                   "model.safetensors").exists()
     # the buffer was made from the shipped seed episodes on first use, once
     assert (tmp_path / "cache" / f"bundle-{bundle.id}" / "BUFFER_READY").exists()
-    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
 
     with ReplayBuffer(BufferConfig(path=experience["buffer"])) as buffer:
         assert buffer.count() == bundle.manifest["experience"]["collection"]["transitions"]
@@ -210,7 +210,7 @@ def test_a_build_stopped_by_its_budget_is_partial_and_refused(tiny_build, tmp_pa
 def test_a_partial_experience_model_is_never_the_recipes(tmp_path):
     from test_experience_training_data import episode
 
-    from dreamgym_agents.embedded import train_embedded
+    from dreamgym_agents.pipeline.embedded import train_embedded
 
     recipe = EmbeddedRecipe(**{**TINY_RECIPE, "sft_steps": 100_000})
     episodes = [episode("a", "$9.99", True), episode("b", "$1.00", False)]

@@ -20,7 +20,7 @@ def dg(*args, env=None):
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("SHOPPING", "WA_SHOPPING", "WEBARENA_TASKS_FILE")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dreamgym_agents.cli", *args],
+    return subprocess.run([sys.executable, "-m", "dreamgym_agents.cli.main", *args],
                           capture_output=True, text=True, env=full_env, timeout=120)
 
 
@@ -92,7 +92,7 @@ def test_no_arguments_prints_help_without_error():
 
 def test_string_settings_are_verbatim():
     from dreamgym_agents.config import load_config
-    from dreamgym_agents.llm import LLMConfig
+    from dreamgym_agents.gateway.llm import LLMConfig
 
     cfg = load_config(LLMConfig(model="openai/x"), None,
                       ["mock_response=URL: x", "temperature=0.5", "stop=[a, b]"])
@@ -103,7 +103,7 @@ def test_float_settings_take_exponents():
     """YAML 1.1 reads ``1e-3`` as a string; a float field still takes it."""
     from dreamgym_agents.config import load_config
     from dreamgym_agents.errors import ConfigError
-    from dreamgym_agents.training.grpo import GRPOStageConfig
+    from dreamgym_agents.rl.grpo import GRPOStageConfig
 
     assert load_config(GRPOStageConfig(), None, ["learning_rate=1e-3"]).learning_rate == 1e-3
     with pytest.raises(ConfigError, match="expects float"):
@@ -112,7 +112,7 @@ def test_float_settings_take_exponents():
 
 def test_doctor_says_what_to_install_without_a_browser(monkeypatch, capsys):
     import dreamgym_agents.adapters.webarena.chromium as chromium
-    from dreamgym_agents.doctor import run_doctor
+    from dreamgym_agents.cli.doctor import run_doctor
 
     monkeypatch.setattr(chromium, "find_chromium", lambda: None)
     monkeypatch.setenv("COLUMNS", "250")
@@ -125,8 +125,8 @@ def test_config_file_then_flags_then_set(tmp_path):
     """A config file's env.max_steps holds unless --max-steps or --set overrides it."""
     import yaml
 
-    from dreamgym_agents.cli_common import Sections
-    from dreamgym_agents.env import EnvConfig
+    from dreamgym_agents.cli.common import Sections
+    from dreamgym_agents.episodes.env import EnvConfig
 
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(yaml.safe_dump({"env": {"max_steps": 7, "seed": 3}}))
@@ -143,7 +143,7 @@ def test_set_overrides_are_checked_together():
     their order on the command line does not matter."""
     from dreamgym_agents.config import load_config
     from dreamgym_agents.errors import ConfigError
-    from dreamgym_agents.training.grpo import GRPOStageConfig
+    from dreamgym_agents.rl.grpo import GRPOStageConfig
 
     cfg = load_config(GRPOStageConfig(), None, ["tasks_per_step=1", "num_generations=2",
                                                  "micro_batch=2"])
@@ -159,7 +159,7 @@ def test_a_family_adds_its_own_commands(capsys):
     import importlib.metadata
     import socket
 
-    from dreamgym_agents.cli import main
+    from dreamgym_agents.cli.main import main
 
     names = {ep.name for ep in importlib.metadata.entry_points(group="dreamgym_agents.commands")}
     assert "webarena" in names

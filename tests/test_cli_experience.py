@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dreamgym_agents.adapters.webarena.family import WebArenaFamily
-from dreamgym_agents.cli import main
-from dreamgym_agents.fidelity import RUBRIC
+from dreamgym_agents.cli.main import main
+from dreamgym_agents.experience.fidelity import RUBRIC
 from dreamgym_agents.types import Trajectory, Transition, read_trajectories, write_trajectories
 
 HOME = ("URL: http://shop/\nTitle: One Stop Market\n[1] link 'Office Furniture'\n"
@@ -166,7 +166,7 @@ def test_buffer_without_a_subcommand_shows_help(capsys):
 def test_unreachable_buffer_url_is_one_line(tmp_path):
     """Through a subprocess: the real entry point, with nothing else on stderr."""
     env = {**os.environ, "DG_BUFFER_URL": "http://127.0.0.1:9"}
-    proc = subprocess.run([sys.executable, "-m", "dreamgym_agents.cli", "buffer", "stats"],
+    proc = subprocess.run([sys.executable, "-m", "dreamgym_agents.cli.main", "buffer", "stats"],
                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
     assert_one_line_error(proc.returncode, proc.stderr, "cannot reach the Chroma server",
                           "127.0.0.1:9")
@@ -316,10 +316,10 @@ def test_fidelity_errors(tmp_path, capsys, real_runs):
 def test_dream_defaults_to_the_embedded_model(tmp_path, capsys, monkeypatch):
     """No --experience-model and no bundle: the cached embedded default (here a tiny stand-in)
     and its buffer. (With the shipped bundle: tests/test_bundle.py.)"""
-    from dreamgym_agents.embedded import embedded_dir, family_recipe
+    from dreamgym_agents.pipeline.embedded import embedded_dir, family_recipe
 
     monkeypatch.setenv("DG_BUNDLE", "none")
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
 
     folder = embedded_dir(family_recipe("webarena"), "webarena")
     make_tiny_checkpoint(folder / "model")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dreamgym_agents.cli import main
+from dreamgym_agents.cli.main import main
 
 TINY_RECIPE = ("{oracle_tasks: 6, noisy_tasks: 1, quitter_tasks: 2, random_tasks: 1, "
                "max_steps: 6, explorer_tasks: 1, explorer_pages: 1, explorer_steps: 5, "

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from dreamgym_agents.curriculum import (
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+from dreamgym_agents.rl.curriculum import (
     Curriculum,
     CurriculumConfig,
     LLMTaskGenerator,
@@ -18,8 +20,6 @@ from dreamgym_agents.curriculum import (
     select_seeds,
     synthetic_slots,
 )
-from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.llm import Gateway, LLMConfig
 from dreamgym_agents.types import Task
 
 TEMPLATE = "What is the price of {{product}}?"
@@ -125,7 +125,7 @@ def test_llm_generator_reads_json_and_counts_unreadable_answers():
     gateway = Gateway(LLMConfig(model="openai/gpt-4o-mini", mock_response=f"Sure:\n{answer}"))
     gen = LLMTaskGenerator(gateway)
     assert "Red Kettle" in gen.messages(TASKS[0], 2)[0]["content"]
-    from dreamgym_agents.env import make_family
+    from dreamgym_agents.episodes.env import make_family
 
     located = LLMTaskGenerator(gateway, start_key=make_family("webarena").state_format().start_key)
     assert "it starts at: __SHOPPING__" in located.messages(TASKS[0], 2)[0]["content"]
@@ -143,7 +143,7 @@ def test_held_out_tasks_never_join_the_curriculum():
     """A generator that proposes the family's validation and test questions (what the template
     generator did: 21% of its accepted variants were exact test questions) gets every one of
     them rejected and counted; a new variant still gets through."""
-    from dreamgym_agents.env import make_family
+    from dreamgym_agents.episodes.env import make_family
     from dreamgym_agents.heldout import HeldOut
 
     family = make_family("webarena")
@@ -182,7 +182,7 @@ def test_held_out_tasks_never_join_the_curriculum():
 def test_the_template_generator_alone_would_propose_test_questions():
     """Why the guard exists: filling train templates with train values reproduces test
     instances (their values are shared), so without the guard they reach training."""
-    from dreamgym_agents.env import make_family
+    from dreamgym_agents.episodes.env import make_family
     from dreamgym_agents.heldout import HeldOut
 
     family = make_family("webarena")

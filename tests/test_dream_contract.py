@@ -17,12 +17,12 @@ from test_experience import HOME, LAPTOPS, FakeBuffer, ScriptedModel, answer
 from dreamgym_agents.adapters.webarena.actions import WebActionSet
 from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.adapters.webarena.family import WebArenaFamily
-from dreamgym_agents.agent import Decision
-from dreamgym_agents.dream import DreamConfig, DreamEnv
-from dreamgym_agents.env import Environment
+from dreamgym_agents.episodes.agent import Decision
+from dreamgym_agents.episodes.env import Environment
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 from dreamgym_agents.errors import EnvError
-from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
-from dreamgym_agents.graph import RunConfig, run_episodes
+from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
 from dreamgym_agents.types import Task, read_trajectories
 
 WEB = WebCodec()

@@ -11,9 +11,9 @@ import pytest
 from test_experience import ScriptedModel
 from test_family_contract import GARBAGE
 
-from dreamgym_agents.dream import DreamConfig, DreamEnv
-from dreamgym_agents.env import Environment, make_family
-from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
+from dreamgym_agents.episodes.env import Environment, make_family
+from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
 
 VALID = {"webarena": "click('1')", "alfworld": "look"}
 TERMINAL = {"webarena": "send_msg_to_user('done')", "alfworld": None}

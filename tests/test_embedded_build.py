@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from dreamgym_agents.embedded import (
+from dreamgym_agents.experience.training import read_manifest
+from dreamgym_agents.pipeline.embedded import (
     EmbeddedRecipe,
     collect_dir,
     embedded_dir,
     ensure_embedded_experience_model,
     is_ready,
 )
-from dreamgym_agents.training.experience_pipeline import read_manifest
 from dreamgym_agents.types import read_trajectories
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -3,7 +3,7 @@ them as they finish, and the training data's order (so the trained weights) must
 
 from test_experience_training_data import episode
 
-from dreamgym_agents.embedded import read_collected
+from dreamgym_agents.pipeline.embedded import read_collected
 from dreamgym_agents.types import write_trajectories
 
 

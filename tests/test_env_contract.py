@@ -9,7 +9,7 @@
 import pytest
 from conftest import CounterEnv, counter_tasks
 
-from dreamgym_agents.env import EnvConfig, Environment, Observation, StepResult
+from dreamgym_agents.episodes.env import EnvConfig, Environment, Observation, StepResult
 from dreamgym_agents.types import Task
 
 SAY_HI = {

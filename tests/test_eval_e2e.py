@@ -25,7 +25,7 @@ def dg(*args, env=None, timeout=1500):
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("SHOPPING", "WA_SHOPPING", "WEBARENA_TASKS_FILE")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dreamgym_agents.cli", *args],
+    return subprocess.run([sys.executable, "-m", "dreamgym_agents.cli.main", *args],
                           capture_output=True, text=True, env=full_env, timeout=timeout)
 
 
@@ -110,7 +110,7 @@ def test_local_openai_compatible_server_solves_tasks(tmp_path, test_tasks):
 
 
 def test_in_process_local_checkpoint(tmp_path):
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
 
     ckpt = make_tiny_checkpoint(str(tmp_path / "tiny"))
     out = tmp_path / "local"
@@ -135,7 +135,7 @@ def test_in_process_local_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_kill_9_mid_eval_then_resume(tmp_path, test_tasks):
     out = tmp_path / "killed"
-    args = [sys.executable, "-m", "dreamgym_agents.cli", "eval", "--agent", "oracle",
+    args = [sys.executable, "-m", "dreamgym_agents.cli.main", "eval", "--agent", "oracle",
             "--split", "test", "--limit", "12", "--concurrency", "2", "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if k not in ("SHOPPING", "WA_SHOPPING")}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

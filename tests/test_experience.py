@@ -8,7 +8,7 @@ import pytest
 
 from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.errors import ConfigError, ModelError
-from dreamgym_agents.experience import (
+from dreamgym_agents.experience.model import (
     ExperienceConfig,
     ExperienceModel,
     ExperienceParseError,
@@ -17,7 +17,7 @@ from dreamgym_agents.experience import (
     parse_experience_output,
     render_signature_messages,
 )
-from dreamgym_agents.llm import Completion, Gateway, LLMConfig
+from dreamgym_agents.gateway.llm import Completion, Gateway, LLMConfig
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
 WEB = WebCodec()
@@ -322,7 +322,7 @@ def test_dspy_signature_renders_the_same_prompt():
         model.build_messages(TASK, _history(1), HOME, "click('1')", demos)
     changed = signature.with_instructions("Simulate the site.")
     assert render_signature_messages(changed, inputs)[0]["content"] == "Simulate the site."
-    from dreamgym_agents.experience import ExperienceStep
+    from dreamgym_agents.experience.model import ExperienceStep
 
     assert ExperienceStep is signature
 
@@ -360,7 +360,7 @@ def test_signature_runs_in_dspy_predict_with_every_input():
 def test_inference_never_retrieves_the_played_tasks_own_records(tmp_path):
     """Training retrieved demonstrations from other tasks only; so does inference: a task of
     the buffer played in the dream is not shown its own recorded steps (its answer)."""
-    from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
 
     own = Transition("own-1", 0, TASK.task_id, HOME, "click('1')", LAPTOPS, provenance="offline")
     other = Transition("other-1", 0, "8", HOME, "click('1')", LAPTOPS, provenance="offline")

@@ -4,13 +4,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from dreamgym_agents.experience_codec import (
+from dreamgym_agents.experience.codec import (
     PlainCodec,
     StateReferenceError,
     apply_edits,
     line_edits,
 )
-from dreamgym_agents.training.experience_data import completion_text, decision_spans
+from dreamgym_agents.experience.data import completion_text, decision_spans
 from dreamgym_agents.types import Transition
 
 ROOM = ("Task: put a mug in cabinet.\nAt: the middle of the room\nHolding: nothing\n"

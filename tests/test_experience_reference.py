@@ -1,8 +1,8 @@
 """The experience model expands next states written as references (state_delta)."""
 
 from dreamgym_agents.adapters.webarena.codec import WebCodec
-from dreamgym_agents.experience import ExperienceConfig, ExperienceModel
-from dreamgym_agents.llm import Gateway, LLMConfig
+from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig
 from dreamgym_agents.types import Task
 
 WEB = WebCodec()
@@ -60,7 +60,7 @@ def test_compact_retry_resamples_instead_of_appending_feedback():
 
     class Flaky:
         def complete(self, messages, **overrides):
-            from dreamgym_agents.llm import Completion
+            from dreamgym_agents.gateway.llm import Completion
             from dreamgym_agents.types import ModelUsage
 
             calls.append((len(messages), overrides))

@@ -8,11 +8,11 @@ import pytest
 from test_experience_training_data import ListRetriever, episode
 
 from dreamgym_agents.adapters.webarena.codec import WebCodec
-from dreamgym_agents.buffer import BufferConfig, ReplayBuffer
-from dreamgym_agents.cli import main
-from dreamgym_agents.training.experience_data import ExampleConfig, build_examples
-from dreamgym_agents.training.experience_pipeline import read_manifest, train_from_trajectories
-from dreamgym_agents.training.experience_sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+from dreamgym_agents.cli.main import main
+from dreamgym_agents.experience.data import ExampleConfig, build_examples
+from dreamgym_agents.experience.sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.experience.training import read_manifest, train_from_trajectories
 from dreamgym_agents.types import write_trajectories
 
 WEB = WebCodec()
@@ -61,7 +61,7 @@ def test_a_time_budget_stops_training_and_the_result_says_partial(tmp_path):
 def test_the_schedule_is_the_steps_alone():
     import torch
 
-    from dreamgym_agents.training.experience_sft import WARMUP_SHARE, cosine_schedule
+    from dreamgym_agents.experience.sft import WARMUP_SHARE, cosine_schedule
 
     def lrs(steps: int, run: int) -> list[float]:
         opt, sched = cosine_schedule(torch.nn.Linear(4, 4), 1.0, steps)
@@ -82,7 +82,7 @@ def test_the_schedule_is_the_steps_alone():
 def examples_and_base(tmp_path):
     """Eight examples and one tiny checkpoint to start from: runs from one checkpoint compare
     (a tokenizer trained from scratch may break BPE count ties in another order each time)."""
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
 
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
@@ -179,9 +179,9 @@ def test_cli_train_experience(tmp_path, capsys):
 def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_path):
     from transformers import AutoTokenizer
 
-    from dreamgym_agents.local_provider import format_prompt, make_tiny_checkpoint
-    from dreamgym_agents.training.experience_data import decision_spans
-    from dreamgym_agents.training.experience_sft import tokenize_example
+    from dreamgym_agents.experience.data import decision_spans
+    from dreamgym_agents.experience.sft import tokenize_example
+    from dreamgym_agents.gateway.local import format_prompt, make_tiny_checkpoint
 
     completion = ("<reasoning>The agent stops. The task is complete.</reasoning>\n"
                   "<reward>1</reward>\n<done>true</done>\n<success>true</success>\n"
@@ -212,9 +212,9 @@ def test_examples_are_tokenized_with_prompt_masked_and_decisions_weighted(tmp_pa
 def test_a_judge_example_trains_only_its_decisions(tmp_path):
     from transformers import AutoTokenizer
 
-    from dreamgym_agents.local_provider import make_tiny_checkpoint
-    from dreamgym_agents.training.experience_data import decision_spans
-    from dreamgym_agents.training.experience_sft import tokenize_example
+    from dreamgym_agents.experience.data import decision_spans
+    from dreamgym_agents.experience.sft import tokenize_example
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
 
     completion = ("<reasoning>The task is complete. Final answer.</reasoning>\n<reward>1</reward>"
                   "\n<done>true</done>\n<success>true</success>\n<next_state>\n@state\n"

@@ -31,13 +31,13 @@ from dreamgym_agents.adapters.webarena.experience_prompt import (
 )
 from dreamgym_agents.adapters.webarena.rationale import deterministic_rationale
 from dreamgym_agents.adapters.webarena.state_delta import expand_state
-from dreamgym_agents.experience import parse_experience_output, retrieve_demos
-from dreamgym_agents.training.annotate import annotate_deterministic
-from dreamgym_agents.training.experience_data import (
+from dreamgym_agents.experience.annotate import annotate_deterministic
+from dreamgym_agents.experience.data import (
     ExampleConfig,
     build_examples,
     decision_spans,
 )
+from dreamgym_agents.experience.model import parse_experience_output, retrieve_demos
 from dreamgym_agents.types import Task, Trajectory, Transition
 
 WEB = WebCodec()

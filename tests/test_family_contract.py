@@ -13,8 +13,8 @@ import asyncio
 
 import pytest
 
-from dreamgym_agents.env import EnvConfig, TaskFamily, family_names, make_family
-from dreamgym_agents.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
+from dreamgym_agents.episodes.env import EnvConfig, TaskFamily, family_names, make_family
+from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
 from dreamgym_agents.types import read_trajectories
 
 GARBAGE = {"webarena": "dance [wildly]", "alfworld": "dance wildly"}
@@ -96,8 +96,8 @@ def test_evaluation_is_deterministic(family_case, tmp_path):
 
 KILLED_RUN = """
 import asyncio, sys, time
-from dreamgym_agents.env import EnvConfig, make_family
-from dreamgym_agents.graph import RunConfig, run_episodes
+from dreamgym_agents.episodes.env import EnvConfig, make_family
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 
 family = make_family(sys.argv[1])
 cfg = EnvConfig(max_steps=20)

@@ -9,10 +9,9 @@ import pytest
 from test_experience import HOME, LAPTOPS, TASK, ScriptedModel
 
 from dreamgym_agents.adapters.webarena.family import WebArenaFamily
-from dreamgym_agents.env import ends_by_type, make_family
+from dreamgym_agents.episodes.env import ends_by_type, make_family
 from dreamgym_agents.errors import ModelError
-from dreamgym_agents.experience import ExperienceOutput, ExperiencePrediction
-from dreamgym_agents.fidelity import (
+from dreamgym_agents.experience.fidelity import (
     RUBRIC,
     RubricParseError,
     episode_success_rate,
@@ -22,6 +21,7 @@ from dreamgym_agents.fidelity import (
     state_f1,
     transition_metrics,
 )
+from dreamgym_agents.experience.model import ExperienceOutput, ExperiencePrediction
 from dreamgym_agents.types import Trajectory, Transition
 
 CART = "URL: http://shop/cart\nTitle: Cart\n[4] button 'Checkout'\nStaticText 'Total $12.99'"
@@ -138,7 +138,7 @@ def test_rare_outcomes_are_scored_balanced_next_to_trivial_baselines():
 
 
 def test_binary_scores():
-    from dreamgym_agents.fidelity import binary_scores
+    from dreamgym_agents.experience.fidelity import binary_scores
 
     scores = binary_scores([True, True, False, False], [True, False, False, None])
     assert scores["accuracy"] == 0.5 and scores["balanced_accuracy"] == 0.5
@@ -208,7 +208,7 @@ def test_judge_model_errors_propagate():
 
 
 def test_a_limited_fidelity_run_spreads_its_tasks_over_the_templates():
-    from dreamgym_agents.fidelity_run import RealRun, held_out_tasks
+    from dreamgym_agents.experience.fidelity_run import RealRun, held_out_tasks
     from dreamgym_agents.types import Task
 
     def task(i: int, template: int) -> Task:

@@ -11,8 +11,8 @@ import pytest
 from conftest import counter_tasks
 from counter_agents import Babbler, CounterSolver
 
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes, summarize
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.graph import RunConfig, run_episodes, summarize
 from dreamgym_agents.types import read_trajectories
 
 
@@ -54,7 +54,7 @@ def test_max_steps_ends_the_episode(tmp_path, counter_env_factory):
         name = "looper"
 
         async def act(self, *a):
-            from dreamgym_agents.agent import Decision
+            from dreamgym_agents.episodes.agent import Decision
             return Decision(action="inc")
 
     run(counter_tasks(1), counter_env_factory, Looper(), tmp_path, max_steps=4)
@@ -88,7 +88,7 @@ SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from conftest import CounterEnv, counter_tasks
     from counter_agents import CounterSolver
-    from dreamgym_agents.graph import RunConfig, run_episodes
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
     cfg = RunConfig(out_dir={out!r}, concurrency=2, max_steps=6, meta={{"agent": "counter-solver"}})
     asyncio.run(run_episodes(counter_tasks(12), CounterEnv, CounterSolver(delay_s=0.05), cfg))
 """)

@@ -12,9 +12,9 @@ from conftest import CounterEnv, counter_tasks
 from test_dream_contract import SAY_HI, make_env
 from test_policy import counter_demos, tiny_sft
 
-from dreamgym_agents.graph import EnvPool
-from dreamgym_agents.policy import PolicyConfig, PolicyModel
-from dreamgym_agents.training.grpo import (
+from dreamgym_agents.episodes.graph import EnvPool
+from dreamgym_agents.policy.model import PolicyConfig, PolicyModel
+from dreamgym_agents.rl.grpo import (
     ConstraintBook,
     EpisodeRollout,
     GRPOStageConfig,
@@ -81,7 +81,7 @@ def test_rollout_masks_exactly_the_environment_tokens(tmp_path, counter_env_fact
 def test_turns_are_scored_from_their_own_segment(tmp_path, counter_env_factory):
     demos = counter_demos(tmp_path, counter_env_factory, 3)
     policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))
-    from dreamgym_agents.policy import episode_tokens
+    from dreamgym_agents.policy.model import episode_tokens
 
     tokens = episode_tokens(policy, demos[2].task, demos[2].transitions)
     prompt, completion = tokens.prompt_ids, tokens.completion_ids
@@ -112,7 +112,7 @@ def test_constrained_actions_are_scored_under_the_distribution_they_were_sampled
     """Actions sampled under the page's grammar: the log-probabilities the loss (and the KL)
     uses are those of the constrained distribution the tokens were drawn from, as the sampler
     itself reported them; over the whole vocabulary they would be lower (biased)."""
-    from dreamgym_agents.policy import EpisodeTokens
+    from dreamgym_agents.policy.model import EpisodeTokens
 
     demos = counter_demos(tmp_path, counter_env_factory, 3)
     policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))

@@ -3,9 +3,9 @@ warm start's data by the pipeline."""
 
 from __future__ import annotations
 
-from dreamgym_agents.env import make_family
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.heldout import HeldOut
-from dreamgym_agents.pipeline import Pipeline, preset_config
+from dreamgym_agents.pipeline.run import Pipeline, preset_config
 from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
 
 

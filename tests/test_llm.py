@@ -18,7 +18,7 @@ import pytest
 from fakes_openai_server import serve_openai_compatible
 
 from dreamgym_agents.errors import ConfigError, ModelError
-from dreamgym_agents.llm import (
+from dreamgym_agents.gateway.llm import (
     Completion,
     Gateway,
     LLMConfig,
@@ -228,7 +228,7 @@ def test_retry_honours_retry_after_but_caps_it(
 ) -> None:
     server = server_factory([(429, "slow", {"Retry-After": "100"}), (200, "done")])
     gw = Gateway(_http_cfg(server.base_url, api_key, backoff_max_s=0.25))
-    caplog.set_level(logging.WARNING, logger="dreamgym_agents.llm")
+    caplog.set_level(logging.WARNING, logger="dreamgym_agents.gateway.llm")
     assert gw.complete(MESSAGES).text == "done"
     assert "retry 1/4 in 0.25s" in caplog.text  # Retry-After: 100 capped at backoff_max_s
 
@@ -385,7 +385,7 @@ def test_import_touches_no_network(tmp_path: Path) -> None:
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
 
-        import dreamgym_agents.llm as llm
+        import dreamgym_agents.gateway.llm as llm
         assert "litellm" not in sys.modules, "litellm must be imported lazily"
         llm.import_litellm()
         gw = llm.Gateway(llm.LLMConfig(model="openai/gpt-4o-mini", mock_response="offline"))

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("transformers", reason="the 'train' extra is not installed")
 
 from dreamgym_agents.errors import MissingExtraError, ModelError  # noqa: E402
-from dreamgym_agents.llm import Gateway, LLMConfig, import_litellm  # noqa: E402
-from dreamgym_agents.local_provider import (  # noqa: E402
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig, import_litellm  # noqa: E402
+from dreamgym_agents.gateway.local import (  # noqa: E402
     LOCAL_PROVIDER,
     format_prompt,
     generate_local,
@@ -181,7 +181,7 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from dreamgym_agents.local_provider import _get_loaded
+    from dreamgym_agents.gateway.local import _get_loaded
 
     prompts = [[{"role": "user", "content": f"Page {i}: click the item {'x' * i}."}]
                for i in range(6)]
@@ -215,7 +215,7 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(
 
 
 def test_max_batch_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dreamgym_agents.local_provider import _max_batch
+    from dreamgym_agents.gateway.local import _max_batch
 
     monkeypatch.setenv("DG_LOCAL_MAX_BATCH", "many")
     with pytest.raises(ModelError, match="DG_LOCAL_MAX_BATCH"):

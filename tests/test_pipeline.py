@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from dreamgym_agents.env import make_family
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.pipeline import (
+from dreamgym_agents.pipeline.report import rollout_curves, summarize_run, write_report
+from dreamgym_agents.pipeline.run import (
     STAGES,
     Pipeline,
     PipelineConfig,
     dream_tasks,
     preset_config,
 )
-from dreamgym_agents.report import rollout_curves, summarize_run, write_report
 from dreamgym_agents.types import Task
 
 
@@ -145,7 +145,7 @@ def test_report_shows_each_training_stage_rollout_curve(tmp_path):
 
 
 def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
-    import dreamgym_agents.bench as bench
+    import dreamgym_agents.pipeline.bench as bench
 
     base = preset_config("quick")
     runs = bench.variants(base, bench.BenchConfig(ablations=("no_task_generation",)), seed=1)
@@ -159,7 +159,7 @@ def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
 
 
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
-    import dreamgym_agents.bench as bench
+    import dreamgym_agents.pipeline.bench as bench
 
     calls: dict[str, list[str]] = {}
 
@@ -203,7 +203,7 @@ def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):
 
 
 def test_a_bench_table_says_when_its_rows_come_from_different_code():
-    from dreamgym_agents.bench import BenchConfig, make_table, render_table
+    from dreamgym_agents.pipeline.bench import BenchConfig, make_table, render_table
 
     def run(commit: str, dirty: bool = False) -> dict:
         code = {"commit": commit, "dirty": dirty, "package": "0.1.0"}

@@ -10,9 +10,9 @@ from conftest import counter_tasks
 from counter_agents import CounterSolver
 
 from dreamgym_agents.adapters.webarena.policy_view import compact_page
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.graph import RunConfig, run_episodes
-from dreamgym_agents.policy import (
+from dreamgym_agents.policy.model import (
     ASSISTANT,
     USER,
     Generated,
@@ -22,7 +22,7 @@ from dreamgym_agents.policy import (
     episode_tokens,
     render_segment,
 )
-from dreamgym_agents.training.policy_sft import PolicySFTConfig, sft_rows, train_policy_sft
+from dreamgym_agents.policy.sft import PolicySFTConfig, sft_rows, train_policy_sft
 from dreamgym_agents.types import Task, Trajectory, read_trajectories
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ def _shop_episode(n: int, product: str, typed: str | None = None) -> Trajectory:
 
 
 def test_entity_swaps_replace_the_copied_entity_everywhere():
-    from dreamgym_agents.training.policy_sft import swap_entities
+    from dreamgym_agents.policy.sft import swap_entities
 
     episodes = [_shop_episode(0, "Acme Red Chair"), _shop_episode(1, "Bolt Blue Lamp"),
                 _shop_episode(2, "Cora Desk Fan", typed="Cora")]  # typed in part: not swapped
@@ -150,7 +150,7 @@ def test_entity_swaps_replace_the_copied_entity_everywhere():
 def test_novel_swaps_invent_a_value_of_the_same_shape_and_use_it_everywhere():
     import random
 
-    from dreamgym_agents.training.policy_sft import novel_value, swap_entities
+    from dreamgym_agents.policy.sft import novel_value, swap_entities
 
     made = novel_value("Acme Red-Chair, 10 ft", random.Random(1))
     assert made != "Acme Red-Chair, 10 ft" and made[0].isupper()
@@ -169,7 +169,7 @@ def test_novel_swaps_invent_a_value_of_the_same_shape_and_use_it_everywhere():
 
 def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_path,
                                                                             counter_env_factory):
-    from dreamgym_agents.env import Observation
+    from dreamgym_agents.episodes.env import Observation
 
     policy = PolicyModel.load(tiny_sft(tmp_path, counter_demos(tmp_path, counter_env_factory, 2),
                                        steps=1))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from dreamgym_agents.agent import EXPLORATION, Decision
-from dreamgym_agents.env import Observation
+from dreamgym_agents.episodes.agent import EXPLORATION, Decision
+from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.types import Task, Transition
 
 

@@ -295,7 +295,7 @@ def admissible_in(state: str) -> list[str]:
 
 
 class AlfworldStateFormat:
-    """:class:`~dreamgym_agents.env.StateFormat` of the rendered belief state."""
+    """:class:`~dreamgym_agents.episodes.env.StateFormat` of the rendered belief state."""
 
     @staticmethod
     def start_key(task: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from dreamgym_agents.adapters.alfworld.belief import Belief
 from dreamgym_agents.adapters.alfworld.games import TEXTWORLD_LOCK
-from dreamgym_agents.env import Observation, StepResult
+from dreamgym_agents.episodes.env import Observation, StepResult
 from dreamgym_agents.errors import EnvError
 from dreamgym_agents.types import Task
 

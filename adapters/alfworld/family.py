@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.env import EnvConfig, Environment, Requirement, every_nth
+from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, every_nth
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.types import Task
 
@@ -106,7 +106,7 @@ class AlfworldFamily:
     def requirements(self) -> list[Requirement]:
         """The alfworld and textworld packages (``make install-alfworld``), where generated
         games are cached, and whether the official games are configured (``ALFWORLD_DATA``)."""
-        from dreamgym_agents.doctor import dist_version
+        from dreamgym_agents.cli.doctor import dist_version
 
         rows = []
         for dist in ("alfworld", "textworld"):
@@ -174,14 +174,14 @@ class AlfworldFamily:
         (:meth:`~.belief.Belief.admissible`, derived from the state alone, so the dream's
         states constrain the same way)."""
         from dreamgym_agents.adapters.alfworld.belief import admissible_in
-        from dreamgym_agents.policy import PlainView
+        from dreamgym_agents.policy.model import PlainView
 
         return PlainView(options=admissible_in)
 
     def experience_codec(self) -> Any:
         """Short text states, written in full
-        (:class:`~dreamgym_agents.experience_codec.PlainCodec`)."""
-        from dreamgym_agents.experience_codec import PlainCodec
+        (:class:`~dreamgym_agents.experience.codec.PlainCodec`)."""
+        from dreamgym_agents.experience.codec import PlainCodec
 
         return PlainCodec(self.action_set(), "a household text game",
                           head_prefixes=("At:", "Holding:"))

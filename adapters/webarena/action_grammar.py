@@ -1,5 +1,5 @@
 """The policy's action grammar on a web page: the web family's
-:class:`~dreamgym_agents.action_grammar.Grammar`.
+:class:`~dreamgym_agents.policy.grammar.Grammar`.
 
 A small policy trained from scratch knows *which kind* of action a turn needs long before it
 copies strings reliably: the measured warm start wrote ``fill(searchbox 'Search', '…')`` with a
@@ -20,7 +20,7 @@ same through vLLM's guided decoding), to the actions that make sense on the curr
 
 The model still chooses everything — the verb, the element, where a typed text starts and ends,
 the answer —; the grammar only removes what could not be executed or was never asked for. The
-core's :class:`~dreamgym_agents.action_grammar.Constraint` steps it byte by byte.
+core's :class:`~dreamgym_agents.policy.grammar.Constraint` steps it byte by byte.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import Any
 
 from dreamgym_agents.adapters.webarena.actions import WebAction
 from dreamgym_agents.adapters.webarena.state import parse_state
-from dreamgym_agents.agent import EXPLORATION, Decision
-from dreamgym_agents.env import Observation, every_nth
+from dreamgym_agents.episodes.agent import EXPLORATION, Decision
+from dreamgym_agents.episodes.env import Observation, every_nth
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.types import Task, Transition
 

@@ -18,7 +18,7 @@ from dreamgym_agents.adapters.webarena.state import (
     AbstractState,
     Element,
 )
-from dreamgym_agents.env import normalize_text
+from dreamgym_agents.episodes.env import normalize_text
 
 logger = logging.getLogger(__name__)
 

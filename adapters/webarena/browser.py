@@ -32,7 +32,7 @@ from dreamgym_agents.adapters.webarena.chromium import (
     stop_thread_playwright,
     thread_playwright,
 )
-from dreamgym_agents.env import EnvConfig, Observation, StepResult
+from dreamgym_agents.episodes.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
 from dreamgym_agents.types import Task
 

@@ -13,7 +13,7 @@ from dreamgym_agents.types import Transition
 
 
 class WebCodec:
-    """:class:`~dreamgym_agents.experience_codec.ExperienceCodec` for web pages."""
+    """:class:`~dreamgym_agents.experience.codec.ExperienceCodec` for web pages."""
 
     verdicts = rationale.VERDICTS
     follows = rationale.FOLLOWS

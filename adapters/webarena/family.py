@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.adapters.webarena.state import parse_state
-from dreamgym_agents.env import EnvConfig, Environment, Requirement
+from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.types import Task, Trajectory
 
@@ -165,7 +165,7 @@ def _make_browsergym_task_class() -> type:
 
 
 class WebStateFormat:
-    """:class:`~dreamgym_agents.env.StateFormat` of web pages (``URL:``, ``Title:``, then
+    """:class:`~dreamgym_agents.episodes.env.StateFormat` of web pages (``URL:``, ``Title:``, then
     ``[bid] role 'name'`` lines)."""
 
     @staticmethod
@@ -266,8 +266,8 @@ class WebArenaFamily:
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
-        """The recipe's own defaults (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`) are
-        the web family's."""
+        """The recipe's own defaults
+        (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`) are the web family's."""
         return {}
 
     collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
@@ -275,8 +275,8 @@ class WebArenaFamily:
 
     def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
         """(collector, agent, its train tasks, step limit) for every collector of the embedded
-        ``recipe`` (:class:`~dreamgym_agents.embedded.EmbeddedRecipe`), each spread over the
-        whole split (every template), deterministically."""
+        ``recipe`` (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`), each spread
+        over the whole split (every template), deterministically."""
         from dreamgym_agents.adapters.webarena.agents import collection_plan
 
         return collection_plan(recipe, tasks)
@@ -301,7 +301,7 @@ class WebArenaFamily:
         import subprocess
 
         from dreamgym_agents.adapters.webarena.chromium import find_chromium
-        from dreamgym_agents.doctor import dist_version, public_url
+        from dreamgym_agents.cli.doctor import dist_version, public_url
 
         rows = []
         path = find_chromium()
@@ -358,7 +358,7 @@ class WebArenaFamily:
         install_browsergym_patches()
         if cfg.judge_model and self._judge is None:
             from dreamgym_agents.adapters.webarena.judge import make_llm_judge
-            from dreamgym_agents.llm import Gateway, LLMConfig
+            from dreamgym_agents.gateway.llm import Gateway, LLMConfig
 
             self._judge = make_llm_judge(Gateway(LLMConfig(model=cfg.judge_model)))
         needed = _sites_used(tasks or [])

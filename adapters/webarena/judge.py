@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dreamgym_agents.adapters.webarena.evaluation import Judge
-    from dreamgym_agents.llm import Gateway
+    from dreamgym_agents.gateway.llm import Gateway
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from dreamgym_agents.adapters.webarena.grounding import refer, resolve
 from dreamgym_agents.adapters.webarena.state import parse_line, parse_state
-from dreamgym_agents.policy import PolicyConfig
+from dreamgym_agents.policy.model import PolicyConfig
 
 _TEXT = re.compile(r"^StaticText '(.*)'$")
 _HEADING = re.compile(r"^heading '(.*)'$")
@@ -65,7 +65,7 @@ def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
 
 
 class WebPolicyView:
-    """:class:`~dreamgym_agents.policy.PolicyView` of web pages."""
+    """:class:`~dreamgym_agents.policy.model.PolicyView` of web pages."""
 
     @staticmethod
     def page(state: str, intent: str, cfg: PolicyConfig) -> str:

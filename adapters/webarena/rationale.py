@@ -1,7 +1,7 @@
 """The web family's derived rationales: which page the next one is, then the outcome.
 
 A deterministic rationale is an experience-model training target derived from the recorded
-transition itself (no model involved); see :mod:`dreamgym_agents.training.annotate`.
+transition itself (no model involved); see :mod:`dreamgym_agents.experience.annotate`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dreamgym_agents.adapters.webarena.experience_prompt import (
     target_line,
 )
 from dreamgym_agents.adapters.webarena.state_delta import DEMO_REF, PREVIOUS_REF, STATE_REF
-from dreamgym_agents.experience_codec import COMPLETE, FAILED, UNFINISHED, verdict
+from dreamgym_agents.experience.codec import COMPLETE, FAILED, UNFINISHED, verdict
 from dreamgym_agents.types import Transition
 
 

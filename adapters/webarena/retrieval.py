@@ -4,7 +4,7 @@ A page's features are its URL path, its title and its elements as ``role|name`` 
 stripped (ids differ between visits of one page); an action's are its verb, the element it acts
 on (resolved through the page's ids, so clicking "Laptops" matches across pages) and its string
 arguments, plus, for a form submit, the shape of what it sends. The core hashes them
-(:class:`dreamgym_agents.embedding.HashEmbeddingFunction`).
+(:class:`dreamgym_agents.buffer.embedding.HashEmbeddingFunction`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from dreamgym_agents.adapters.webarena.state import parse_state
-from dreamgym_agents.embedding import add_ngrams, words
+from dreamgym_agents.buffer.embedding import add_ngrams, words
 from dreamgym_agents.errors import ConfigError
 
 _BID_LINE = re.compile(r"^\[(?P<bid>[^\]\s]+)\]\s+(?P<rest>.*)$")
@@ -28,7 +28,7 @@ VERSIONS = (1, 2)
 
 
 class WebHashFeatures:
-    """The web family's :class:`~dreamgym_agents.embedding.HashFeatures` at ``version``.
+    """The web family's :class:`~dreamgym_agents.buffer.embedding.HashFeatures` at ``version``.
 
     Raises:
         ConfigError: Not one of :data:`VERSIONS`.

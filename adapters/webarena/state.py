@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dreamgym_agents.env import normalize_text
+from dreamgym_agents.episodes.env import normalize_text
 
 logger = logging.getLogger(__name__)
 

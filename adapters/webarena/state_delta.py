@@ -57,7 +57,7 @@ from dreamgym_agents.adapters.webarena.state import (
     quote,
     target_line,
 )
-from dreamgym_agents.experience_codec import StateReferenceError
+from dreamgym_agents.experience.codec import StateReferenceError
 
 STATE_REF = "@state"
 PREVIOUS_REF = "@previous"

@@ -9,7 +9,7 @@ from dreamgym_agents.adapters.webarena.family import (
     load_config_file,
     resolve_url,
 )
-from dreamgym_agents.env import make_family
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.errors import ConfigError, TaskError
 
 CONFIG = {

@@ -1,0 +1,1 @@
+"""The ``dg-agents`` command line."""

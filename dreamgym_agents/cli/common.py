@@ -1,0 +1,138 @@
+"""What the ``dg-agents`` commands share: option types, config sections, the split choice.
+
+``--config FILE`` holds one mapping per section and ``--set section.key=value`` overrides one
+field; each command names its sections (``eval``: ``env``, ``llm``; ``dream``: ``llm``, ``agent``,
+``experience``, ``buffer``, ``dream``; ...). Values apply in order: file, explicit flags, ``--set``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dreamgym_agents.errors import ConfigError
+
+DEFAULT_BUFFER_PATH = ".dreamgym/buffer"
+BUFFER_URL_ENV = "DG_BUFFER_URL"
+
+
+class Split(StrEnum):
+    train = "train"
+    validation = "validation"
+    test = "test"
+
+
+OutOpt = Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")]
+TaskOpt = Annotated[str, typer.Option("--task", help="Task family, e.g. webarena.")]
+AgentOpt = Annotated[
+    str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
+]
+SplitOpt = Annotated[Split, typer.Option("--split", help="Task split.")]
+TasksFileOpt = Annotated[
+    Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
+]
+LimitOpt = Annotated[
+    int | None, typer.Option("--limit", min=1, help="Run only the first N tasks.")
+]
+ConcurrencyOpt = Annotated[
+    int, typer.Option("--concurrency", min=1, max=64, help="Episodes at once.")
+]
+MaxStepsOpt = Annotated[int, typer.Option("--max-steps", min=1, help="Steps per episode.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed (site data, random agent).")]
+ExperienceModelOpt = Annotated[
+    str | None,
+    typer.Option("--experience-model",
+                 help="Experience model: a LiteLLM model string, or embedded (the default)."),
+]
+BufferPathOpt = Annotated[
+    Path | None, typer.Option("--buffer-path", help=f"Buffer directory [{DEFAULT_BUFFER_PATH}].")
+]
+BufferUrlOpt = Annotated[
+    str | None, typer.Option("--buffer-url", envvar=BUFFER_URL_ENV, help="Chroma server URL.")
+]
+NoHistoryOpt = Annotated[
+    bool, typer.Option("--no-history", help="Ablation: show the model no previous steps.")
+]
+NoRetrievalOpt = Annotated[
+    bool, typer.Option("--no-retrieval", help="Ablation: retrieve no similar transitions.")
+]
+NoReasoningOpt = Annotated[
+    bool, typer.Option("--no-reasoning", help="Ablation: no step-by-step reasoning.")
+]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML file with the --set sections.")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a config key: experience.top_k=5, llm.temperature=0.2"),
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="Log more.")]
+
+
+def read_sections(path: Path | None, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The sections of a YAML config file (only ``names`` allowed)."""
+    if path is None:
+        return {}
+    from dreamgym_agents.config import read_yaml_mapping
+
+    data = read_yaml_mapping(path)
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(unknown)}; use "
+                          f"{', '.join(names)}")
+    return {k: v or {} for k, v in data.items()}
+
+
+def group_overrides(overrides: list[str] | None, names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Group ``--set section.key=value`` by section."""
+    groups: dict[str, list[str]] = {name: [] for name in names}
+    for text in overrides or []:
+        section, _, rest = text.partition(".")
+        if section not in groups or not rest:
+            raise ConfigError(f"--set {text!r}: keys start with one of {', '.join(names)} "
+                              "(e.g. experience.top_k=5)")
+        groups[section].append(rest)
+    return groups
+
+
+class Sections:
+    """Config-file data and ``--set`` overrides of each section of one command."""
+
+    def __init__(self, config: Path | None, overrides: list[str] | None,
+                 names: tuple[str, ...]) -> None:
+        self.data = read_sections(config, names)
+        self.overrides = group_overrides(overrides, names)
+
+    def configure(self, obj: Any, section: str, flags: dict[str, Any] | None = None) -> Any:
+        """Apply, in order, the file's section, the explicit flags and the ``--set`` overrides."""
+        from dreamgym_agents.config import apply_mapping, load_config
+
+        prefix = f"{section}."
+        apply_mapping(obj, self.data.get(section) or {}, prefix)
+        if flags:
+            apply_mapping(obj, flags, prefix)
+        return load_config(obj, None, self.overrides[section], prefix=prefix)
+
+    def gateway(self, model: str, section: str) -> Any:
+        """A gateway for ``model`` configured by ``section`` (``llm``, ``agent``, ``judge``)."""
+        from dreamgym_agents.gateway.llm import Gateway, LLMConfig, check_model_string
+
+        cfg = self.configure(LLMConfig(model=model), section, {"model": model})
+        check_model_string(cfg.model)
+        return Gateway(cfg)
+
+
+def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
+                section: str = "llm") -> Any:
+    """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
+    gateway configured by the ``section`` section) → an agent."""
+    from dreamgym_agents.episodes.agent import LLMAgent
+
+    offline = family.offline_agents(seed)
+    if agent in offline:
+        return offline[agent]
+    return LLMAgent(sections.gateway(agent, section),
+                    action_space=family.action_set().describe())

@@ -1,0 +1,123 @@
+"""The ``run`` and ``bench`` commands: policy learning end to end (no logic here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dreamgym_agents.cli.common import ConfigOpt, OutOpt, SetOpt, TaskOpt, VerboseOpt
+from dreamgym_agents.cli.output import progress_reporter, setup_logging
+from dreamgym_agents.errors import ConfigError
+
+PresetOpt = Annotated[str, typer.Option("--preset", help="quick (~15 min) or full.")]
+PolicyOpt = Annotated[
+    str, typer.Option("--policy", help="embedded (trained here), hf/<checkpoint>, or a hosted "
+                      "model string (refused: run cannot update its weights).")
+]
+
+
+def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
+                     config: Path | None, overrides: list[str] | None) -> Any:
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline.run import is_hosted, preset_config
+
+    if is_hosted(policy):
+        raise ConfigError(f"--policy {policy} is a hosted model: run cannot update its weights, "
+                          "so SFT, dream RL and sim-to-real do not apply; evaluate it with "
+                          f"`dg-agents eval --agent {policy}` (or train embedded / hf/<path>)")
+    cfg = preset_config(preset, seed)
+    cfg.policy = policy
+    if sim_to_real is not None:
+        cfg.sim_to_real = sim_to_real
+    return load_config(cfg, config, overrides)
+
+
+def run_command(
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    preset: PresetOpt = "quick",
+    policy: PolicyOpt = "embedded",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the policy and sampling.")] = 0,
+    sim_to_real: Annotated[
+        bool | None, typer.Option("--sim-to-real/--no-sim-to-real",
+                                  help="Run the sim-to-real stages [preset].")
+    ] = None,
+    rerun_from: Annotated[
+        str | None, typer.Option("--rerun-from", help="Run this stage and every later one "
+                                 "again (the finished ones' records are kept aside): e.g. "
+                                 "after a fix, s2r or eval_sft.")
+    ] = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The whole pipeline: offline data → experience model → policy warm start → dream RL with
+    curriculum → real evaluation → sim-to-real → evaluation → report. Rerun the same command to
+    resume; --set reaches every setting (sft.max_steps=400, dream.max_steps=40, eval_limit=31 …).
+    """
+    from dreamgym_agents.pipeline.run import Pipeline
+
+    setup_logging(verbose)
+    cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides)
+    cfg.task = task
+    with progress_reporter() as reporter:
+        summary = Pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
+        keys = ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
+                "synthetic_transitions", "wall_seconds")
+        reporter.say("  ".join(f"{k}={summary.get(k)}" for k in keys))
+        reporter.say(f"report: {out / 'report.md'}")
+    print(json.dumps({k: summary.get(k) for k in keys}))
+
+
+def bench_command(
+    out: OutOpt,
+    task: TaskOpt = "webarena",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=20, help="Seeds per row.")] = 3,
+    preset: PresetOpt = "full",
+    real_budget: Annotated[
+        int | None, typer.Option("--real-budget", min=1,
+                                 help="N: real transitions of GRPO-real (S2R gets N/10).")
+    ] = None,
+    ablations: Annotated[
+        bool, typer.Option("--ablations/--no-ablations", help="Run the three ablation rows.")
+    ] = True,
+    ablation: Annotated[
+        list[str] | None, typer.Option("--ablation",
+                                       help="Run only this ablation row (repeatable): "
+                                            "no_retrieval, no_reasoning, no_task_generation.")
+    ] = None,
+    shared_warm_start: Annotated[
+        bool, typer.Option("--shared-warm-start/--own-warm-start",
+                           help="Every seed starts from seed 0's warm start (the seeds vary "
+                                "the RL), or each seed trains its own.")
+    ] = True,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Table 1's shape on the task's real test split: SFT, GRPO-real(N), DreamGym (0 real),
+    DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds. Writes table.json
+    and table.md; rerun the same command to resume.
+    """
+    from dreamgym_agents.pipeline.bench import ABLATIONS, BenchConfig, run_bench
+
+    setup_logging(verbose)
+    base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
+    base.task = task
+    if ablation and not ablations:
+        raise ConfigError("--no-ablations and --ablation contradict each other: give one")
+    chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
+    bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
+                            shared_warm_start=shared_warm_start)
+    with progress_reporter() as reporter:
+        table = run_bench(base, bench_cfg, out, reporter)
+        reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")
+    print(json.dumps({row["row"]: row["success_mean"] for row in table["rows"]}))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)
+    app.command("bench")(bench_command)

@@ -1,0 +1,1 @@
+"""The episode loop: environments and task families, agents, the LangGraph episode graph."""

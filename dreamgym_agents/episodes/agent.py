@@ -1,0 +1,141 @@
+"""Agents: the policy side of an episode.
+
+An agent turns (task, observation, history) into a :class:`Decision`: an action text plus the
+reasoning behind it. The core's agent is :class:`LLMAgent` (any model through the gateway,
+prompted from ``prompts/web_agent.md`` to answer ``<think>…</think><action>…</action>``); the
+agents that need no model (oracle, random, …) belong to each family
+(``TaskFamily.offline_agents``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Protocol
+
+from dreamgym_agents.episodes.env import Observation
+from dreamgym_agents.types import ModelUsage, Task, Transition
+
+if TYPE_CHECKING:
+    from dreamgym_agents.gateway.llm import Gateway
+
+
+@dataclass
+class Decision:
+    """What an agent decided at one step.
+
+    Attributes:
+        action: The action text handed to the environment.
+        reasoning: The agent's reasoning (``<think>`` content), if any.
+        raw: The model's whole answer (empty for built-in agents).
+        usage: Model usage of this decision.
+        seconds: Wall time spent deciding.
+    """
+
+    action: str
+    reasoning: str = ""
+    raw: str = ""
+    usage: ModelUsage = field(default_factory=ModelUsage)
+    seconds: float = 0.0
+
+
+class Agent(Protocol):
+    """The policy contract. ``name`` is recorded in every trajectory."""
+
+    name: str
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision: ...
+
+
+EXPLORATION = "exploration"
+"""How a noisy agent's random steps begin their reasoning: imitation learning skips them (a
+detour inside a successful episode is data for the experience model, not a decision to copy)."""
+
+
+_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
+_ACTION = re.compile(r"<action>(.*?)(?:</action>|$)", re.S)
+
+
+def parse_answer(text: str) -> tuple[str, str]:
+    """Split a ``<think>…</think><action>…</action>`` answer into (reasoning, action).
+
+    Missing tags are tolerated: without ``<action>`` the text after ``</think>`` (or the whole
+    answer) is taken as the action, and the environment judges whether it is one.
+    """
+    think = _THINK.search(text)
+    reasoning = think.group(1).strip() if think else ""
+    action = _ACTION.search(text)
+    if action:
+        return reasoning, action.group(1).strip()
+    rest = text.split("</think>", 1)[1] if "</think>" in text else text
+    return reasoning, rest.strip()
+
+
+def load_prompt(name: str) -> str:
+    """Read a prompt template shipped in ``prompts/``."""
+    return (resources.files("dreamgym_agents.prompts") / name).read_text(encoding="utf-8")
+
+
+def render_history(history: list[Transition], last: int = 5) -> str:
+    """The last ``last`` steps as short lines for a prompt."""
+    if not history:
+        return "(none: this is the first step)"
+    lines = []
+    for t in history[-last:]:
+        note = f" -> invalid: {t.error}" if not t.valid else ""
+        lines.append(f"step {t.step + 1}: {t.action}{note}")
+    return "\n".join(lines)
+
+
+class LLMAgent:
+    """A model through the gateway, prompted from ``prompts/web_agent.md``.
+
+    Args:
+        gateway: The model gateway.
+        action_space: Description of the action grammar (from the environment's action set).
+        prompt: Template name in ``prompts/``.
+        history_steps: How many previous steps the prompt shows.
+    """
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        action_space: str,
+        prompt: str = "web_agent.md",
+        history_steps: int = 5,
+    ) -> None:
+        self.gateway = gateway
+        self.name = gateway.cfg.model
+        self.action_space = action_space
+        self.template = load_prompt(prompt)
+        self.history_steps = history_steps
+
+    def messages(self, task: Task, observation: Observation, history: list[Transition]) -> list:
+        state = observation.state
+        if observation.error:
+            state += f"\n\nError from the last action: {observation.error}"
+        content = self.template.format(
+            intent=task.intent,
+            action_space=self.action_space,
+            history=render_history(history, self.history_steps),
+            state=state,
+        )
+        return [{"role": "user", "content": content}]
+
+    async def act(
+        self, task: Task, observation: Observation, history: list[Transition], episode_id: str
+    ) -> Decision:
+        start = time.perf_counter()
+        completion = await self.gateway.acomplete(self.messages(task, observation, history))
+        reasoning, action = parse_answer(completion.full_text)
+        return Decision(
+            action=action,
+            reasoning=reasoning,
+            raw=completion.full_text,
+            usage=completion.usage,
+            seconds=time.perf_counter() - start,
+        )

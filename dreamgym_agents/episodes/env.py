@@ -1,0 +1,354 @@
+"""The environment contract, task families and their registry.
+
+An *environment* plays episodes of a task: ``reset(task) -> Observation`` and
+``step(action_text) -> StepResult``. The action text is what the agent wrote; the environment's
+action set parses it, and text it cannot parse or execute becomes an *invalid-action step*
+(``valid=False``, reward 0, recorded), never an exception. Real environments (the browser) and the
+dream (the experience model) implement the same contract, so the same episode graph runs on either.
+
+A *task family* (``webarena``, ``alfworld``, a user's own) knows where its tasks come from, how
+to build the environment that plays them, and everything else the core must not assume about an
+environment (its actions, offline agents, evaluator kinds, state format, experience-model codec,
+policy view, embedded recipe: :class:`TaskFamily`). Families are found by the
+``dreamgym_agents.families`` entry point (or :func:`register_family`); the core never imports
+one (``tests/test_architecture.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.types import Task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Observation:
+    """What the agent sees.
+
+    Attributes:
+        state: The abstract textual state, in the family's format (its ``StateFormat``).
+        url: Current URL, for web environments.
+        error: Error of the last action (``last_action_error`` in BrowserGym terms).
+        info: Extra data for agents that need it (e.g. ``site_urls`` for the oracle).
+    """
+
+    state: str
+    url: str = ""
+    error: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    """Outcome of one ``step``.
+
+    Attributes:
+        observation: The next observation.
+        reward: Reward of the step (outcome reward: 1.0 only at a successful final step).
+        done: Whether the episode is over.
+        success: Whether the task was accomplished (meaningful when ``done``).
+        valid: False for an invalid-action step (unparseable or impossible action).
+        error: Why the action was invalid, empty otherwise.
+        info: Extra data (evaluator report, executed code, ...).
+    """
+
+    observation: Observation
+    reward: float = 0.0
+    done: bool = False
+    success: bool = False
+    valid: bool = True
+    error: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Action(Protocol):
+    """One parsed action, whatever the family: its verb, whether it ends the episode by its
+    type alone (an answer, a stop), and the final answer it gives (None: it gives none)."""
+
+    @property
+    def verb(self) -> str: ...
+
+    @property
+    def is_terminal(self) -> bool: ...
+
+    @property
+    def answer(self) -> str | None: ...
+
+
+class ActionSet(Protocol):
+    """Describes the actions for a prompt and parses an agent's action text.
+
+    ``parse`` returns the actions the text holds (usually one; a family may allow several per
+    turn) and raises ``ValueError`` (or a subclass) with a message saying what was expected.
+    """
+
+    def describe(self) -> str: ...
+
+    def parse(self, text: str) -> Sequence[Action]: ...
+
+
+def ends_by_type(action_set: ActionSet) -> Callable[[str], bool]:
+    """``text`` → whether the action ends the episode by its type alone (an unparseable text
+    does not): the "done from the action's type" baseline of fidelity, and the dream's rule."""
+
+    def ends(text: str) -> bool:
+        try:
+            return any(action.is_terminal for action in action_set.parse(text))
+        except ValueError:
+            return False
+
+    return ends
+
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """Collapse runs of whitespace to one space and strip the ends (how state lines compare)."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+class StateFormat(Protocol):
+    """How a family's abstract states read, for the core (the dream, fidelity).
+
+    ``initial_state`` is the state an episode of a task starts from when none was recorded;
+    ``start_key`` names where a task starts (tasks with the same key start in the same state;
+    "" when unknown); ``location`` is where the agent is in a state (a web page's URL; ""
+    for a family without one); ``strip_ids`` removes from a state line the ids a model cannot
+    know (a web element's ``[bid]``).
+    """
+
+    def initial_state(self, task: Task) -> str: ...
+
+    def start_key(self, task: Task) -> str: ...
+
+    def location(self, state: str) -> str: ...
+
+    def strip_ids(self, line: str) -> str: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """The contract every environment (real or dream) implements."""
+
+    provenance: str
+    """``real`` for live environments, ``synthetic`` for the dream."""
+
+    action_set: ActionSet
+
+    def reset(self, task: Task) -> Observation: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class EnvConfig:
+    """Settings shared by environments.
+
+    Attributes:
+        max_steps: Episode length limit; an episode that reaches it ends with termination
+            ``max_steps`` and no success.
+        headless: Run browsers headless.
+        step_timeout_s: Default Playwright timeout of the page (navigation, evaluation).
+        action_timeout_s: Timeout of one browser action (a click, a fill) before it counts as
+            failed; BrowserGym's own 0.5 s is too tight on a loaded machine.
+        key_settle_s: Pause after a key press before observing (a key can submit a form, and
+            Playwright does not wait for the navigation a key press starts).
+        judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
+        seed: Seed of the bundled site's data.
+        screenshots: Capture a screenshot at every browser step (for vision agents; slower).
+        expert: Families with an expert planner (ALFWorld) offer its plan in each observation
+            (what the oracle follows); False saves the planning when no agent needs it.
+    """
+
+    max_steps: int = 15
+    headless: bool = True
+    step_timeout_s: float = 5.0
+    action_timeout_s: float = 2.0
+    key_settle_s: float = 0.3
+    judge_model: str | None = None
+    seed: int = 0
+    screenshots: bool = False
+    expert: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.action_timeout_s <= 0:
+            raise ConfigError(f"action_timeout_s must be positive, got {self.action_timeout_s}")
+        if self.step_timeout_s <= 0:
+            raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One line of ``dg-agents doctor`` about what a family needs: ``ok`` True (there), False
+    (missing: the family cannot run; ``detail`` says how to get it) or None (information, such as
+    an optional setting left unset)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+
+@runtime_checkable
+class TaskFamily(Protocol):
+    """A source of tasks plus the environment that plays them (one per adapter package, found by
+    the ``dreamgym_agents.families`` entry point).
+
+    ``prepare`` is called once before a run with the tasks it will play (None: not known yet):
+    it checks that what the family needs is there (browser, sites, game files) and raises a
+    typed error saying what to fix; it returns a one-line description of the setup (e.g.
+    "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
+    ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
+    that need no model (``oracle``, ``random``, … by name; ``noisy`` explores at rate
+    ``noise``), for evaluation and collection (an agent with ``assign(tasks)`` is given its
+    tasks first; one with ``min_steps`` gets episodes that long); ``requirements`` what
+    ``dg-agents doctor`` reports for the family (cheap: no browser, no game is started).
+
+    The embedded experience model's data (:mod:`dreamgym_agents.pipeline.embedded`):
+    ``embedded_recipe_defaults`` are the family's recipe fields, ``collection_plan``
+    says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
+    the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
+    episodes labelled by the task's own evaluator (none where that is not exact).
+
+    ``eval_types`` are the kinds of evaluator the family's tasks have, ``task_eval_types`` a
+    task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
+    the kinds the experience model can judge from what the state shows. ``experience_codec``
+    is the family's part of the experience model's prompt and answer
+    (:mod:`dreamgym_agents.experience.codec`), ``state_format`` how its states read
+    (:class:`StateFormat`), ``policy_view`` the policy's part (how a state reads to it, how
+    actions are written, the grammar of a turn: :class:`~dreamgym_agents.policy.model.PolicyView`).
+
+    Optional: ``task_keys(task) -> set[str]``, what makes a task the same instance for
+    :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
+    parameters); ``hash_features(version)``, the features the replay buffer retrieves by
+    (:class:`~dreamgym_agents.buffer.embedding.HashFeatures`; default: the words of each line).
+    """
+
+    name: str
+    collectors: tuple[str, ...]
+    eval_types: tuple[str, ...]
+    dream_eval_types: tuple[str, ...] | None
+
+    def load_tasks(self, split: str) -> list[Task]: ...
+
+    def load_task_file(self, path: str) -> list[Task]: ...
+
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str: ...
+
+    def make_env(self, cfg: EnvConfig) -> Environment: ...
+
+    def action_set(self) -> Any: ...
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]: ...
+
+    def requirements(self) -> list[Requirement]: ...
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        ...
+
+    def task_eval_types(self, task: Task) -> list[str]: ...
+
+    def experience_codec(self) -> Any: ...
+
+    def policy_view(self) -> Any: ...
+
+    def state_format(self) -> StateFormat: ...
+
+    def embedded_recipe_defaults(self) -> dict[str, Any]: ...
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def task_template(task: Task) -> str:
+    """The template a task was made from (WebArena's ``intent_template``), else its intent."""
+    config = task.config if isinstance(task.config, dict) else {}
+    return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
+
+
+def every_nth(tasks: list[Task], count: int) -> list[Task]:
+    """``count`` of ``tasks`` taken at an even stride from the first (all of them when there
+    are fewer): the embedded collection's choice of a collector's tasks, deterministic."""
+    return tasks[:: max(1, len(tasks) // max(count, 1))][:count]
+
+
+def spread_tasks(tasks: list[Task], limit: int | None = None) -> list[Task]:
+    """``limit`` of ``tasks`` spread over their templates (all of them without a limit).
+
+    One task of each template in turn (in order of first appearance), as many rounds as it
+    takes, kept in their original order. Task files list a template's tasks together, and the
+    first N of the bundled test split are all questions: a short run would measure no
+    navigation or action task at all.
+    """
+    if limit is None or limit >= len(tasks):
+        return list(tasks)
+    # a task's turn: (how many tasks of its template come before it, its template's rank)
+    counts: dict[str, int] = {}
+    rank: dict[str, int] = {}
+    turns = []
+    for task in tasks:
+        key = task_template(task)
+        rank.setdefault(key, len(rank))
+        turns.append((counts.get(key, 0), rank[key]))
+        counts[key] = counts.get(key, 0) + 1
+    picked = sorted(range(len(tasks)), key=turns.__getitem__)[:limit]
+    return [tasks[i] for i in sorted(picked)]
+
+
+FamilyFactory = Callable[[], TaskFamily]
+"""Builds a task family; registered by name and called lazily (imports stay cheap)."""
+
+ENTRY_POINT_GROUP = "dreamgym_agents.families"
+"""Packages add task families under this entry-point group (``name = "module:Factory"``): this
+package declares ``webarena`` and ``alfworld`` there, and a user's package can add its own
+without editing ours."""
+
+_FAMILIES: dict[str, FamilyFactory] = {}
+
+
+def register_family(name: str, factory: FamilyFactory) -> None:
+    """Register a task family under ``name`` (``--task name`` or ``--task name.<subset>``) from
+    code (a family of an installed package is found by its entry point instead)."""
+    _FAMILIES[name] = factory
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def family_names() -> list[str]:
+    """Names of the task families: registered in code and declared by entry points."""
+    return sorted(set(_FAMILIES) | set(_entry_points()))
+
+
+def make_family(task: str) -> TaskFamily:
+    """Build the task family named by ``task`` (its prefix before the first dot).
+
+    Raises:
+        ConfigError: No family has that name; the message lists the known ones.
+    """
+    prefix = task.split(".", 1)[0]
+    factory = _FAMILIES.get(prefix)
+    if factory is None:
+        found = _entry_points().get(prefix)
+        if found is None:
+            known = ", ".join(family_names()) or "none"
+            raise ConfigError(f"unknown task family {task!r}; known families: {known}")
+        factory = found.load()
+    return factory()

@@ -1,0 +1,197 @@
+"""The dream environment: the experience model behind the
+:class:`~dreamgym_agents.episodes.env.Environment` contract, so the same episode graph, agents
+and runner play synthetic episodes (DreamGym, Sec. 4).
+
+- ``reset(task)`` starts from the task's recorded initial state in the replay buffer (a
+  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or of a task that starts
+  in the same place (the family's ``StateFormat.start_key``), or, when the buffer has none, from
+  a minimal state the family builds from the task (``StateFormat.initial_state``; a web page:
+  ``URL: <start_url>``, ``Title: ``);
+  ``Observation.info["start_state"]`` says which (``recorded`` or ``synthesised``).
+- ``step(action)`` parses the action with the action set, then asks the experience model for the
+  next state, reward, done and success, with the episode's own history.
+
+Where the dream differs from a real environment, on purpose:
+
+- An unparseable action does **not** leave the episode running: per Sec. 4.1 it moves the episode
+  to a failure state (``valid=False``, ``done=True``, reward 0, no success). A real environment
+  records the invalid step and lets the agent try again. ``DreamConfig.invalid_action_ends_episode``
+  set to False gives the real environment's behaviour (the shared contract test runs that way).
+- An experience-model failure (no readable answer after the parse retries) ends the episode with
+  reward 0, ``info["em_failure"] = True`` and ``error="experience model failure: …"``; trainers
+  keep such steps out of the data.
+- A terminal agent action (one the family's action set says ends the episode by its type: a
+  web answer, ``send_msg_to_user`` or ``stop [...]``) is judged by the model like any action,
+  but the episode ends after it even if the model says not done (the agent has stopped), with
+  reward 0 in that case.
+
+One environment serves one episode at a time; a run makes one per concurrent episode, all sharing
+one (thread-safe) experience model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dreamgym_agents.episodes.env import Observation, StepResult, TaskFamily
+from dreamgym_agents.experience.model import ExperienceModel, Retriever
+from dreamgym_agents.types import Task, Transition
+
+logger = logging.getLogger(__name__)
+
+
+class DreamBuffer(Retriever, Protocol):
+    """What the dream needs of the replay buffer: retrieval plus recorded start states."""
+
+    def start_state(
+        self, task_id: str | None = None, *, start: str | None = None,
+        family: str | None = None,
+    ) -> str | None:
+        """The recorded initial state of a task (by id, else by where it starts), or None."""
+        ...
+
+
+@dataclass
+class DreamConfig:
+    """Settings of the dream environment.
+
+    Attributes:
+        invalid_action_ends_episode: An unparseable action moves the episode to a failure state
+            (Sec. 4.1). False keeps the episode running as a real environment does.
+        synthesise_start: When the buffer holds no start state for a task, start from the
+            family's minimal state for it (``StateFormat.initial_state``). False makes
+            ``reset`` raise instead.
+    """
+
+    invalid_action_ends_episode: bool = True
+    synthesise_start: bool = True
+
+
+class DreamEnv:
+    """An environment whose transitions are predicted by the experience model.
+
+    Args:
+        cfg: Its settings.
+        experience_model: The model that predicts each step.
+        buffer: The replay buffer (start states); None always synthesises the start state.
+        family: The tasks' family: its action set parses the agent's actions, its state format
+            says where an episode starts and where the agent is.
+    """
+
+    provenance = "synthetic"
+
+    def __init__(
+        self,
+        cfg: DreamConfig,
+        experience_model: ExperienceModel,
+        buffer: DreamBuffer | None,
+        family: TaskFamily,
+    ) -> None:
+        self.cfg = cfg
+        self.model = experience_model
+        self.buffer = buffer
+        self.action_set = family.action_set()
+        self.format = family.state_format()
+        self._lock = threading.Lock()
+        self._task: Task | None = None
+        self._state = ""
+        self._history: list[Transition] = []
+        self._episode_id = ""
+        self._done = False
+
+    @property
+    def history(self) -> list[Transition]:
+        """A copy of this episode's transitions so far."""
+        with self._lock:
+            return list(self._history)
+
+    def reset(self, task: Task) -> Observation:
+        """Start an episode of ``task`` from its recorded (or synthesised) initial state."""
+        start = self.format.start_key(task)
+        state = None
+        if self.buffer is not None:
+            # a curriculum's synthetic task starts where its seed task starts
+            seed = str(task.config.get("synthetic_of") or task.task_id)
+            state = self.buffer.start_state(seed, start=start or None, family=task.family)
+        source = "recorded"
+        if not state:
+            if not self.cfg.synthesise_start:
+                from dreamgym_agents.errors import EnvError
+
+                raise EnvError(
+                    f"no recorded start state for task {task.task_id} in the buffer: add real "
+                    "episodes of it, or set dream.synthesise_start: true"
+                )
+            state, source = self.format.initial_state(task), "synthesised"
+        with self._lock:
+            self._task, self._state, self._history, self._done = task, state, [], False
+            self._episode_id = f"dream-{uuid.uuid4().hex[:12]}"
+        logger.debug("dream reset of %s from a %s start state", task.task_id, source)
+        return Observation(state=state, url=self.format.location(state),
+                           info={"start_state": source})
+
+    def step(self, action: str) -> StepResult:
+        """Play one action in the dream (see the module docstring for the failure rules)."""
+        with self._lock:
+            if self._task is None:
+                raise RuntimeError("DreamEnv.step() called before reset()")
+            if self._done:
+                raise RuntimeError("DreamEnv.step() called after the episode ended: reset()")
+            return self._step(self._task, action)
+
+    def _step(self, task: Task, action: str) -> StepResult:
+        state = self._state
+        try:
+            parsed = self.action_set.parse(action)
+        except ValueError as exc:
+            error = str(exc) or "unparseable action"
+            ends = self.cfg.invalid_action_ends_episode
+            info = {"em_failure": False, "failure_state": ends}
+            self._record(action, state, 0.0, ends, False, valid=False, error=error, info=info)
+            obs = Observation(state=state, url=self.format.location(state), error=error)
+            return StepResult(obs, reward=0.0, done=ends, success=False, valid=False, error=error,
+                              info=info)
+        prediction = self.model.predict(task, list(self._history), state, action)
+        info: dict[str, Any] = {"reasoning": "", "em_failure": not prediction.ok,
+                                "demos": list(prediction.demos),
+                                "em_attempts": prediction.attempts}
+        if prediction.output is None:
+            error = f"experience model failure: {prediction.failure}"
+            self._record(action, state, 0.0, True, False, error=error, info=info)
+            return StepResult(Observation(state=state, url=self.format.location(state)), reward=0.0,
+                              done=True, success=False, error=error, info=info)
+        out = prediction.output
+        info["reasoning"] = out.reasoning
+        reward, done, success = out.reward, out.done, out.success
+        if any(a.is_terminal for a in parsed) and not done:
+            # The agent has stopped: nothing more can happen, whatever the model thinks.
+            reward, done, success = 0.0, True, False
+            info["forced_done"] = "terminal action judged not done"
+        self._state = out.next_state
+        self._record(action, state, reward, done, success, info=info)
+        obs = Observation(state=out.next_state, url=self.format.location(out.next_state))
+        return StepResult(obs, reward=reward, done=done, success=success, info=info)
+
+    def _record(
+        self, action: str, state: str, reward: float, done: bool, success: bool, *,
+        valid: bool = True, error: str = "", info: dict[str, Any] | None = None,
+    ) -> None:
+        # The step's info (em_failure, reasoning, demos) stays with the recorded transition, so
+        # episodes read from ``history`` (fidelity replays) count failures like graph runs do.
+        assert self._task is not None
+        self._history.append(Transition(
+            episode_id=self._episode_id, step=len(self._history), task_id=self._task.task_id,
+            state=state, action=action, next_state=self._state, reward=reward, done=done,
+            success=success, provenance="synthetic", valid=valid, error=error,
+            info=dict(info or {}),
+        ))
+        self._done = done
+
+    def close(self) -> None:
+        """Forget the episode (the model and buffer belong to the caller)."""
+        with self._lock:
+            self._task, self._history, self._done = None, [], False

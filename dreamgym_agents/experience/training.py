@@ -1,0 +1,180 @@
+"""From recorded trajectories to a trained experience model: annotate, seed, build, SFT.
+
+``train_from_trajectories`` is what ``dg-agents train-experience`` runs; the embedded default
+experience model (:mod:`dreamgym_agents.pipeline.embedded`) is this pipeline run on data the project
+collects itself on the bundled site.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.experience.annotate import annotate_deterministic, annotate_with_teacher
+from dreamgym_agents.experience.data import ExampleConfig, build_examples
+from dreamgym_agents.experience.sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.types import Trajectory
+
+if TYPE_CHECKING:
+    from dreamgym_agents.buffer.replay import ReplayBuffer
+    from dreamgym_agents.gateway.llm import Gateway
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "dreamgym_manifest.json"
+RECORDED = {"provenance": {"$in": ["offline", "real"]}}
+
+
+def train_from_trajectories(
+    trajectories: list[Trajectory],
+    buffer: ReplayBuffer,
+    example_cfg: ExampleConfig,
+    sft_cfg: ExperienceSFTConfig,
+    *,
+    teacher: Gateway | None = None,
+    counterfactual_answers: int = 0,
+    counterfactual_stops: int = 0,
+    on_step: Callable[..., None] | None = None,
+) -> dict[str, Any]:
+    """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
+
+    Args:
+        trajectories: Recorded episodes (they seed an empty buffer).
+        buffer: The replay buffer the examples' demonstrations come from.
+        example_cfg: What the examples show.
+        sft_cfg: How the model is trained.
+        teacher: A model writing the rationales; None derives them deterministically.
+        counterfactual_answers: Variants of each recorded final answer, labelled by the task's
+            evaluator, added as examples (not to the buffer): the task family's ``relabel``
+            makes them (see :func:`relabelled`).
+        counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
+            task's evaluator, added as examples (the family's ``relabel`` too).
+        on_step: Called after each SFT step (a progress bar).
+
+    The manifest (also written next to the checkpoint) records the data, the settings, the losses
+    and the time of each phase, so a model can always be traced back to how it was made.
+    """
+    timings: dict[str, float] = {}
+    codec = experience_codec(trajectories)
+    start = time.perf_counter()
+    variants, stops = relabelled(trajectories, answers=counterfactual_answers,
+                                 stops=counterfactual_stops, seed=example_cfg.seed)
+    everything = [*trajectories, *variants, *stops]
+    if teacher is None:
+        annotated = annotate_deterministic(everything, codec)
+        source = "deterministic"
+    else:
+        annotated = annotate_with_teacher(everything, teacher, codec)
+        source = f"teacher:{teacher.cfg.model}"
+    timings["annotate_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    if buffer.count() == 0:
+        buffer.add_trajectories(trajectories, provenance="offline")
+    timings["seed_buffer_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    examples = build_examples(everything, buffer, example_cfg, codec, where=RECORDED)
+    timings["build_examples_s"] = time.perf_counter() - start
+
+    # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
+    # site's full pages, so page text costs few tokens.
+    corpus = [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
+    corpus += [t.next_state for traj in trajectories for t in traj.transitions[:3]]
+    result = train_experience_model(examples, sft_cfg, corpus=corpus, on_step=on_step)
+    timings["sft_s"] = result.seconds
+    manifest = {
+        "kind": "dreamgym-experience-model",
+        "prompt_style": "compact",
+        "episodes": len(trajectories),
+        "transitions": sum(len(t.transitions) for t in trajectories),
+        "annotated": annotated,
+        "counterfactual_answers": {
+            "per_answer": counterfactual_answers, "variants": len(variants),
+            "successful": sum(v.success for v in variants)},
+        "counterfactual_stops": {
+            "per_episode": counterfactual_stops, "stops": len(stops),
+            "successful": sum(v.success for v in stops)},
+        "rationale_source": source,
+        "examples": result.examples,
+        "dropped_too_long": result.dropped_too_long,
+        "steps": result.steps,
+        "planned_steps": result.planned_steps,
+        "partial": result.partial,
+        "resumed_from_step": result.resumed_from_step,
+        "bf16_autocast": result.bf16,
+        "first_loss": result.first_loss,
+        "last_loss": result.last_loss,
+        "example_config": asdict(example_cfg),
+        "sft_config": {k: v for k, v in asdict(sft_cfg).items() if k != "extra"},
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+    }
+    Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
+
+
+def experience_codec(trajectories: list[Trajectory]) -> Any:
+    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``).
+
+    Raises:
+        ConfigError: The episodes are of several families (one model simulates one family).
+    """
+    from dreamgym_agents.errors import ConfigError
+
+    names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
+    if len(names) != 1:
+        raise ConfigError(f"an experience model learns one task family; the episodes are of "
+                          f"{', '.join(names) or 'none'}: train one model per family")
+    family = make_family(names[0])
+    try:
+        return family.experience_codec()
+    finally:
+        family.close()
+
+
+def relabelled(trajectories: list[Trajectory], *, answers: int, stops: int,
+               seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(other final answers, earlier stops) of the recorded episodes, each labelled by its
+    task's own evaluator: every task family relabels its own episodes (``TaskFamily.relabel``),
+    in the episodes' order."""
+    variants: list[Trajectory] = []
+    early: list[Trajectory] = []
+    if answers < 1 and stops < 1:
+        return variants, early
+    by_family: dict[str, list[Trajectory]] = {}
+    for traj in trajectories:
+        by_family.setdefault(traj.task.family, []).append(traj)
+    for name, episodes in by_family.items():
+        family = make_family(name)
+        try:
+            more, fewer = family.relabel(episodes, answers=answers, stops=stops, seed=seed)
+        finally:
+            family.close()
+        variants += more
+        early += fewer
+    return variants, early
+
+
+def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The manifest of a checkpoint trained by this pipeline, or None."""
+    path = Path(checkpoint, MANIFEST)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def trained_settings(model: str) -> dict[str, Any]:
+    """The experience settings a checkpoint trained by this pipeline must be prompted with
+    (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``);
+    empty for other model strings."""
+    manifest = (read_manifest(model[3:]) if model.startswith("hf/") else None) or {}
+    trained = manifest.get("example_config", {})
+    out = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval", "use_reasoning",
+                                   "exclude_same_task") if k in trained}
+    if "prompt_style" in manifest:
+        out["prompt_style"] = manifest["prompt_style"]
+    return out

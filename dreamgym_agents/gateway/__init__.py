@@ -1,0 +1,1 @@
+"""Model calls: the LiteLLM gateway (hosted APIs, local servers) and in-process local models."""

@@ -1,0 +1,616 @@
+"""In-process LiteLLM provider ``hf``: ``model="hf/<checkpoint dir>"`` runs a local causal LM.
+
+The gateway registers the provider when it is created with an ``hf/`` model
+(:func:`register_local_provider`); LiteLLM then routes ``completion(model="hf/<path>")`` to
+:class:`LocalHFProvider` with ``model="<path>"``. The checkpoint is a directory written by
+``save_pretrained`` (tokenizer and model); it is loaded once per path on CPU and kept in a
+module-level registry.
+
+Generation is batched per model: one worker thread per loaded model runs ``generate`` on every
+request waiting when it starts a batch (greedy requests together, unseeded sampling requests with
+the same settings together, a seeded request alone so its sample stays reproducible), so
+concurrent callers (dream rollouts, fidelity runs, RL groups) share the forward passes instead of
+queueing behind one another. A small model on a CPU costs about the same per token for 8 rows as
+for one (measured: docs/RESULTS.md). Prompts are left-padded with an attention mask; a batched
+greedy answer equals the answer alone up to floating-point summation order.
+
+``transformers`` and ``torch`` belong to the ``train`` extra: without them a call raises
+:class:`~dreamgym_agents.errors.MissingExtraError`. Importing this module is cheap: neither they
+nor LiteLLM are imported until used.
+
+:func:`make_tiny_checkpoint` builds a tiny random checkpoint in a few seconds for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import ContextLengthError, MissingExtraError, ModelError
+
+logger = logging.getLogger(__name__)
+
+LOCAL_PROVIDER = "hf"
+"""LiteLLM provider name of the in-process provider (model strings ``hf/<path>``)."""
+
+DEFAULT_VOCAB_TEXTS: tuple[str, ...] = (
+    "<think>I should click the button.</think><action>click('3')</action>",
+    "<think>The page lists items.</think><action>fill('12', 'blue shoes')</action>",
+    "<action>scroll(0, 200)</action> <action>go_back()</action> <action>send_msg_to_user('done')"
+    "</action>",
+    "The quick brown fox jumps over the lazy dog. 0123456789 [button] 'Submit' link textbox",
+    "You are an agent acting in a web page. Observation: RootWebArea 'Shop' [3] button 'Buy'",
+)
+"""Default texts the tiny tokenizer is trained on: agent-style answers and observations."""
+
+_ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
+
+MAX_BATCH_ENV = "DG_LOCAL_MAX_BATCH"
+DEFAULT_MAX_BATCH = 16
+"""Most requests one ``generate`` call serves (``$DG_LOCAL_MAX_BATCH`` overrides; 1 turns
+batching off). Larger local checkpoints on a small machine may want fewer."""
+
+
+@dataclass
+class LocalGeneration:
+    """Result of one local generation.
+
+    Attributes:
+        text: Decoded new text, special tokens removed, cut at the first stop string.
+        prompt_tokens: Number of prompt tokens.
+        completion_tokens: Number of tokens generated (before the stop-string cut).
+        finish_reason: ``"stop"`` (end of sequence or stop string) or ``"length"``.
+    """
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str
+
+
+@dataclass
+class GenerationRequest:
+    """One generation waiting for the batcher: prompt ids and its own sampling settings."""
+
+    ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_p: float | None
+    seed: int | None
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    constraint: Any = None
+    """Optional: an object whose ``allowed(new_ids) -> list[int] | None`` restricts the next
+    token (:class:`~dreamgym_agents.policy.grammar.Constraint`); None: no restriction."""
+    trace: bool = False
+    """Record, per new token, the tokens the constraint allowed (``allowed``) and the
+    log-probability the token had under the distribution it was drawn from (``logps``): what
+    an RL trainer must score it with."""
+    allowed: list[list[int] | None] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+
+    @property
+    def group(self) -> tuple[Any, ...] | None:
+        """Requests with the same group share a batch; None runs alone (a seeded sample)."""
+        if self.temperature > 0 and self.seed is not None:
+            return None
+        return (self.temperature > 0, self.temperature if self.temperature > 0 else 0.0,
+                self.top_p if self.temperature > 0 else None)
+
+
+class Batcher:
+    """Runs one model's generations in a worker thread, in batches of the requests waiting.
+
+    No request waits for company: the worker takes whatever is queued when it is free, so a lone
+    caller sees no added latency and concurrent callers fill the next batch while one runs.
+    """
+
+    IDLE_EXIT_S = 30.0
+
+    def __init__(self, model: Any, pad_id: int, max_batch: int) -> None:
+        self.model = model
+        self.pad_id = pad_id
+        self.max_batch = max(1, max_batch)
+        self._queue: list[GenerationRequest] = []
+        self._cond = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self.batches = 0
+        self.rows = 0
+        self._eos = eos_ids(model, None)
+
+    def submit(self, request: GenerationRequest) -> list[int]:
+        """Queue ``request``; block until its new token ids (cut at its own limit) are in."""
+        with self._cond:
+            self._queue.append(request)
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._loop, name="hf-generate",
+                                                daemon=True)
+                self._worker.start()
+            self._cond.notify()
+        return request.future.result()
+
+    def _take(self) -> list[GenerationRequest] | None:
+        with self._cond:
+            if not self._queue and not self._cond.wait_for(lambda: self._queue,
+                                                           timeout=self.IDLE_EXIT_S):
+                self._worker = None  # idle: the next submit starts a new worker
+                return None
+            first = self._queue[0]
+            if first.group is None:
+                batch = [first]
+            else:
+                batch = [r for r in self._queue if r.group == first.group][: self.max_batch]
+            for r in batch:
+                self._queue.remove(r)
+            return batch
+
+    def _loop(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                rows = self._generate(batch)
+            except BaseException as exc:  # handed to every caller of the batch
+                for r in batch:
+                    r.future.set_exception(exc)
+                continue
+            for r, row in zip(batch, rows, strict=True):
+                r.future.set_result(row)
+
+    def _generate(self, batch: list[GenerationRequest]) -> list[list[int]]:
+        import torch
+
+        width = max(len(r.ids) for r in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):  # left padding: every row continues at the same column
+            input_ids[i, width - len(r.ids):] = torch.tensor(r.ids, dtype=torch.long)
+            attention[i, width - len(r.ids):] = 1
+        first = batch[0]
+        kwargs: dict[str, Any] = {"max_new_tokens": max(r.max_tokens for r in batch),
+                                  "pad_token_id": self.pad_id}
+        if first.temperature > 0:
+            # no top-k cut: the sampling distribution is the (constrained) softmax at the
+            # temperature, which a trainer can score exactly
+            kwargs.update(do_sample=True, temperature=first.temperature, top_k=0)
+            if first.top_p is not None:
+                kwargs["top_p"] = first.top_p
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if any(r.constraint is not None for r in batch):
+            kwargs["logits_processor"] = _constrained(batch, width)
+        traced = any(r.trace for r in batch)
+        if traced:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
+        seeded = first.seed is not None and first.temperature > 0
+        with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seeded):
+            if seeded:
+                torch.manual_seed(int(first.seed))
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        sequences = output.sequences if traced else output
+        self.batches += 1
+        self.rows += len(batch)
+        rows = []
+        for i, r in enumerate(batch):
+            new = sequences[i, width:].tolist()[: r.max_tokens]
+            end = next((j for j, tok in enumerate(new) if tok in self._eos), None)
+            new = new if end is None else new[: end + 1]  # rows that ended are padded
+            if r.trace:
+                # the scores are the processed logits the token was drawn from: constraint,
+                # temperature (and top-p) applied
+                r.logps = [float(torch.log_softmax(output.scores[k][i].float(), -1)[tok])
+                           for k, tok in enumerate(new)]
+                r.allowed = (r.allowed + [None] * len(new))[: len(new)]
+            rows.append(new)
+        return rows
+
+
+def _constrained(batch: list[GenerationRequest], width: int) -> Any:
+    """A logits processor masking, row by row, the tokens a request's constraint forbids."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class Constrained(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            for i, r in enumerate(batch):
+                if r.constraint is None:
+                    continue
+                allowed = r.constraint.allowed(input_ids[i, width:].tolist())
+                if r.trace:
+                    r.allowed.append(list(allowed) if allowed else None)
+                if not allowed:  # None: unrestricted ([] never happens: see the grammar)
+                    continue
+                mask = torch.full_like(scores[i], float("-inf"))
+                mask[torch.tensor(allowed, dtype=torch.long)] = 0.0
+                scores[i] = scores[i] + mask
+            return scores
+
+    return LogitsProcessorList([Constrained()])
+
+
+def _max_batch() -> int:
+    raw = os.environ.get(MAX_BATCH_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BATCH
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ModelError(f"{MAX_BATCH_ENV} must be a whole number of requests, got {raw!r}",
+                         retryable=False) from None
+    if value < 1:
+        raise ModelError(f"{MAX_BATCH_ENV} must be at least 1, got {value}", retryable=False)
+    return value
+
+
+@dataclass
+class _LoadedModel:
+    tokenizer: Any
+    model: Any
+    signature: tuple[float, ...]
+    lock: threading.Lock
+    """Guards the tokenizer (fast tokenizers are not safe to share between threads)."""
+    batcher: Batcher
+
+
+_MODELS: dict[str, _LoadedModel] = {}
+_MODELS_LOCK = threading.Lock()
+_PROVIDER: Any = None
+_PROVIDER_LOCK = threading.Lock()
+
+
+def _import_torch_transformers() -> tuple[Any, Any]:
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise MissingExtraError("transformers", "train") from None
+    return torch, transformers
+
+
+def _checkpoint_signature(path: Path) -> tuple[float, ...]:
+    """Modification times of the checkpoint's files: a re-saved checkpoint is reloaded."""
+    return tuple(sorted(p.stat().st_mtime for p in path.iterdir() if p.is_file()))
+
+
+def load_causal_lm(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """A fresh ``(tokenizer, model)`` from a ``save_pretrained`` directory, the model's weights
+    in float32 whatever they are stored in: checkpoints may be saved in bfloat16 (the embedded
+    bundle is), and on a CPU bfloat16 matmuls are emulated (slow) and round every activation."""
+    torch, transformers = _import_torch_transformers()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    return tokenizer, model
+
+
+def load_local_model(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """Load (or fetch from the registry) the tokenizer and model saved in ``path``.
+
+    Args:
+        path: A directory written by ``save_pretrained`` (relative paths are resolved against the
+            current directory).
+
+    Returns:
+        ``(tokenizer, model)``; the model is on CPU in eval mode.
+
+    Raises:
+        ModelError: (not retryable) the path does not exist or is not a loadable checkpoint.
+        MissingExtraError: transformers/torch are not installed.
+    """
+    loaded = _get_loaded(path)
+    return loaded.tokenizer, loaded.model
+
+
+def _get_loaded(path: str | os.PathLike[str]) -> _LoadedModel:
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_dir():
+        raise ModelError(
+            f"local checkpoint {str(path)!r} does not exist: model 'hf/<path>' must name a "
+            "directory written by save_pretrained (tokenizer and model)",
+            retryable=False,
+        )
+    signature = _checkpoint_signature(resolved)
+    key = str(resolved)
+    with _MODELS_LOCK:
+        loaded = _MODELS.get(key)
+        if loaded is not None and loaded.signature == signature:
+            return loaded
+        started = time.perf_counter()
+        try:
+            tokenizer, model = load_causal_lm(key)
+        except (OSError, ValueError, KeyError) as exc:
+            lines = str(exc).strip().splitlines()
+            first_line = lines[0] if lines else type(exc).__name__
+            raise ModelError(
+                f"local checkpoint {key!r} could not be loaded ({first_line}); it must be a "
+                "directory written by save_pretrained with a tokenizer and a causal LM",
+                retryable=False,
+            ) from exc
+        model.to("cpu")
+        model.eval()
+        pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.eos_token_id
+        loaded = _LoadedModel(tokenizer, model, signature, threading.Lock(),
+                              Batcher(model, int(pad_id or 0), _max_batch()))
+        _MODELS[key] = loaded
+        logger.info("loaded local model %s in %.2fs", key, time.perf_counter() - started)
+        return loaded
+
+
+def unload_local_models() -> None:
+    """Drop every loaded local model from the registry (frees their memory)."""
+    with _MODELS_LOCK:
+        _MODELS.clear()
+
+
+def _content_text(content: Any) -> str:
+    """Message content as text (OpenAI content-part lists keep their text parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(str(p) for p in parts)
+    return str(content)
+
+
+def format_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, bool]:
+    """Render chat messages as the prompt text.
+
+    Uses the tokenizer's chat template when it has one; otherwise concatenates
+    ``"<|role|>\\ncontent\\n"`` per message and ends with ``"<|assistant|>\\n"``.
+
+    Returns:
+        ``(prompt, templated)``: ``templated`` is True when the chat template was used (its
+        special tokens are then already in the text).
+    """
+    plain = [
+        {"role": m.get("role", "user"), "content": _content_text(m.get("content"))}
+        for m in messages
+    ]
+    if getattr(tokenizer, "chat_template", None):
+        prompt = tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
+        return str(prompt), True
+    text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in plain)
+    return text + "<|assistant|>\n", False
+
+
+def generate_local(
+    path: str | os.PathLike[str],
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int = 512,
+    temperature: float = 0.0,
+    top_p: float | None = None,
+    stop: list[str] | str | None = None,
+    seed: int | None = None,
+) -> LocalGeneration:
+    """Generate an answer to chat ``messages`` with the local checkpoint in ``path``.
+
+    Args:
+        path: Checkpoint directory (see :func:`load_local_model`).
+        messages: OpenAI-style chat messages.
+        max_tokens: Maximum number of new tokens.
+        temperature: 0 means greedy decoding; above 0, sampling at that temperature.
+        top_p: Nucleus sampling mass (only used when sampling).
+        stop: Stop strings: the text is cut at the first occurrence of any of them.
+        seed: Seed for sampling (reproducible answers at temperature > 0); the global torch RNG
+            is left untouched.
+
+    Raises:
+        ModelError: (not retryable) missing checkpoint, or a prompt longer than the model's
+            context (``max_tokens`` is lowered to what the context leaves).
+        MissingExtraError: transformers/torch are not installed.
+    """
+    _import_torch_transformers()
+    loaded = _get_loaded(path)
+    tokenizer, model = loaded.tokenizer, loaded.model
+    stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+    with loaded.lock:
+        prompt, templated = format_prompt(tokenizer, messages)
+        # A chat template already writes BOS and friends; a plain prompt gets the defaults.
+        ids = list(tokenizer(prompt, add_special_tokens=not templated)["input_ids"])
+    prompt_tokens = len(ids)
+    context = getattr(model.config, "max_position_embeddings", None)
+    if context is not None and prompt_tokens >= context:
+        raise ContextLengthError(
+            f"local model {str(path)!r}: prompt of {prompt_tokens} tokens does not fit its "
+            f"context of {context} tokens; shorten the prompt"
+        )
+    if context is not None:
+        # The answer may use what the prompt leaves of the context (finish_reason "length"
+        # tells when it was cut).
+        max_tokens = min(max_tokens, context - prompt_tokens)
+    new_ids = loaded.batcher.submit(GenerationRequest(ids, max_tokens, temperature, top_p, seed))
+    completion_tokens = len(new_ids)
+    with loaded.lock:
+        text = tokenizer.decode(new_ids, skip_special_tokens=True)
+    ends = eos_ids(model, tokenizer)
+    ended = completion_tokens > 0 and int(new_ids[-1]) in ends
+    finish_reason = "stop" if ended or completion_tokens < max_tokens else "length"
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        text, finish_reason = text[:cut], "stop"
+    return LocalGeneration(text, prompt_tokens, completion_tokens, finish_reason)
+
+
+def eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None),
+                  getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _build_provider() -> Any:
+    """Define the ``CustomLLM`` subclass (LiteLLM is imported only now) and instantiate it."""
+    from dreamgym_agents.gateway.litellm_setup import import_litellm
+
+    litellm = import_litellm()
+    from litellm.types.utils import ModelResponse, Usage
+
+    class LocalHFProvider(litellm.CustomLLM):
+        """LiteLLM ``CustomLLM`` running local transformers checkpoints (provider ``hf``)."""
+
+        def completion(  # type: ignore[override]
+            self,
+            model: str,
+            messages: list,
+            *args: Any,
+            optional_params: dict | None = None,
+            model_response: Any = None,
+            **kwargs: Any,
+        ) -> Any:
+            params = dict(optional_params or {})
+            result = generate_local(
+                model,
+                messages,
+                max_tokens=int(
+                    params.get("max_tokens") or params.get("max_completion_tokens") or 512
+                ),
+                temperature=float(params.get("temperature") or 0.0),
+                top_p=params.get("top_p"),
+                stop=params.get("stop"),
+                seed=params.get("seed"),
+            )
+            response = model_response if model_response is not None else ModelResponse()
+            response.choices[0].message.content = result.text
+            response.choices[0].finish_reason = result.finish_reason
+            response.model = f"{LOCAL_PROVIDER}/{model}"
+            response.created = int(time.time())
+            response.usage = Usage(  # type: ignore[attr-defined]
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                total_tokens=result.prompt_tokens + result.completion_tokens,
+            )
+            return response
+
+        async def acompletion(  # type: ignore[override]
+            self, model: str, messages: list, *args: Any, **kwargs: Any
+        ) -> Any:
+            # Generation is CPU-bound: keep the event loop responsive.
+            return await asyncio.to_thread(self.completion, model, messages, *args, **kwargs)
+
+    return LocalHFProvider()
+
+
+def get_local_provider() -> Any:
+    """The process-wide ``LocalHFProvider`` instance (a ``litellm.CustomLLM``)."""
+    global _PROVIDER
+    with _PROVIDER_LOCK:
+        if _PROVIDER is None:
+            _PROVIDER = _build_provider()
+        return _PROVIDER
+
+
+def register_local_provider() -> None:
+    """Register the ``hf`` provider in ``litellm.custom_provider_map`` (idempotent).
+
+    Other custom providers already registered are kept; an ``hf`` entry with another handler is
+    replaced (with a warning).
+    """
+    from dreamgym_agents.gateway.litellm_setup import import_litellm
+
+    litellm = import_litellm()
+    handler = get_local_provider()
+    with _PROVIDER_LOCK:
+        entries = list(litellm.custom_provider_map or [])
+        ours = [e for e in entries if e.get("provider") == LOCAL_PROVIDER]
+        if len(ours) == 1 and ours[0].get("custom_handler") is handler:
+            return
+        if any(e.get("custom_handler") is not handler for e in ours):
+            logger.warning("replacing the custom LiteLLM provider %r", LOCAL_PROVIDER)
+        others = [e for e in entries if e.get("provider") != LOCAL_PROVIDER]
+        litellm.custom_provider_map = [
+            *others,
+            {"provider": LOCAL_PROVIDER, "custom_handler": handler},
+        ]
+
+
+def make_tiny_checkpoint(
+    path: str | os.PathLike[str],
+    vocab_texts: list[str] | None = None,
+    *,
+    chat_template: str | None = None,
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    max_positions: int = 8192,
+    seed: int = 0,
+) -> str:
+    """Save a tiny randomly initialised Qwen2 causal LM and its tokenizer to ``path``.
+
+    The tokenizer is a byte-level BPE trained with ``tokenizers`` on ``vocab_texts`` (any text
+    can be encoded; the texts only decide the merges), wrapped in ``PreTrainedTokenizerFast`` with
+    ``<|endoftext|>`` (eos), ``<|pad|>`` (pad, left padding) and the role tokens ``<|system|>``,
+    ``<|user|>``, ``<|assistant|>``, ``<|tool|>`` as special tokens. Takes a few seconds on CPU.
+
+    Args:
+        path: Output directory (created if needed).
+        vocab_texts: Texts to train the tokenizer on; defaults to :data:`DEFAULT_VOCAB_TEXTS`.
+        chat_template: Optional Jinja chat template stored with the tokenizer; without one the
+            local provider uses its plain ``<|role|>`` format.
+        vocab_size: Target vocabulary size (256 byte tokens plus merges plus special tokens).
+        hidden_size: Model width (the intermediate size is twice this).
+        num_layers: Number of transformer layers.
+        max_positions: Context length in tokens (agent prompts on web pages run to thousands of
+            tokens with a small vocabulary).
+        seed: Seed of the random initialisation (the global torch RNG is left untouched).
+
+    Returns:
+        The checkpoint directory as a string, ready for ``model=f"hf/{path}"``.
+    """
+    torch, transformers = _import_torch_transformers()
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        raise MissingExtraError("tokenizers", "train") from None
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    special = ["<|endoftext|>", "<|pad|>", *_ROLE_TOKENS]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(list(vocab_texts or DEFAULT_VOCAB_TEXTS), trainer=trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        additional_special_tokens=list(_ROLE_TOKENS),
+        padding_side="left",
+    )
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    config = transformers.Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)

@@ -1,0 +1,449 @@
+"""The embedded default experience model's recipe: collect on a family's train split, then train.
+
+A family's shipped bundle (:mod:`dreamgym_agents.pipeline.bundle`, made by
+``dg-agents build-embedded``) holds the model this recipe trains; a recipe the bundle was not
+built with (an ablation, a changed field) is built here on first use, offline, on two CPU
+cores, and cached.
+
+Recipe (:class:`EmbeddedRecipe`, a family's defaults from ``TaskFamily.embedded_recipe_defaults``):
+collect offline data on the family's *train* split with its offline agents
+(``TaskFamily.collection_plan``; the web family: oracle, noisy-oracle, quitter, random and the
+explorers — the paper's "oracle + random" sets, plus wrong and premature answers so the model
+learns what failure looks like), annotate it with derived rationales (the family's experience
+codec), seed a replay buffer with it, and train a small causal LM from scratch (tokenizer trained
+on the family's text, small Qwen2) with TRL's SFTTrainer on the compact experience prompt, with
+counterfactual endings labelled by each task's own evaluator where the family can
+(``TaskFamily.relabel``). Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``,
+one folder per family: the model under a name
+that changes with the recipe (a new recipe never reuses an old model), the collected episodes
+under a name that changes only with what is collected (so the ablation models, which differ only
+in training, share one collection). Every phase is resumable: collection episodes already
+recorded are kept, SFT resumes from its last checkpoint, and a finished build is marked
+``READY``. A recipe trains its fixed steps on any machine; only a user's time budget stops it
+early, and then the model is marked ``PARTIAL``, never ``READY``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.cache import build_lock, cache_root
+from dreamgym_agents.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED = "embedded"
+"""The name users give (``--experience-model embedded``, the default)."""
+
+RECIPE_VERSION = 31
+"""Bumped whenever the recipe's code changes what is trained (prompt, data, labels)."""
+
+COLLECT_VERSION = 5
+"""Bumped whenever what the collection records changes (agents, environment, episode format)."""
+
+
+@dataclass(frozen=True)
+class EmbeddedRecipe:
+    """How the embedded default is made (changing a field makes a new cache folder).
+
+    Attributes:
+        seed: Seed of the site data, exploration and training.
+        oracle_tasks: Train tasks solved by the oracle.
+        noisy_tasks: Train tasks played by the noisy oracle.
+        quitter_tasks: Train tasks where the agent answers wrongly or too early.
+        random_tasks: Train tasks played by the random agent.
+        explorer_tasks: Episodes of the explorer (one per site section and listing page; 8
+            sections × 3 pages cover every item of the bundled shop).
+        explorer_pages: Listing pages per section the explorer covers.
+        explorer_steps: Episode length limit of the explorer (it opens and leaves each item).
+        order_explorer_tasks: Episodes of the order explorer (one per page of the signed-in
+            customer's My Orders; it opens every order and goes back): the order pages that
+            the catalogue explorer never reaches.
+        counterfactual_answers: Variants of each recorded right answer, labelled by the task's
+            own evaluator (see :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
+        final_answer_repeat: Times each final-answer example is trained on.
+        counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
+            task's evaluator (answer-only and URL-only tasks; see
+            :func:`~dreamgym_agents.adapters.webarena.counterfactual.stop_trajectories`).
+        judge_repeat: Short verdict-only copies of each final-answer example (see
+            :class:`~dreamgym_agents.experience.data.ExampleConfig`).
+        decision_weight: Loss weight of the decision tokens (verdict, outcome, next page's
+            first line; see :mod:`dreamgym_agents.experience.sft`).
+        noise: Exploration rate of the noisy oracle.
+        max_steps: Episode length limit while collecting.
+        concurrency: Browser episodes at once while collecting.
+        max_examples: Cap on SFT examples.
+        hidden_size: Model width.
+        num_layers: Transformer layers.
+        vocab_size: Tokenizer size.
+        max_length: Longest SFT example, tokens.
+        sft_steps: SFT optimisation steps: a fixed count on any machine (a slow one takes
+            longer and says when it will finish), so how far a build trains never depends on
+            the machine (recipes up to v30 capped SFT by the clock, and a slow machine built a
+            weaker model under the recipe's name: docs/RESULTS.md). Builds still differ a
+            little: the from-scratch tokenizer's BPE training breaks count ties in hash-map
+            order (docs/RESULTS.md, "Recipes v29–v30").
+        batch_size: SFT batch size.
+        learning_rate: SFT peak learning rate.
+        use_history: Train with history in the prompt (False: the no-history ablation).
+        use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
+        use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
+    """
+
+    seed: int = 0
+    oracle_tasks: int = 100
+    noisy_tasks: int = 60
+    quitter_tasks: int = 90
+    random_tasks: int = 30
+    explorer_tasks: int = 24
+    explorer_pages: int = 3
+    explorer_steps: int = 27
+    order_explorer_tasks: int = 3
+    counterfactual_answers: int = 2
+    final_answer_repeat: int = 2
+    counterfactual_stops: int = 1
+    judge_repeat: int = 6
+    decision_weight: float = 5.0
+    noise: float = 0.3
+    max_steps: int = 10
+    concurrency: int = 2
+    max_examples: int = 3000
+    hidden_size: int = 192
+    num_layers: int = 4
+    vocab_size: int = 6000
+    max_length: int = 1536
+    sft_steps: int = 1000
+    batch_size: int = 8
+    learning_rate: float = 2e-3
+    use_history: bool = True
+    use_retrieval: bool = True
+    use_reasoning: bool = True
+
+    @property
+    def key(self) -> str:
+        fields = asdict(self)
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+        return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
+
+    @property
+    def collect_key(self) -> str:
+        """Name of the collected episodes: recipes that differ only in training (the ablations)
+        share one collection."""
+        fields = {k: v for k, v in asdict(self).items() if k in COLLECT_FIELDS}
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{digest[:8]}"
+
+
+COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
+                  "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
+                  "noise", "max_steps")
+"""The recipe fields that decide which episodes are collected."""
+
+
+def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = ()) -> None:
+    """Raise :class:`ConfigError` naming the keys that are not :class:`EmbeddedRecipe` fields
+    (or are among ``exclude``: fields a caller sets itself), with the valid ones."""
+    known = set(EmbeddedRecipe.__dataclass_fields__) - set(exclude)
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(sorted(known))}")
+
+
+def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
+    """The task ``family``'s embedded recipe (its ``embedded_recipe_defaults`` over the
+    dataclass's defaults), with ``fields`` changed.
+
+    Raises:
+        ConfigError: A field the recipe does not have (the message lists them).
+    """
+    from dreamgym_agents.episodes.env import make_family
+
+    check_recipe_keys(fields)
+    made = make_family(family)
+    try:
+        defaults = made.embedded_recipe_defaults()
+    finally:
+        made.close()
+    return EmbeddedRecipe(**{**defaults, **fields})
+
+
+def embedded_dir(recipe: EmbeddedRecipe, family: str) -> Path:
+    """Where ``family``'s embedded experience model of ``recipe`` is built and cached."""
+    return cache_root() / family / recipe.key
+
+
+def collect_dir(recipe: EmbeddedRecipe, family: str) -> Path:
+    """Where ``family``'s collection of ``recipe`` is cached (shared by the ablations)."""
+    return cache_root() / family / recipe.collect_key
+
+
+def is_ready(recipe: EmbeddedRecipe, family: str) -> bool:
+    return (embedded_dir(recipe, family) / "READY").exists()
+
+
+Progress = Callable[[str], None]
+Tick = Callable[..., None]
+"""A progress bar's tick: ``tick(advance=1, item=None)``."""
+
+
+def ensure_embedded_experience_model(
+    family: str, recipe: EmbeddedRecipe | None = None, *, progress: Progress | None = None,
+    on_episode: Callable[[Any], None] | None = None,
+) -> dict[str, str]:
+    """The embedded experience model of the task ``family`` and ``recipe`` (default: the
+    family's recipe, :func:`family_recipe`): the family's shipped bundle's when it was built
+    with this recipe (the buffer made from its seed episodes on first use, in seconds), else
+    built here on first use and cached.
+
+    Returns:
+        ``{"model": "hf/<checkpoint>", "checkpoint": ..., "buffer": <buffer dir>,
+        "offline": <the episodes it was trained on: a folder of collectors' runs or a bundle's
+        episodes file>}`` plus ``"bundle"`` (the bundle's id) when it comes from a bundle.
+
+    Raises:
+        PartialBuildError: never here (no time budget); see :func:`train_embedded`.
+    """
+    from dreamgym_agents.pipeline.bundle import shipped_bundle
+
+    recipe = recipe or family_recipe(family)
+    say = progress or (lambda msg: logger.info("%s", msg))
+    bundle = shipped_bundle(family)
+    if bundle is not None and bundle.experience_key == recipe.key:
+        return bundle.experience_paths(progress=say)
+    folder = embedded_dir(recipe, family)
+    paths = {"checkpoint": str(folder / "model"), "model": f"hf/{folder / 'model'}",
+             "buffer": str(folder / "buffer"), "offline": str(collect_dir(recipe, family))}
+    if is_ready(recipe, family):
+        return paths
+    if bundle is not None and recipe == family_recipe(family, seed=recipe.seed):
+        say(f"the shipped bundle {bundle.id} was built with another recipe "
+            f"({bundle.experience_key}, this code's is {recipe.key}): building this one "
+            "(rebuild the bundle with dg-agents build-embedded)")
+    with build_lock(folder):
+        if is_ready(recipe, family):
+            return paths
+        start = time.perf_counter()
+        shared = collect_dir(recipe, family)
+        with build_lock(shared):
+            if (shared / "COMPLETE").exists():
+                say(f"embedded experience model: reusing the episodes collected in {shared}")
+            else:
+                collect(recipe, shared, family, say=say, on_episode=on_episode)
+        episodes = collected_episodes(recipe, shared, family)
+        collect_s = time.perf_counter() - start
+        manifest = train_embedded(recipe, episodes, folder, family, say=say)
+        (folder / "READY").write_text(json.dumps(
+            {"recipe": asdict(recipe),
+             "timings": {"collect_s": round(collect_s, 1), **manifest["timings"],
+                         "total_s": round(time.perf_counter() - start, 1)}},
+            indent=2, sort_keys=True))
+    return paths
+
+
+def collect(recipe: EmbeddedRecipe, folder: Path, family: str, *, say: Progress,
+            on_episode: Callable[[Any], None] | None = None,
+            bar: Callable[[str, int], Tick] | None = None) -> None:
+    """Play every collector of the recipe (the ``family``'s ``collection_plan``) on the
+    family's train split into ``folder/<collector>`` (resumable: recorded episodes stay), then
+    mark ``COMPLETE``."""
+    from dreamgym_agents.episodes.env import EnvConfig, make_family
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    made = make_family(family)
+    env_cfg = EnvConfig(max_steps=recipe.max_steps, seed=recipe.seed)
+    try:
+        plan = made.collection_plan(recipe, made.load_tasks("train"))
+        everything = list({t.task_id: t for _, _, pool, _ in plan for t in pool}.values())
+        say(f"embedded experience model: collecting {len(everything)} train tasks' episodes "
+            f"({made.prepare(env_cfg, everything)})")
+        for name, agent, chosen, max_steps in plan:
+            say(f"  {name}: {len(chosen)} episodes")
+            tick = bar(f"collect {name}", len(chosen)) if bar else None
+            run_cfg = RunConfig(out_dir=folder / name, concurrency=recipe.concurrency,
+                                max_steps=max_steps,
+                                meta={"command": "embedded-collect", "agent": name,
+                                      "collect": recipe.collect_key})
+
+            def done(traj: Any, tick: Tick | None = tick) -> None:
+                if tick is not None:
+                    tick(1, traj)
+                if on_episode is not None:
+                    on_episode(traj)
+
+            result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg), agent,
+                                              run_cfg, on_episode=done))
+            if result.failed:  # never a collection with episodes quietly missing
+                raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
+                                  f"{folder / name / 'errors.jsonl'}); rerun to retry them")
+    finally:
+        made.close()
+    (folder / "COMPLETE").write_text(json.dumps({"collect": recipe.collect_key}, sort_keys=True))
+
+
+def collected_episodes(recipe: EmbeddedRecipe, folder: Path, family: str) -> list[Any]:
+    """The collection's episodes, every collector's (the ``family``'s) in a fixed order, as
+    offline data."""
+    from dreamgym_agents.episodes.env import make_family
+
+    del recipe  # a family's recipes have the same collectors; it names whose folder it is
+    made = make_family(family)
+    try:
+        episodes = read_collected(folder, list(made.collectors))
+    finally:
+        made.close()
+    for traj in episodes:
+        traj.provenance = "offline"
+        for t in traj.transitions:
+            t.provenance = "offline"
+    return episodes
+
+
+def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, family: str, *,
+                   say: Progress, on_step: Tick | None = None,
+                   time_budget_s: float | None = None) -> dict[str, Any]:
+    """Annotate the episodes, seed ``folder/buffer`` with them and train the experience model
+    into ``folder/model`` for the recipe's fixed steps; return the training manifest.
+
+    Raises:
+        PartialBuildError: ``time_budget_s`` stopped training before the recipe's steps (the
+            model is saved but marked ``PARTIAL``: it is not the recipe's model).
+    """
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.errors import PartialBuildError
+    from dreamgym_agents.experience.data import ExampleConfig
+    from dreamgym_agents.experience.sft import ExperienceSFTConfig
+    from dreamgym_agents.experience.training import train_from_trajectories
+    from dreamgym_agents.heldout import HeldOut
+
+    made = make_family(family)
+    try:
+        held_out = HeldOut.for_family(made)
+    finally:
+        made.close()
+    episodes = held_out.keep(episodes, "experience_data")  # none, on the train split
+    steps = sum(len(t.transitions) for t in episodes)
+    say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
+        f"{recipe.sft_steps} SFT steps")
+    (folder / "PARTIAL").unlink(missing_ok=True)
+    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer"), family=family))
+    try:
+        buffer.clear()
+        manifest = train_from_trajectories(
+            episodes, buffer,
+            ExampleConfig(max_examples=recipe.max_examples, seed=recipe.seed,
+                          use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
+                          use_reasoning=recipe.use_reasoning,
+                          final_answer_repeat=recipe.final_answer_repeat,
+                          judge_repeat=recipe.judge_repeat),
+            ExperienceSFTConfig(
+                output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
+                hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
+                max_length=recipe.max_length, max_steps=recipe.sft_steps,
+                batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
+                decision_weight=recipe.decision_weight, time_budget_s=time_budget_s,
+                checkpoint_every=CHECKPOINT_EVERY, seed=recipe.seed),
+            counterfactual_answers=recipe.counterfactual_answers,
+            counterfactual_stops=recipe.counterfactual_stops,
+            on_step=on_step,
+        )
+    finally:
+        buffer.close()
+    manifest["held_out_rejected"] = held_out.rejected["experience_data"]
+    say(f"  trained: loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} in "
+        f"{manifest['steps']} steps, {manifest['timings'].get('sft_s', 0):.0f} s")
+    if manifest["steps"] < recipe.sft_steps:
+        (folder / "PARTIAL").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        raise PartialBuildError(
+            f"the time budget stopped the experience model at step {manifest['steps']} of "
+            f"{recipe.sft_steps}: {folder} is marked partial and is not the recipe's model "
+            "(rerun without the budget to finish it)")
+    return manifest
+
+
+CHECKPOINT_EVERY = 100
+"""SFT steps between resumable checkpoints of an embedded build (a killed build resumes)."""
+
+DEMOS_VERSION = 1
+"""Bumped whenever what a cached set of oracle demonstrations holds changes."""
+
+
+def demos_dir(family: str, tasks: int | None, seed: int = 0) -> Path:
+    """Where ``family``'s oracle demonstrations on ``tasks`` train tasks (None: all) are
+    cached."""
+    return cache_root() / family / demos_name(tasks, seed)
+
+
+def demos_name(tasks: int | None, seed: int = 0) -> str:
+    """The name of the demonstrations on ``tasks`` train tasks (None: all): it changes with
+    what they hold."""
+    return f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
+
+
+def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
+                 concurrency: int = 4, max_steps: int = 15, progress: Progress | None = None,
+                 on_episode: Callable[[Any], None] | None = None,
+                 folder: Path | None = None) -> Path:
+    """Play the ``family``'s oracle on ``tasks`` of its train tasks, spread over the templates
+    (None: every train task the oracle can play: one with an oracle program, or any with an
+    oracle that follows the environment's expert), unless done; return the folder (default:
+    cached under :func:`demos_dir`).
+
+    These are the policy's demonstrations (what the warm start imitates): the experience
+    model's collection plays the oracle on a hundred tasks only, and a policy trained from
+    scratch on so few memorises their strings instead of learning to copy them. Resumable:
+    recorded episodes stay when a collection is interrupted.
+    """
+    from dreamgym_agents.episodes.env import EnvConfig, make_family, spread_tasks
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    folder = folder or demos_dir(family, tasks, seed)
+    say = progress or (lambda msg: logger.info("%s", msg))
+    with build_lock(folder):
+        if (folder / "COMPLETE").exists():
+            return folder
+        made = make_family(family)
+        env_cfg = EnvConfig(max_steps=max_steps, seed=seed)
+        try:
+            oracle = made.offline_agents(seed=seed)["oracle"]
+            expert = bool(getattr(oracle, "needs_expert", False))
+            pool = [t for t in made.load_tasks("train") if t.oracle or expert]
+            chosen = spread_tasks(pool, tasks) if tasks is not None else pool
+            say(f"policy demonstrations: the oracle on {len(chosen)} train tasks "
+                f"({made.prepare(env_cfg, chosen)}) → {folder}")
+            run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
+                                max_steps=max_steps,
+                                meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
+            result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg),
+                                              oracle, run_cfg, on_episode=on_episode))
+        finally:
+            made.close()
+        if result.failed:
+            raise ConfigError(f"{len(result.failed)} demonstration episode(s) failed (see "
+                              f"{folder / 'oracle' / 'errors.jsonl'}); rerun to retry them")
+        (folder / "COMPLETE").write_text(json.dumps(result.summary, sort_keys=True))
+    return folder
+
+
+def read_collected(folder: Path, names: list[str]) -> list[Any]:
+    """The collected episodes of each collector in ``names`` (those recorded), in a fixed
+    order: concurrent episodes are written as they finish, and the order of the training data
+    (hence the trained weights) must not depend on which finished first."""
+    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE
+    from dreamgym_agents.types import read_trajectories
+
+    out: list[Any] = []
+    for name in names:
+        path = folder / name / TRAJECTORIES_FILE
+        if path.exists():
+            out.extend(sorted(read_trajectories(path), key=lambda t: t.episode_id))
+    return out

@@ -1,0 +1,730 @@
+"""``dg-agents run``: the whole DreamGym pipeline, stage by stage, resumable.
+
+Stages (each one's result is recorded in ``DIR/state.json`` when it finishes; a rerun of the same
+command skips finished stages and starts the interrupted one again — an evaluation resumes
+episode by episode, a training stage restarts and keeps the interrupted attempt's records in
+``stages/<stage>.interrupted-<n>/``):
+
+1. ``experience``: the offline data and the experience model (the embedded default is built on
+   first use and cached; a LiteLLM model string is used as given).
+2. ``sft``: the policy's warm start on the offline data's successful episodes.
+3. ``eval_sft``: the warm-started policy on the real test split.
+4. ``dream_rl``: multi-turn GRPO in the dream, with the curriculum (0 real transitions).
+5. ``eval_dream``: the dream-trained policy on the real test split.
+6. ``s2r``: sim-to-real, GRPO on the real site for a budget of real transitions (optional).
+7. ``eval_s2r``: the sim-to-real policy on the real test split.
+8. ``report``: ``summary.json``, ``report.md`` and ``success_vs_real.png``.
+
+``DIR`` also holds ``config.json`` (a rerun with other settings is refused), ``checkpoints/``,
+``metrics.jsonl`` and each stage's records under ``stages/`` and ``eval/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dreamgym_agents.errors import ConfigError, PartialBuildError
+from dreamgym_agents.policy.model import PolicyConfig
+from dreamgym_agents.policy.sft import PolicySFTConfig
+from dreamgym_agents.rl.curriculum import CurriculumConfig
+from dreamgym_agents.rl.grpo import GRPOStageConfig
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("experience", "sft", "eval_sft", "dream_rl", "eval_dream", "s2r", "eval_s2r", "report")
+STATE_FILE = "state.json"
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+PRESETS = ("quick", "full")
+WARM_START_VERSION = 4
+"""Bumped whenever the policy's layout or SFT changes what a cached warm start is."""
+
+
+@dataclass
+class PipelineConfig:
+    """Everything ``dg-agents run`` does (``--set section.key=value`` reaches every field).
+
+    Attributes:
+        task: Task family (``webarena``: the bundled site unless real sites are configured).
+        preset: ``quick`` (minutes, a subset of the test split) or ``full``.
+        seed: Seed of the policy's initialisation, task order and sampling.
+        policy: ``embedded`` (a small policy trained here) or ``hf/<checkpoint>``
+            (a local transformers checkpoint to fine-tune).
+        policy_init: Where the embedded policy starts: ``experience`` (the embedded experience
+            model's weights: the one language model here that has read the site's pages and
+            actions; measured to fit the demonstrations faster than a fresh model) or
+            ``scratch`` (a fresh model).
+        experience_model: ``embedded`` or a LiteLLM model string.
+        experience_recipe: Fields of the embedded experience model's recipe to change
+            (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`; a changed recipe builds and
+            caches another model), e.g. ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one.
+        demo_tasks: Train tasks whose oracle demonstrations join the offline data the warm
+            start imitates, spread over the templates (None: every train task; 0: none, the
+            warm start learns from the experience model's collection alone). Cached.
+        use_retrieval: Ablation: the experience model retrieves no real transitions.
+        use_reasoning: Ablation: the experience model writes no reasoning.
+        eval_split: The split the evaluations read: ``test`` for reported figures,
+            ``validation`` while tuning (settings, recipes, design choices), so that the test
+            split is not tuned on. Training never sees either (:mod:`dreamgym_agents.heldout`).
+        eval_limit: Tasks evaluated, spread over the templates (None: the whole split).
+        eval_concurrency: Real episodes at once in evaluations.
+        eval_max_steps: Episode length limit of evaluations.
+        dream_eval_types: The dream trains on the train tasks whose evaluators are all of these
+            kinds of the family's (``TaskFamily.eval_types``; None: every task; tasks without
+            evaluators always qualify). ``"family"`` (the default): the family's own choice,
+            ``TaskFamily.dream_eval_types`` (webarena: answers and URLs, not ``program_html``,
+            whose outcome is the site's hidden state; alfworld: every task). Sim-to-real and
+            GRPO-real train on every task.
+        sim_to_real: Run the sim-to-real stages.
+        real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
+            ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
+        sft: The warm start.
+        dream: GRPO in the dream.
+        s2r: GRPO on the real site (``real_transition_budget`` is the sim-to-real budget).
+        curriculum: Task variants in the dream (λ, seeds per round …).
+        policy_view: How the policy sees a turn.
+    """
+
+    task: str = "webarena"
+    preset: str = "quick"
+    seed: int = 0
+    policy: str = "embedded"
+    policy_init: str = "experience"
+    experience_model: str = "embedded"
+    experience_recipe: dict[str, Any] = field(default_factory=dict)
+    demo_tasks: int | None = None
+    use_retrieval: bool = True
+    use_reasoning: bool = True
+    eval_split: str = "test"
+    eval_limit: int | None = None
+    eval_concurrency: int = 4
+    eval_max_steps: int = 15
+    dream_eval_types: list[str] | str | None = "family"
+    sim_to_real: bool = True
+    real_rl: bool = False
+    sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
+    dream: GRPOStageConfig = field(default_factory=GRPOStageConfig)
+    s2r: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(
+        concurrency=4, real_transition_budget=200))
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    policy_view: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
+        if self.eval_split not in ("validation", "test"):
+            raise ConfigError(f"eval_split must be validation (while tuning) or test (reported "
+                              f"figures), got {self.eval_split!r}")
+        if self.eval_limit is not None and self.eval_limit < 1:
+            raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
+        if self.policy_init not in ("experience", "scratch"):
+            raise ConfigError(f"policy_init must be experience or scratch, got "
+                              f"{self.policy_init!r}")
+        if self.demo_tasks is not None and self.demo_tasks < 0:
+            raise ConfigError(f"demo_tasks must be >= 0 (None: every train task), got "
+                              f"{self.demo_tasks}")
+        if self.eval_concurrency < 1 or self.eval_max_steps < 1:
+            raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
+
+        from dreamgym_agents.pipeline.embedded import check_recipe_keys
+
+        # the run sets these two itself (use_retrieval, use_reasoning are its own flags)
+        check_recipe_keys(self.experience_recipe, exclude=("use_retrieval", "use_reasoning"))
+        if self.dream_eval_types not in (None, "family"):
+            from dreamgym_agents.episodes.env import make_family
+
+            known = make_family(self.task).eval_types
+            chosen = self.dream_eval_types
+            unknown = sorted(set(chosen) - set(known)) if isinstance(chosen, list) else [chosen]
+            if unknown or not chosen:
+                raise ConfigError(f"dream_eval_types must list some of {', '.join(known)} "
+                                  f"(or be null for every task, or family for the {self.task} "
+                                  f"family's choice), got {chosen}")
+        if self.sim_to_real and self.s2r.real_transition_budget is None:
+            raise ConfigError("s2r.real_transition_budget must be set: sim-to-real uses a "
+                              "bounded number of real transitions")
+
+
+WARM_START_STEPS = 1800
+"""SFT steps of both presets' warm start (one cached build serves both; ~60 minutes on 2 cores,
+once): 600 steps left the copying of task strings unlearnt (docs/RESULTS.md)."""
+WARM_START_LR = 1e-3
+"""SFT's peak learning rate for the embedded policy started from the experience model."""
+RL_LR = 2e-4
+"""GRPO's learning rate for the embedded policy (its SFT peaks at ``WARM_START_LR``)."""
+
+
+def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
+    """The settings of a preset (``quick``: 31 test tasks per evaluation and 8 GRPO steps per
+    stage, minutes once the experience model, demonstrations and warm start are cached;
+    ``full``: the whole test split, 40 steps per stage)."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}: use quick or full")
+    quick = preset == "quick"
+    steps = 8 if quick else 40
+
+    def rl(concurrency: int, budget: int | None = None) -> GRPOStageConfig:
+        return GRPOStageConfig(max_steps=steps, tasks_per_step=4, num_generations=4,
+                               max_episode_steps=10, learning_rate=RL_LR,
+                               concurrency=concurrency, real_transition_budget=budget, seed=seed)
+
+    return PipelineConfig(
+        preset=preset, seed=seed, eval_limit=31 if quick else None,
+        sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR, seed=seed),
+        dream=rl(16), s2r=rl(4, 120 if quick else 400), curriculum=CurriculumConfig(),
+    )
+
+
+class Reporter(Protocol):
+    """How a run shows its progress (the CLI draws rich bars; tests record calls)."""
+
+    def stage(self, name: str, index: int, total: int) -> None: ...
+
+    def bar(self, label: str, total: int) -> Callable[..., None]: ...
+
+    def say(self, message: str) -> None: ...
+
+
+class SilentReporter:
+    """A reporter that logs only (library use, tests)."""
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        logger.info("stage %d/%d: %s", index, total, name)
+
+    def bar(self, label: str, total: int) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+    def say(self, message: str) -> None:
+        logger.info("%s", message)
+
+
+def is_hosted(policy: str) -> bool:
+    """True for a policy whose weights a run cannot update (a hosted or served model)."""
+    return policy not in ("embedded",) and not policy.startswith("hf/")
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """One run folder and its stages (see the module docstring)."""
+
+    def __init__(self, cfg: PipelineConfig, out: str | Path,
+                 reporter: Reporter | None = None,
+                 adopt: dict[str, dict[str, Any]] | None = None,
+                 rerun_from: str | None = None) -> None:
+        if is_hosted(cfg.policy):
+            raise ConfigError(f"policy {cfg.policy!r} is a hosted model: run cannot update its "
+                              "weights (use embedded or hf/<checkpoint>)")
+        self.cfg = cfg
+        self.out = Path(out)
+        self.reporter = reporter or SilentReporter()
+        self.state: dict[str, Any] = {"done": {}}
+        self.stages = [s for s in STAGES
+                       if cfg.sim_to_real or s not in ("s2r", "eval_s2r")]
+        self.adopt = adopt or {}
+        if rerun_from is not None and rerun_from not in self.stages:
+            raise ConfigError(f"--rerun-from {rerun_from}: not a stage of this run; choose from "
+                              f"{', '.join(self.stages)}")
+        self.rerun_from = rerun_from
+        self._family: Any = None
+        self._dream: Any = None
+        self._held_out: Any = None
+
+    # -- folder ---------------------------------------------------------------------------
+
+    def _open_folder(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        config = json.loads(json.dumps(asdict(self.cfg)))
+        path = self.out / CONFIG_FILE
+        if path.exists():
+            previous = json.loads(path.read_text())
+            if previous != config:
+                diff = _diff(previous, config)
+                raise ConfigError(f"{self.out} holds a run with other settings ({diff}): rerun "
+                                  "with the same ones to resume, or use another --out folder")
+        else:
+            _write_json(path, config)
+        state = self.out / STATE_FILE
+        if state.exists():
+            self.state = json.loads(state.read_text())
+        for stage, result in self.adopt.items():  # another run's stages (a bench's warm start)
+            self.state["done"].setdefault(stage, {**result, "adopted": True})
+        # the code each (re)start of this run ran with; every stage records its own
+        from dreamgym_agents.version import code_version
+
+        versions = self.state.setdefault("code", [])
+        if not versions or versions[-1] != code_version():
+            versions.append(code_version())
+        if self.rerun_from is not None:
+            self._set_aside_from(self.rerun_from)
+        _write_json(self.out / STATE_FILE, self.state)
+
+    def _set_aside_from(self, first: str) -> None:
+        """Forget ``first`` and every later stage, their records kept aside
+        (``<folder>.before-rerun-<n>``, and ``state.json``'s ``reruns``)."""
+        later = self.stages[self.stages.index(first):]
+        n = len(self.state.setdefault("reruns", [])) + 1
+        previous = {s: self.state["done"].pop(s) for s in later if s in self.state["done"]}
+        for sub in ("stages", "eval", "checkpoints"):
+            for stage in later:
+                folder = self.out / sub / stage
+                if folder.exists():
+                    folder.rename(folder.with_name(f"{stage}.before-rerun-{n}"))
+        self.state["reruns"].append({"from": first, "time": round(time.time(), 1),
+                                     "previous": previous})
+        self.reporter.say(f"rerunning from {first}: {len(previous)} finished stage(s) set "
+                          f"aside (records kept as *.before-rerun-{n})")
+
+    def _finish(self, stage: str, result: dict[str, Any]) -> None:
+        from dreamgym_agents.version import code_version
+
+        result.setdefault("code", code_version())
+        self.state["done"][stage] = result
+        _write_json(self.out / STATE_FILE, self.state)
+        self._metric({"stage": stage, "event": "done", **_flat(result)})
+
+    def _metric(self, line: dict[str, Any]) -> None:
+        with open(self.out / METRICS_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"time": round(time.time(), 1), **line}) + "\n")
+
+    def _stage_dir(self, stage: str) -> Path:
+        """A fresh folder for a training stage; an interrupted attempt's is kept aside."""
+        folder = self.out / "stages" / stage
+        if folder.exists():
+            n = 1
+            while (aside := folder.with_name(f"{stage}.interrupted-{n}")).exists():
+                n += 1
+            folder.rename(aside)
+            self.reporter.say(f"{stage}: restarting (the interrupted attempt's records are in "
+                              f"{aside})")
+        folder.mkdir(parents=True)
+        return folder
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Run every stage not yet done; return the summary."""
+        start = time.perf_counter()
+        self._open_folder()
+        self.state.setdefault("wall_seconds", 0.0)
+        try:
+            for i, stage in enumerate(self.stages, 1):
+                if stage in self.state["done"]:
+                    continue
+                self.reporter.stage(stage, i, len(self.stages))
+                began = time.perf_counter()
+                result = getattr(self, f"stage_{stage}")()
+                result["seconds"] = round(time.perf_counter() - began, 1)
+                self.state["wall_seconds"] = round(
+                    self.state["wall_seconds"] + time.perf_counter() - start, 1)
+                start = time.perf_counter()
+                self._finish(stage, result)
+        finally:
+            self.close()
+        return json.loads((self.out / "summary.json").read_text())
+
+    def close(self) -> None:
+        if self._dream is not None:
+            _, gateway, buffer = self._dream
+            buffer.close()
+            gateway.close()
+            self._dream = None
+        if self._family is not None:
+            self._family.close()
+            self._family = None
+
+    # -- services ---------------------------------------------------------------------------
+
+    def family(self) -> Any:
+        """The task family, prepared (the bundled site started) on first use."""
+        from dreamgym_agents.episodes.env import make_family
+
+        if self._family is None:
+            self._family = make_family(self.cfg.task)
+            where = self._family.prepare(self.env_cfg(), None)
+            self.reporter.say(f"{self.cfg.task}: {where}")
+        return self._family
+
+    def held_out(self) -> Any:
+        """The family's validation and test tasks, which no training stage may see
+        (:class:`~dreamgym_agents.heldout.HeldOut`; its ``rejected`` counts go to the
+        stages' results)."""
+        from dreamgym_agents.episodes.env import make_family
+        from dreamgym_agents.heldout import HeldOut
+
+        if self._held_out is None:
+            tasks_only = make_family(self.cfg.task)  # task files only: no site is started
+            try:
+                self._held_out = HeldOut.for_family(tasks_only)
+            finally:
+                tasks_only.close()
+        return self._held_out
+
+    def env_cfg(self) -> Any:
+        from dreamgym_agents.episodes.env import EnvConfig
+
+        return EnvConfig(max_steps=self.cfg.eval_max_steps)
+
+    def dream(self) -> tuple[Any, Any, Any]:
+        """(experience model, its gateway, the buffer), opened on first use."""
+        from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+        from dreamgym_agents.episodes.env import make_family
+        from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+        from dreamgym_agents.experience.training import trained_settings
+        from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+
+        if self._dream is None:
+            paths = self.state["done"]["experience"]
+            settings = trained_settings(paths["model"])
+            settings.update({k: v for k, v in (("use_retrieval", self.cfg.use_retrieval),
+                                               ("use_reasoning", self.cfg.use_reasoning))
+                             if not v})
+            gateway = Gateway(LLMConfig(model=paths["model"],
+                                        max_concurrency=max(4, self.cfg.dream.concurrency)))
+            family = make_family(self.cfg.task)
+            buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=family.name))
+            codec = family.experience_codec()
+            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer,
+                                           codec=codec), gateway, buffer)
+        return self._dream
+
+    def checkpoint(self, stage: str) -> str:
+        return self.state["done"][stage]["path"]
+
+    # -- the stages -----------------------------------------------------------------------
+
+    def stage_experience(self) -> dict[str, Any]:
+        from dreamgym_agents.pipeline.embedded import (
+            EMBEDDED,
+            demos_name,
+            ensure_demos,
+            ensure_embedded_experience_model,
+            family_recipe,
+        )
+
+        if self.cfg.experience_model != EMBEDDED:
+            raise ConfigError("run builds its offline data with the embedded experience "
+                              "model's collection; other experience models: use the dream and "
+                              "train-experience commands (experience_model: embedded)")
+        ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
+                                            ("use_reasoning", self.cfg.use_reasoning)) if not on}
+        family = self.cfg.task.split(".", 1)[0]
+        recipe = family_recipe(family, **{**self.cfg.experience_recipe, **ablations})
+        paths = ensure_embedded_experience_model(family, recipe, progress=self.reporter.say)
+        done = {"model": paths["model"], "buffer": paths["buffer"], "offline": paths["offline"],
+                "recipe": recipe.key, "collect": recipe.collect_key}
+        bundle = self._bundle()
+        if "bundle" in paths:
+            done["bundle"] = paths["bundle"]
+            done["held_out_rejected"] = paths["buffer_held_out_rejected"]
+            self.reporter.say(f"experience model: the embedded bundle {paths['bundle']} "
+                              f"({paths['checkpoint']})")
+        if self.cfg.demo_tasks != 0:
+            name = demos_name(self.cfg.demo_tasks, recipe.seed)
+            if bundle is not None and bundle.manifest["demos"]["name"] == name:
+                done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
+            else:
+                tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
+                done["demos"] = str(ensure_demos(family, self.cfg.demo_tasks, seed=recipe.seed,
+                                                 concurrency=self.cfg.eval_concurrency,
+                                                 max_steps=self.cfg.eval_max_steps,
+                                                 progress=self.reporter.say,
+                                                 on_episode=lambda t: tick(1, t)))
+            done["demos_name"] = name
+        return done
+
+    def _bundle(self) -> Any:
+        """The embedded bundle of the run's task family (None: none shipped or named)."""
+        from dreamgym_agents.pipeline.bundle import shipped_bundle
+
+        return shipped_bundle(self.cfg.task.split(".", 1)[0])
+
+    def offline_episodes(self) -> list[Any]:
+        """The offline data the warm start learns from: the collection (its oracle episodes
+        replaced by the demonstrations, which replay the oracle on more tasks), the
+        collectors in alphabetical order, then the demonstrations."""
+        done = self.state["done"]["experience"]
+        demos = done.get("demos")
+        episodes = [*read_offline(done["offline"], exclude=("oracle",) if demos else ()),
+                    *(read_offline(demos, collectors=("oracle",)) if demos else [])]
+        return self.held_out().keep(episodes, "offline_episodes")
+
+    def stage_sft(self) -> dict[str, Any]:
+        from dataclasses import replace
+
+        target = self.out / "checkpoints" / "sft"
+        if target.exists():
+            shutil.rmtree(target)
+        base = self.cfg.policy[3:] if self.cfg.policy.startswith("hf/") else None
+        if self.embedded_from_experience:
+            base = self.state["done"]["experience"]["model"].removeprefix("hf/")
+        sft_cfg = replace(self.cfg.sft, base_model=base or self.cfg.sft.base_model,
+                          seed=self.cfg.seed)
+        key = self._warm_start_key(sft_cfg)
+        bundle = self._bundle()
+        if key is not None and bundle is not None and bundle.warm_start_key == key:
+            shipped = bundle.manifest["warm_start"]
+            self.reporter.say(f"sft: the embedded bundle's warm start ({bundle.policy_dir}; "
+                              f"{shipped['result']['steps']} SFT steps)")
+            shutil.copytree(bundle.policy_dir, target)
+            return {**shipped["result"], "path": str(target), "bundle": bundle.id}
+        episodes = self.offline_episodes()
+        counts = {"offline_episodes": len(episodes),
+                  "offline_transitions": sum(len(t.transitions) for t in episodes),
+                  "held_out_rejected": self.held_out().rejected.get("offline_episodes", 0)}
+        cached = self._cached_warm_start(sft_cfg, key)
+        if cached is None:
+            return {**self._train_sft(episodes, sft_cfg, target, None), **counts}
+        from dreamgym_agents.cache import build_lock
+
+        with build_lock(cached):  # a second run building the same warm start waits
+            return {**self._train_sft(episodes, sft_cfg, target, cached), **counts}
+
+    def _train_sft(self, episodes: list[Any], sft_cfg: PolicySFTConfig, target: Path,
+                   cached: Path | None) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from dreamgym_agents.policy.sft import successful, train_policy_sft
+
+        wins = successful(episodes)
+        if cached is not None and (cached / "READY").exists():
+            self.reporter.say(f"sft: reusing the warm start cached in {cached}")
+            shutil.copytree(cached / "model", target)
+            result = json.loads((cached / "READY").read_text())
+            return {**result, "path": str(target), "cached": str(cached)}
+        self.reporter.say(f"sft: {len(wins)} successful offline episodes of {len(episodes)}"
+                          + (f" (cached in {cached} for later runs)" if cached else ""))
+        tick = self.reporter.bar("sft steps", sft_cfg.max_steps or 0)
+        build = (cached / "model") if cached is not None else target
+        if build.exists() and not sft_cfg.checkpoint_every:
+            shutil.rmtree(build)  # an interrupted build that cannot resume
+        result = train_policy_sft(episodes, replace(sft_cfg, output_dir=str(build)),
+                                  self.cfg.policy_view, on_step=tick)
+        if result["partial"]:
+            raise PartialBuildError(
+                f"sft.time_budget_s stopped the warm start at step {result['steps']} of "
+                f"{result['planned_steps']}: it is partial and not used (rerun without the "
+                "budget, or with a larger one, to finish it)")
+        if cached is not None:
+            _write_json(cached / "READY", result)
+            shutil.copytree(build, target, ignore=shutil.ignore_patterns("trainer"))
+        return {**result, "path": str(target)}
+
+    def _warm_start_key(self, sft_cfg: PolicySFTConfig) -> str | None:
+        """The key of the embedded policy's warm start (None for a checkpoint to fine-tune)."""
+        if self.cfg.policy != "embedded" or (sft_cfg.base_model and
+                                             not self.embedded_from_experience):
+            return None
+        done = self.state["done"]["experience"]
+        return warm_start_key(sft_cfg, self.cfg.policy_view,
+                              init=done["recipe"] if self.embedded_from_experience else "scratch",
+                              collect=done.get("collect", Path(done["offline"]).name),
+                              demos=done.get("demos_name", ""))
+
+    def _cached_warm_start(self, sft_cfg: PolicySFTConfig, key: str | None) -> Path | None:
+        """Where the embedded policy's warm start is cached: it depends only on the offline
+        data, the SFT settings, the policy's view and the seed (:func:`warm_start_key`), so
+        runs and bench rows that share them share one build (like the embedded experience
+        model). None for a checkpoint to fine-tune (not cached)."""
+        from dreamgym_agents.cache import cache_root
+
+        if key is None:
+            return None
+        folder = cache_root() / f"policy-v{WARM_START_VERSION}-seed{sft_cfg.seed}-{key}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @property
+    def embedded_from_experience(self) -> bool:
+        """The embedded policy starts from the embedded experience model's weights."""
+        return (self.cfg.policy == "embedded" and self.cfg.policy_init == "experience"
+                and self.cfg.sft.base_model is None)
+
+    def test_tasks(self) -> list[Any]:
+        """The tasks every evaluation plays: ``eval_split`` (test by default)."""
+        from dreamgym_agents.episodes.env import spread_tasks
+
+        return spread_tasks(self.family().load_tasks(self.cfg.eval_split), self.cfg.eval_limit)
+
+    def evaluate(self, stage: str, checkpoint: str) -> dict[str, Any]:
+        """The policy in ``checkpoint`` on the real test split (resumable, episode by episode)."""
+        tasks = self.test_tasks()
+        tick = self.reporter.bar(f"{stage} episodes", len(tasks))
+        meta = {"command": "run", "stage": stage, "checkpoint": checkpoint,
+                "split": self.cfg.eval_split, "tasks": len(tasks),
+                "max_steps": self.cfg.eval_max_steps}
+        return evaluate_policy(checkpoint, tasks, self.family(), self.out / "eval" / stage,
+                               self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
+                               max_steps=self.cfg.eval_max_steps, meta=meta, name=stage,
+                               on_episode=lambda t: tick(1, t))
+
+    def stage_eval_sft(self) -> dict[str, Any]:
+        return self.evaluate("eval_sft", self.checkpoint("sft"))
+
+    def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
+        from dreamgym_agents.episodes.graph import EnvPool
+        from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+        from dreamgym_agents.rl.curriculum import Curriculum, TemplateTaskGenerator, grounded_in
+        from dreamgym_agents.rl.grpo import train_grpo
+
+        folder = self._stage_dir(stage)
+        family = self.family()
+        held_out = self.held_out()
+        tasks = held_out.keep(family.load_tasks("train"), f"{stage}_tasks")
+        curriculum = None
+        if real:
+            env_cfg = self.env_cfg()
+            pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
+        else:
+            tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
+            model, _, buffer = self.dream()
+            dream_cfg = DreamConfig()
+            pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
+            if self.cfg.curriculum.enabled:
+                curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
+                                                                                  self.cfg.seed),
+                                        tasks, feasible=grounded_in("", tasks),
+                                        seed=self.cfg.seed, held_out=held_out)
+        tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
+        try:
+            result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,
+                                curriculum=curriculum, stage=stage,
+                                metrics_file=self.out / METRICS_FILE,
+                                on_batch=lambda figures: tick(1, figures))
+        finally:
+            pool.close()
+        target = self.out / "checkpoints" / stage
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(result["path"], target)
+        return {**result, "path": str(target), "train_tasks": len(tasks),
+                "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)
+                + (curriculum.stats.held_out if curriculum is not None else 0)}
+
+    def stage_dream_rl(self) -> dict[str, Any]:
+        return self._grpo("dream_rl", self.checkpoint("sft"), self.cfg.dream,
+                          real=self.cfg.real_rl)
+
+    def stage_eval_dream(self) -> dict[str, Any]:
+        return self.evaluate("eval_dream", self.checkpoint("dream_rl"))
+
+    def stage_s2r(self) -> dict[str, Any]:
+        return self._grpo("s2r", self.checkpoint("dream_rl"), self.cfg.s2r, real=True)
+
+    def stage_eval_s2r(self) -> dict[str, Any]:
+        return self.evaluate("eval_s2r", self.checkpoint("s2r"))
+
+    def stage_report(self) -> dict[str, Any]:
+        from dreamgym_agents.pipeline.report import write_report
+
+        summary = write_report(self.out, self.cfg, self.state)
+        return {"summary": str(self.out / "summary.json"), "report": summary["report"]}
+
+
+def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folder: Path,
+                    view: PolicyConfig, *, concurrency: int, max_steps: int,
+                    meta: dict[str, Any], name: str = "eval",
+                    on_episode: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """A policy checkpoint on real ``tasks``, greedy (resumable, episode by episode, in
+    ``folder``): its success and counts.
+
+    Raises:
+        ConfigError: Episodes failed on infrastructure (rerun to retry them).
+    """
+    from dreamgym_agents.episodes.env import EnvConfig
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+    from dreamgym_agents.policy.model import PolicyAgent, PolicyModel
+
+    policy = PolicyModel.load(checkpoint, view)
+    agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{name}")
+    run_cfg = RunConfig(out_dir=folder, concurrency=concurrency, max_steps=max_steps, meta=meta)
+    env_cfg = EnvConfig(max_steps=max_steps)
+    result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
+                                      on_episode=on_episode))
+    if result.failed:
+        raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {name} failed "
+                          f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
+    s = result.summary
+    return {"success": s["success_rate"], "episodes": s["episodes"],
+            "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
+            "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
+            "folder": str(folder)}
+
+
+def warm_start_key(sft_cfg: PolicySFTConfig, view: PolicyConfig, *, init: str, collect: str,
+                   demos: str) -> str:
+    """What names an embedded policy's warm start: the SFT settings (not where it is written,
+    nor its time budget or checkpointing, which do not change what a finished run trains), the
+    policy's view, the model it starts from (``init``: the experience recipe's key, or
+    ``scratch``), the collection's key and the demonstrations' name. A run uses the bundle's
+    warm start, or a cached one, only under the same key."""
+    import hashlib
+
+    sft = {k: v for k, v in asdict(sft_cfg).items()
+           if k not in ("output_dir", "base_model", "time_budget_s", "checkpoint_every")}
+    spec = {"version": WARM_START_VERSION, "sft": sft, "view": asdict(view), "init": init,
+            "collect": collect, "demos": demos}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def read_offline(path: str | Path, *, collectors: tuple[str, ...] | None = None,
+                 exclude: tuple[str, ...] = ()) -> list[Any]:
+    """Offline episodes from a bundle's compact file or a folder of collectors' runs, the
+    collectors in alphabetical order (those of ``collectors``, None: all, minus ``exclude``)."""
+    from dreamgym_agents.pipeline.bundle import read_episodes
+    from dreamgym_agents.pipeline.embedded import read_collected
+
+    path = Path(path)
+    if path.is_file():
+        episodes = read_episodes(path, collectors=collectors, exclude=exclude)
+        return sorted(episodes, key=lambda t: str(t.info.get("collector", "")))  # stable
+    names = sorted(p.name for p in path.iterdir() if (p / "trajectories.jsonl").exists())
+    names = [n for n in names if (collectors is None or n in collectors) and n not in exclude]
+    return read_collected(path, names)
+
+
+def dream_tasks(tasks: list[Any], family: Any,
+                eval_types: list[str] | str | None = "family") -> list[Any]:
+    """The tasks the dream trains on: those whose evaluators are all of ``eval_types`` of the
+    ``family``'s kinds (``"family"``: the family's choice; None: every task; a task without
+    evaluators always qualifies)."""
+    if eval_types == "family":
+        eval_types = family.dream_eval_types
+    if eval_types is None:
+        return list(tasks)
+    allowed = set(eval_types)
+    return [t for t in tasks if set(family.task_eval_types(t)) <= allowed]
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    a, b = _flat(old), _flat(new)
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k}: {a.get(k)!r} → {b.get(k)!r}" for k in keys[:4]) + \
+        (", …" if len(keys) > 4 else "")
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)

@@ -1,0 +1,457 @@
+"""The trainable policy: a local causal LM that writes one action per turn.
+
+An episode is one token sequence of alternating segments, the environment's and the policy's::
+
+    <|user|><page>\\nTask: What is the price of …?\\nSteps: (none)\\n<|assistant|>  ← environment
+    fill(searchbox 'Search', 'Acumen Vector …')<|endoftext|>                    ← policy
+    <|user|><next page>\\nTask: …\\nSteps: fill(searchbox 'Search', …)\\n<|assistant|>
+    keyboard_press('Enter')<|endoftext|>                                        ← policy
+
+The policy is *turn-level* (Markov in what it sees): each environment segment is self-contained —
+the page, the task, the last actions and any error of the last one — and the policy conditions
+on its own turn only, from the segment's ``<|user|>`` token to its action. A small model on a
+CPU cannot afford attention over every earlier page (an episode of the bundled site is ~2,800
+tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens), GRPO
+rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
+``<|user|>`` token, see :mod:`dreamgym_agents.rl.grpo`) and evaluation.
+
+The task and the last actions come after the page, next to the action: a small model trained
+from scratch attends to what is near, and with the task first (~500 page tokens away) the
+measured warm start ignored it, playing one template's actions for every task.
+
+The state is shown as the task family's policy view has it (:class:`PolicyView`): the web
+family's (:mod:`dreamgym_agents.adapters.webarena.policy_view`) shows a page compactly and names
+elements instead of numbering them; :class:`PlainView` shows short text states as they are. The
+view also says how a recorded action is written, how a written one is executed, and the turn's
+grammar for constrained decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dreamgym_agents.episodes.agent import Decision
+from dreamgym_agents.episodes.env import Observation
+from dreamgym_agents.errors import ConfigError, ModelError
+from dreamgym_agents.types import ModelUsage, Task, Transition
+
+logger = logging.getLogger(__name__)
+
+USER, ASSISTANT = "<|user|>", "<|assistant|>"
+
+
+@dataclass
+class PolicyConfig:
+    """How the policy sees a turn and decodes its action.
+
+    Attributes:
+        max_action_tokens: Longest action, in tokens (a fill with a long product name is ~30).
+        max_state_lines: Lines of each page shown (the rest is cut, and says so).
+        max_text_chars: Longest text line shown (descriptions and reviews are cut).
+        history_actions: How many previous actions each turn lists.
+        temperature: 0 decodes greedily (evaluation); above 0 samples (RL rollouts).
+        max_batch: Most generations batched into one ``generate`` call.
+        element_refs: How the policy names an element: ``name`` (pages shown without bids,
+            actions written as ``click(link 'Name')`` and resolved to the bid on the page,
+            :mod:`dreamgym_agents.grounding`; the embedded policy) or ``bid`` (BrowserGym's
+            ``click('84')`` on pages with their bids).
+        constrained_decoding: Decode only actions of the page's grammar
+            (:mod:`dreamgym_agents.policy.grammar`: elements on the page, typed text from the
+            task, a drop-down's own options) on web pages (a ``URL:`` line and elements; other
+            observations decode unconstrained); byte-level BPE tokenizers only (others decode
+            unconstrained, with a warning).
+        mark_task_terms: Mark the page lines the task mentions with ``* ``
+            (the web family's view).
+        extractive_answers: With constrained decoding, an answer is a span of the page's
+            text or the task, or ``done`` (the bundled site's answers are, but for sums over
+            several orders): a small model copies an answer instead of making up a number.
+    """
+
+    max_action_tokens: int = 48
+    max_state_lines: int = 80
+    max_text_chars: int = 100
+    history_actions: int = 4
+    temperature: float = 0.0
+    max_batch: int = 32
+    element_refs: str = "name"
+    constrained_decoding: bool = True
+    mark_task_terms: bool = True
+    extractive_answers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_action_tokens < 4:
+            raise ConfigError(f"policy.max_action_tokens must be at least 4, got "
+                              f"{self.max_action_tokens}")
+        if self.max_state_lines < 2:
+            raise ConfigError(f"policy.max_state_lines must be at least 2, got "
+                              f"{self.max_state_lines}")
+        if self.max_text_chars < 10:
+            raise ConfigError(f"policy.max_text_chars must be at least 10, got "
+                              f"{self.max_text_chars}")
+        if self.history_actions < 0:
+            raise ConfigError(f"policy.history_actions must be >= 0, got "
+                              f"{self.history_actions}")
+        if self.temperature < 0:
+            raise ConfigError(f"policy.temperature must be >= 0, got {self.temperature}")
+        if self.element_refs not in ("name", "bid"):
+            raise ConfigError(f"policy.element_refs must be name or bid, got "
+                              f"{self.element_refs!r}")
+
+
+class PolicyView(Protocol):
+    """A family's part of the policy: how a state reads to it, how an action is written and
+    executed, and the grammar of a turn (``TaskFamily.policy_view``)."""
+
+    def page(self, state: str, intent: str, cfg: PolicyConfig) -> str:
+        """The state as the policy sees it (its turn's first lines)."""
+        ...
+
+    def written(self, action: str, state: str, cfg: PolicyConfig) -> str:
+        """A recorded action as the policy writes it (on the state it was taken in)."""
+        ...
+
+    def resolve(self, written: str, state: str, cfg: PolicyConfig) -> str | None:
+        """The environment's action for what the policy wrote (None: none on this state)."""
+        ...
+
+    def grammar(self, state: str, intent: str, cfg: PolicyConfig) -> Any:
+        """The turn's action grammar for constrained decoding (None: unconstrained)."""
+        ...
+
+
+class PlainView:
+    """:class:`PolicyView` of short text states: the state's lines as they are (at most
+    ``max_state_lines``, each cut at ``max_text_chars``), actions as written, and optionally
+    decoding constrained to the commands ``options(state)`` lists
+    (:class:`~dreamgym_agents.policy.grammar.ChoiceGrammar`)."""
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options
+
+    @staticmethod
+    def page(state: str, intent: str, cfg: PolicyConfig) -> str:
+        del intent
+        out = [ln if len(ln) <= cfg.max_text_chars else ln[:cfg.max_text_chars] + "…"
+               for ln in state.strip().splitlines()]
+        if len(out) > cfg.max_state_lines:
+            out = [*out[:cfg.max_state_lines], f"(… {len(out) - cfg.max_state_lines} more lines)"]
+        return "\n".join(out)
+
+    @staticmethod
+    def written(action: str, state: str, cfg: PolicyConfig) -> str:
+        del state, cfg
+        return action
+
+    @staticmethod
+    def resolve(written: str, state: str, cfg: PolicyConfig) -> str | None:
+        del state, cfg
+        return written
+
+    def grammar(self, state: str, intent: str, cfg: PolicyConfig) -> Any:
+        from dreamgym_agents.policy.grammar import ChoiceGrammar
+
+        del intent
+        if self.options is None or not cfg.constrained_decoding:
+            return None
+        options = list(self.options(state))
+        return ChoiceGrammar(options) if options else None
+
+
+@functools.cache
+def family_view(family: str) -> PolicyView:
+    """The policy view of a task family (``TaskFamily.policy_view``), made once per family; a
+    name no family registers (an environment of a script's or a test's own, played without a
+    family) gets :class:`PlainView`."""
+    from dreamgym_agents.episodes.env import family_names, make_family
+
+    if family not in family_names():
+        logger.info("no task family %r: the policy sees its states as plain text", family)
+        return PlainView()
+    made = make_family(family)
+    try:
+        return made.policy_view()
+    finally:
+        made.close()
+
+
+def view_of(task: Task | str) -> PolicyView:
+    """The policy view of a task's family (a bare intent: :class:`PlainView`)."""
+    return family_view(task.family.split(".", 1)[0]) if isinstance(task, Task) else PlainView()
+
+
+def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
+                   error: str = "", cfg: PolicyConfig | None = None) -> str:
+    """The environment's segment of one turn: page, task, last actions (as the policy writes
+    them, :func:`written_actions`), error."""
+    cfg = cfg or PolicyConfig()
+    intent = task.intent if isinstance(task, Task) else task
+    recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
+    steps = "; ".join(recent) if recent else "(none)"
+    note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
+    page = view_of(task).page(state, intent, cfg)
+    return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
+
+
+def written_actions(task: Task | str, history: list[Transition],
+                    cfg: PolicyConfig) -> list[str]:
+    """The episode's actions as the policy writes them (the family's view: the web family's
+    ``name`` references turn each recorded action's bid into its element's role and name on
+    the page it was taken on)."""
+    view = view_of(task)
+    return [view.written(t.action, t.state, cfg) for t in history]
+
+
+@dataclass
+class EpisodeTokens:
+    """One episode's tokens: each turn's environment segment, then the action written.
+
+    ``mask`` is 1 on action tokens (generated, or the recorded action for SFT) and 0 on
+    environment tokens; ``turns`` holds where each turn's segment starts. The first segment is
+    the prompt of a GRPO rollout, the rest its completion. ``allowed`` holds, for each token,
+    the tokens its decoding constraint allowed (None: unconstrained, and every environment
+    token): an RL trainer scores a sampled action under the same constraint.
+    """
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    allowed: list[list[int] | None] = field(default_factory=list)
+
+    def add_env(self, ids: list[int]) -> None:
+        self.turns.append(len(self.ids))
+        self.ids.extend(ids)
+        self.mask.extend([0] * len(ids))
+        self.allowed.extend([None] * len(ids))
+
+    def add_action(self, ids: list[int], allowed: list[list[int] | None] | None = None) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([1] * len(ids))
+        allowed = list(allowed or [])
+        self.allowed.extend((allowed + [None] * len(ids))[: len(ids)])
+
+    @property
+    def constrained(self) -> bool:
+        """Whether any token was decoded under a constraint."""
+        return any(a is not None for a in self.allowed)
+
+    def turn_ids(self, index: int = -1) -> list[int]:
+        """The tokens of one turn so far (its segment, and its action once written)."""
+        start = self.turns[index]
+        following = [t for t in self.turns if t > start]
+        return self.ids[start:following[0] if following else len(self.ids)]
+
+    @property
+    def prompt_len(self) -> int:
+        """Length of the first segment (up to the first action token)."""
+        return next((i for i, m in enumerate(self.mask) if m), len(self.ids))
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.ids[:self.prompt_len]
+
+    @property
+    def completion_ids(self) -> list[int]:
+        return self.ids[self.prompt_len:]
+
+    @property
+    def env_mask(self) -> list[int]:
+        return self.mask[self.prompt_len:]
+
+
+@dataclass
+class Generated:
+    """New tokens of one generation, with what :meth:`PolicyModel.generate_traced` traced."""
+
+    ids: list[int]
+    allowed: list[list[int] | None]
+    """Per new token, the tokens its constraint allowed (None: unconstrained)."""
+    logps: list[float]
+    """Per new token, its log-probability under the distribution it was sampled from."""
+
+
+class PolicyModel:
+    """A causal LM (a checkpoint directory, or a live model and tokenizer) as a policy.
+
+    Generations of concurrent episodes are batched (one worker thread, see
+    :class:`~dreamgym_agents.gateway.local.Batcher`). The model object is used as is, so a
+    trainer's model keeps generating with its latest weights.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: PolicyConfig | None = None,
+                 name: str = "policy") -> None:
+        from dreamgym_agents.gateway.local import Batcher, eos_ids
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = cfg or PolicyConfig()
+        self.name = name
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
+            else tokenizer.eos_token_id
+        self.pad_id = int(pad or 0)
+        self.eos_id = int(tokenizer.eos_token_id)
+        self.eos = eos_ids(model, tokenizer) | {self.eos_id}
+        user = tokenizer.convert_tokens_to_ids(USER)
+        if not isinstance(user, int) or user == tokenizer.unk_token_id:
+            raise ConfigError(f"the policy's tokenizer has no {USER} token: train the policy "
+                              "with dg-agents (its SFT adds it) or add it as a special token")
+        self.user_id = int(user)
+        self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch)
+        self._lock = threading.Lock()  # fast tokenizers are not safe to share between threads
+        self._vocab: Any = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None) -> PolicyModel:
+        """Load a checkpoint directory written by ``save_pretrained``."""
+        from dreamgym_agents.gateway.local import load_local_model
+
+        directory = Path(path).expanduser()
+        if not directory.is_dir():
+            raise ConfigError(f"policy checkpoint not found: {path} (a directory written by "
+                              "save_pretrained, e.g. a run's checkpoints/sft)")
+        tokenizer, model = load_local_model(directory)
+        return cls(model, tokenizer, cfg, name=f"policy-{directory.name}")
+
+    def encode(self, text: str) -> list[int]:
+        with self._lock:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        with self._lock:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def segment_ids(self, task: Task | str, state: str, actions: list[str] | None = None,
+                    error: str = "") -> list[int]:
+        return self.encode(render_segment(task, state, actions, error, self.cfg))
+
+    def action_ids(self, action: str) -> list[int]:
+        """A recorded action as the policy would have written it (with the end token)."""
+        return [*self.encode(action), self.eos_id]
+
+    def constraint(self, task: Task | str, state: str) -> Any:
+        """The decoding constraint of one turn (None when decoding is unconstrained): the
+        family's grammar of the turn (``PolicyView.grammar``)."""
+        from dreamgym_agents.policy.grammar import Constraint, Vocabulary
+
+        if not self.cfg.constrained_decoding:
+            return None
+        with self._lock:
+            if self._vocab is None:
+                self._vocab = Vocabulary(self.tokenizer)
+                if not self._vocab.ok:
+                    logger.warning("%s: the tokenizer is not byte-level BPE; actions are "
+                                   "decoded unconstrained", self.name)
+        if not self._vocab.ok:
+            return None
+        intent = task.intent if isinstance(task, Task) else task
+        grammar = view_of(task).grammar(state, intent, self.cfg)
+        return None if grammar is None else Constraint(grammar, self._vocab, self.eos)
+
+    def generate(self, ids: list[int], temperature: float | None = None,
+                 constraint: Any = None) -> list[int]:
+        """New token ids after ``ids`` (blocking; batched with concurrent callers), within
+        ``constraint`` if one is given (:meth:`constraint`)."""
+        return self.generate_traced(ids, temperature, constraint, trace=False).ids
+
+    def generate_traced(self, ids: list[int], temperature: float | None = None,
+                        constraint: Any = None, *, trace: bool = True) -> Any:
+        """:meth:`generate`, with (``trace``) the tokens the constraint allowed at each new
+        token and each token's log-probability under the distribution it was drawn from."""
+        from dreamgym_agents.gateway.local import GenerationRequest
+
+        temp = self.cfg.temperature if temperature is None else temperature
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        budget = self.cfg.max_action_tokens
+        if context is not None:
+            if len(ids) >= context:
+                raise ModelError(f"a policy turn of {len(ids)} tokens does not fit the model's "
+                                 f"context of {context}: lower policy.max_state_lines",
+                                 retryable=False)
+            budget = min(budget, context - len(ids))
+        request = GenerationRequest(ids, budget, temp, None, None, constraint=constraint,
+                                    trace=trace)
+        new = self.batcher.submit(request)
+        return Generated(new, request.allowed, request.logps)
+
+
+class PolicyAgent:
+    """The policy behind the :class:`~dreamgym_agents.episodes.agent.Agent` contract.
+
+    It keeps each episode's tokens (:class:`EpisodeTokens`) so a trainer can take them back with
+    :meth:`pop_episode`; evaluation calls :meth:`forget` instead.
+    """
+
+    def __init__(self, policy: PolicyModel, *, temperature: float | None = None,
+                 name: str | None = None, keep_tokens: bool = True) -> None:
+        self.policy = policy
+        self.temperature = policy.cfg.temperature if temperature is None else temperature
+        self.name = name or policy.name
+        self.keep_tokens = keep_tokens
+        self._episodes: dict[str, EpisodeTokens] = {}
+        self._lock = threading.Lock()
+
+    def pop_episode(self, episode_id: str) -> EpisodeTokens | None:
+        with self._lock:
+            return self._episodes.pop(episode_id, None)
+
+    def _segment(self, task: Task, observation: Observation, history: list[Transition],
+                 episode_id: str) -> tuple[EpisodeTokens, list[int]]:
+        ids = self.policy.segment_ids(task, observation.state,
+                                      written_actions(task, history, self.policy.cfg),
+                                      observation.error)
+        with self._lock:
+            tokens = self._episodes.get(episode_id)
+            if tokens is None or len(tokens.turns) != len(history) or not self.keep_tokens:
+                tokens = EpisodeTokens()  # a resumed episode: only its new turns are recorded
+            tokens.add_env(ids)
+            self._episodes[episode_id] = tokens
+        return tokens, ids
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        start = time.perf_counter()
+        tokens, ids = await asyncio.to_thread(self._segment, task, observation, history,
+                                              episode_id)
+        constraint = self.policy.constraint(task, observation.state)
+        generated = await asyncio.to_thread(self.policy.generate_traced, ids, self.temperature,
+                                            constraint, trace=self.keep_tokens)
+        new, allowed = list(generated.ids), list(generated.allowed)
+        if not new or new[-1] not in self.policy.eos:
+            new = [*new, self.policy.eos_id]  # cut at max_action_tokens: the action ends here
+        with self._lock:
+            tokens.add_action(new, allowed)
+            if not self.keep_tokens:
+                self._episodes.pop(episode_id, None)
+        written = self.policy.decode(new).strip()
+        # nothing on the state to resolve to: the environment refuses the text as written
+        action = view_of(task).resolve(written, observation.state, self.policy.cfg) or written
+        return Decision(action=action, raw=written,
+                        usage=ModelUsage(calls=1, prompt_tokens=len(ids),
+                                         completion_tokens=len(new)),
+                        seconds=time.perf_counter() - start)
+
+
+def error_seen(transitions: list[Transition], index: int) -> str:
+    """The error shown with step ``index``'s page: that of the step before, if invalid."""
+    if index == 0:
+        return ""
+    prev = transitions[index - 1]
+    return prev.error if not prev.valid else ""
+
+
+def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition]) -> EpisodeTokens:
+    """A recorded episode in the policy's layout (for SFT): every action after its turn."""
+    tokens = EpisodeTokens()
+    written = written_actions(task, transitions, policy.cfg)
+    for i, t in enumerate(transitions):
+        tokens.add_env(policy.segment_ids(task, t.state, written[:i],
+                                          error_seen(transitions, i)))
+        tokens.add_action(policy.action_ids(written[i]))
+    return tokens

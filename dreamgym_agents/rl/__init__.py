@@ -1,0 +1,1 @@
+"""Reinforcement learning: GRPO on dream or real rollouts, and the curriculum of task variants."""

@@ -1,0 +1,606 @@
+"""Multi-turn GRPO (TRL's GRPOTrainer with a ``rollout_func``) in the dream or on a real site.
+
+Each optimisation step draws ``tasks_per_step`` tasks (the curriculum may swap a share λ of them
+for synthetic variants, dream only), plays ``num_generations`` whole episodes of each through the
+episode graph (:func:`~dreamgym_agents.episodes.graph.play_episodes`) with the policy sampling at
+``temperature``, and hands TRL one sequence per episode: the first turn's environment segment as
+the prompt, every later token as the completion, with ``env_mask`` 0 on the environment's tokens
+so only the policy's action tokens are trained. The reward is the episode's outcome (1 for
+success, else 0); advantages are normalised within each task's group; the KL term keeps the policy
+near the warm start (``beta``). The environment is whatever the
+:class:`~dreamgym_agents.episodes.graph.EnvPool` makes — dream or real, one code path.
+
+The policy is turn-level (:mod:`dreamgym_agents.policy.model`): :class:`TurnGRPOTrainer` scores each
+turn from its own ``<|user|>`` token, exactly the context the action was sampled in.
+
+Episodes that end in an infrastructure failure or an experience-model failure are kept out of the
+loss (their tokens are masked, their reward set to their group's mean) and counted. Every rollout
+is appended to ``rollouts.jsonl`` and every logged figure to ``metrics.jsonl`` in the output folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.episodes.graph import EnvPool, play_episodes
+from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
+from dreamgym_agents.policy.model import ASSISTANT, USER, PolicyAgent, PolicyConfig, PolicyModel
+from dreamgym_agents.rl.curriculum import Curriculum
+from dreamgym_agents.types import Task, Trajectory, append_trajectory
+
+logger = logging.getLogger(__name__)
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+METRICS_FILE = "metrics.jsonl"
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
+
+
+@dataclass
+class GRPOStageConfig:
+    """One GRPO stage (dream RL, real RL or sim-to-real).
+
+    Attributes:
+        num_generations: Rollouts per task (the group advantages are normalised over).
+        tasks_per_step: Tasks (groups) per optimisation step.
+        max_steps: Batches of rollouts (each gives ``num_iterations`` optimisation steps).
+        num_iterations: Optimisation steps on each batch of rollouts (GRPO's μ; above 1 the
+            later steps are PPO-clipped against the rollout policy's log-probabilities): a
+            rollout costs far more than a gradient step (an experience-model or browser step
+            per turn), so reusing it is cheap.
+        max_episode_steps: Episode length limit of a rollout.
+        temperature: Sampling temperature of the rollouts (and of the trained log-probs).
+        learning_rate: Learning rate, constant from the first step (a warmup would give the
+            first step a rate of 0, and a one-batch stage, such as sim-to-real on a small
+            budget, would not learn at all).
+        beta: KL coefficient to the warm-start policy (0: no reference model).
+        loss_type: How the token losses are normalised (TRL's ``loss_type``): ``dapo`` (the
+            default: by the number of action tokens in the whole accumulated batch, no length
+            bias), ``grpo`` (each episode by its own length, then averaged: favours short
+            successful and long failed episodes), ``dr_grpo`` (by a constant), ``bnpo`` (by
+            the action tokens of the micro-batch).
+        epsilon: PPO-style clipping range of the ratio.
+        micro_batch: Episodes per forward/backward pass (gradient accumulation makes the step).
+        real_transition_budget: Real transitions the stage may take (None: no cap): never
+            exceeded — the episodes running when it is spent are cut and kept out of the loss,
+            and training stops after that step.
+        time_budget_s: Stop after this many seconds (None: no cap).
+        concurrency: Episodes played at once (dream: experience-model calls batched together;
+            real: browsers).
+        seed: Seed of task order and sampling.
+        bf16: bfloat16 autocast of the scoring passes (None: where the CPU computes it natively).
+    """
+
+    num_generations: int = 4
+    tasks_per_step: int = 4
+    max_steps: int = 20
+    num_iterations: int = 1
+    max_episode_steps: int = 8
+    temperature: float = 1.0
+    learning_rate: float = 1e-4
+    beta: float = 0.04
+    loss_type: str = "dapo"
+    epsilon: float = 0.2
+    micro_batch: int = 4
+    real_transition_budget: int | None = None
+    time_budget_s: float | None = None
+    concurrency: int = 16
+    seed: int = 0
+    bf16: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ConfigError(f"num_generations must be at least 2 (GRPO compares rollouts of "
+                              f"one task), got {self.num_generations}")
+        for name in ("tasks_per_step", "max_steps", "num_iterations", "max_episode_steps",
+                     "micro_batch", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if (self.tasks_per_step * self.num_generations) % self.micro_batch:
+            raise ConfigError(f"micro_batch ({self.micro_batch}) must divide tasks_per_step × "
+                              f"num_generations ({self.tasks_per_step * self.num_generations})")
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature must be positive for RL rollouts, got "
+                              f"{self.temperature}")
+        if self.loss_type not in LOSS_TYPES:
+            raise ConfigError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got "
+                              f"{self.loss_type!r}")
+        if self.learning_rate <= 0 or self.beta < 0 or self.epsilon <= 0:
+            raise ConfigError("learning_rate and epsilon must be positive, beta >= 0")
+        if self.real_transition_budget is not None and self.real_transition_budget < 1:
+            raise ConfigError(f"real_transition_budget must be at least 1, got "
+                              f"{self.real_transition_budget}")
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.tasks_per_step * self.num_generations
+
+
+@dataclass
+class RolloutCounters:
+    """What the rollouts of a stage used and found (``rollout/*`` metrics)."""
+
+    episodes: int = 0
+    successes: int = 0
+    real_transitions: int = 0
+    synthetic_transitions: int = 0
+    invalid_actions: int = 0
+    masked_episodes: int = 0
+    em_failures: int = 0
+    batches: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class BudgetSpent(DreamGymError):
+    """A real step was refused: the stage's real-transition budget is spent (the episode is
+    cut and kept out of the loss)."""
+
+
+class TransitionBudget:
+    """Real transitions a stage may still take, shared by its environments (thread-safe): a
+    budget is never overrun, however many episodes run at once."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.total:
+                return False
+            self.used += 1
+            return True
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.total
+
+
+class _BudgetedEnv:
+    """An environment whose real steps draw on a :class:`TransitionBudget`."""
+
+    def __init__(self, env: Any, budget: TransitionBudget) -> None:
+        self.env = env
+        self.budget = budget
+        self.provenance = getattr(env, "provenance", "real")
+        self.action_set = getattr(env, "action_set", None)
+
+    def reset(self, task: Task) -> Any:
+        return self.env.reset(task)
+
+    def step(self, action: str) -> Any:
+        if self.provenance == "real" and not self.budget.take():
+            raise BudgetSpent(f"the real-transition budget of {self.budget.total} is spent")
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class _BudgetedPool:
+    """An :class:`EnvPool` whose environments draw on one budget."""
+
+    def __init__(self, pool: EnvPool, budget: TransitionBudget) -> None:
+        self.pool = pool
+        self.budget = budget
+        self.size = pool.size
+        self._wrapped: dict[int, _BudgetedEnv] = {}
+
+    async def acquire(self) -> Any:
+        env = await self.pool.acquire()
+        return self._wrapped.setdefault(id(env), _BudgetedEnv(env, self.budget))
+
+    def release(self, env: Any) -> None:
+        self.pool.release(env.env)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _em_failure(traj: Trajectory) -> bool:
+    return any(t.info.get("em_failure") for t in traj.transitions)
+
+
+class EpisodeRollout:
+    """TRL's ``rollout_func``: whole episodes through the episode graph (see the module doc).
+
+    Dataset prompts are task ids; TRL hands each ``num_generations`` times in a row.
+    """
+
+    def __init__(self, tasks: list[Task], pool: EnvPool, cfg: GRPOStageConfig,
+                 policy_cfg: PolicyConfig, out_dir: Path, *, curriculum: Curriculum | None = None,
+                 stage: str = "grpo",
+                 on_batch: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.tasks = {str(t.task_id): t for t in tasks}
+        self.budget = TransitionBudget(cfg.real_transition_budget) \
+            if cfg.real_transition_budget is not None else None
+        self.pool: Any = _BudgetedPool(pool, self.budget) if self.budget else pool
+        self.cfg = cfg
+        self.policy_cfg = policy_cfg
+        self.out_dir = out_dir
+        self.curriculum = curriculum
+        self.stage = stage
+        self.on_batch = on_batch
+        self.counters = RolloutCounters()
+        self._policy: PolicyModel | None = None
+        self.constraints = ConstraintBook()
+        """The decoding constraint of every sampled token of the current batch, for the
+        trainer to score actions under the distribution they were sampled from."""
+
+    def _policy_for(self, trainer: Any) -> PolicyModel:
+        if self._policy is None or self._policy.model is not trainer.model:
+            self._policy = PolicyModel(trainer.model, trainer.processing_class, self.policy_cfg)
+        return self._policy
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        group = trainer.num_generations
+        seeds = [self.tasks[str(p)] for p in prompts[::group]]
+        tasks = self.curriculum.mix(seeds) if self.curriculum else seeds
+        batch = self.counters.batches
+        episodes = [(f"{self.stage}-{batch}-{i}-{g}", task)
+                    for i, task in enumerate(tasks) for g in range(group)]
+        policy = self._policy_for(trainer)
+        agent = PolicyAgent(policy, temperature=self.cfg.temperature, name=f"{self.stage}-policy")
+        self.constraints.clear()  # the previous batch has been scored
+        started = time.perf_counter()
+        outcomes = run_async(play_episodes(episodes, self.pool, agent,
+                                           max_steps=self.cfg.max_episode_steps),
+                             workers=2 * self.pool.size + 4)
+        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [],
+                                     "episode_reward": []}
+        rewards: list[float | None] = []
+        for (eid, _), outcome in zip(episodes, outcomes, strict=True):
+            tokens = agent.pop_episode(eid)
+            usable = (isinstance(outcome, Trajectory) and tokens is not None
+                      and tokens.completion_ids and not _em_failure(outcome))
+            if isinstance(outcome, Trajectory):
+                self._count(outcome)
+                append_trajectory(self.out_dir / ROLLOUTS_FILE, outcome)
+            if usable:
+                assert tokens is not None and isinstance(outcome, Trajectory)
+                out["prompt_ids"].append(tokens.prompt_ids)
+                out["completion_ids"].append(tokens.completion_ids)
+                out["env_mask"].append(tokens.env_mask)
+                self.constraints.add(tokens)
+                rewards.append(1.0 if outcome.success else 0.0)
+            else:  # kept out of the loss: every token masked, a neutral reward (below)
+                self.counters.masked_episodes += 1
+                head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.user_id]
+                out["prompt_ids"].append(head)
+                out["completion_ids"].append([policy.eos_id])
+                out["env_mask"].append([0])
+                rewards.append(None)
+        if self.budget is not None:  # every real step, those of episodes the budget cut too
+            self.counters.real_transitions = self.budget.used
+        groups = [rewards[i:i + group] for i in range(0, len(rewards), group)]
+        for members in groups:
+            seen = [r for r in members if r is not None]
+            mean = sum(seen) / len(seen) if seen else 0.0
+            out["episode_reward"].extend(mean if r is None else r for r in members)
+        if self.curriculum is not None:
+            self.curriculum.observe(tasks, [[r for r in g if r is not None] for g in groups])
+            self.curriculum.refresh()
+        self.counters.batches += 1
+        figures = self._figures(tasks, groups, time.perf_counter() - started)
+        self.counters.history.append(figures)
+        if self.on_batch:
+            self.on_batch(figures)
+        out["logprobs"] = None  # type: ignore[assignment]  # no sampling-side correction
+        return out
+
+    def _count(self, traj: Trajectory) -> None:
+        c = self.counters
+        c.episodes += 1
+        c.successes += traj.success
+        c.em_failures += _em_failure(traj)
+        for t in traj.transitions:
+            c.real_transitions += t.provenance == "real"
+            c.synthetic_transitions += t.provenance == "synthetic"
+            c.invalid_actions += not t.valid
+
+    def _figures(self, tasks: list[Task], groups: list[list[float | None]],
+                 seconds: float) -> dict[str, Any]:
+        flat = [r for g in groups for r in g if r is not None]
+        c = self.counters
+        figures = {
+            "stage": self.stage, "batch": c.batches,
+            "rollout/success": round(sum(flat) / len(flat), 4) if flat else 0.0,
+            "rollout/episodes": c.episodes, "rollout/real_transitions": c.real_transitions,
+            "rollout/synthetic_transitions": c.synthetic_transitions,
+            "rollout/invalid_actions": c.invalid_actions,
+            "rollout/masked_episodes": c.masked_episodes, "rollout/em_failures": c.em_failures,
+            "rollout/seconds": round(seconds, 2),
+            "rollout/synthetic_tasks": sum(t.split == "synthetic" for t in tasks),
+            # the splits this batch trained on (train, synthetic), episodes cut by a budget too
+            "rollout/task_splits": dict(sorted(Counter(t.split for t in tasks).items())),
+        }
+        if self.curriculum is not None:
+            s = self.curriculum.stats
+            figures.update({"curriculum/proposed": s.proposed, "curriculum/accepted": s.accepted,
+                            "curriculum/malformed": s.malformed,
+                            "curriculum/infeasible": s.infeasible,
+                            "curriculum/held_out": s.held_out,
+                            "curriculum/pool": len(self.curriculum.pool)})
+        return figures
+
+
+def run_async(coro: Any, workers: int) -> Any:
+    """Run ``coro`` in a new event loop whose thread pool has ``workers`` threads (each
+    episode holds a thread while its environment or policy works)."""
+    async def main() -> Any:
+        loop = asyncio.get_running_loop()
+        executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+        loop.set_default_executor(executor)
+        return await coro
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring turns
+# --------------------------------------------------------------------------------------------
+
+
+class ConstraintBook:
+    """The tokens each sampled action token was allowed (its decoding constraint), by the
+    episode's whole token sequence: the trainer finds a batch row's constraints by its tokens,
+    whatever order and padding TRL gives the rows."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[int, ...], list[list[int] | None]] = {}
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def add(self, tokens: Any) -> None:
+        if tokens.constrained:
+            self._rows[tuple(tokens.ids)] = list(tokens.allowed)
+
+    def row(self, ids: list[int]) -> list[list[int] | None] | None:
+        """Per token of ``ids`` (a row's tokens, padding removed), the allowed tokens; None
+        for a row decoded unconstrained."""
+        return self._rows.get(tuple(ids))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *,
+               user_id: int, assistant_id: int, pad_id: int, temperature: float = 1.0,
+               compute_entropy: bool = False, bf16: bool = False,
+               rows_per_pass: int = 16,
+               constraints: ConstraintBook | None = None) -> tuple[Any, Any]:
+    """Log-probabilities (and entropies) of the completion tokens, each turn scored from its own
+    ``<|user|>`` token; only action tokens (after the turn's ``<|assistant|>``) are scored, the
+    others get 0 (they are masked out of the loss).
+
+    With ``constraints``, a token sampled under a decoding constraint is scored under the same
+    constraint (the softmax over the tokens it allowed), so the log-probabilities, the ratio and
+    the KL are those of the distribution the actions were sampled from; scored over the whole
+    vocabulary they would be biased by the mass of the forbidden tokens.
+
+    Returns:
+        ``(logps, entropies)`` of shape ``(batch, logits_to_keep)`` (entropies None unless asked).
+    """
+    import torch
+
+    batch, length = input_ids.shape
+    first_completion = length - logits_to_keep
+    rows: list[tuple[int, int, int]] = []
+    allowed_of: dict[int, tuple[int, list[list[int] | None]]] = {}  # row → (its start, allowed)
+    for b in range(batch):
+        present = attention_mask[b].nonzero().flatten()
+        if not len(present):
+            continue
+        lo, hi = int(present[0]), int(present[-1]) + 1
+        if constraints is not None and len(constraints):
+            found = constraints.row(input_ids[b, lo:hi].tolist())
+            if found is not None:
+                allowed_of[b] = (lo, found)
+        starts = [lo + int(i) for i in (input_ids[b, lo:hi] == user_id).nonzero().flatten()]
+        if not starts or starts[0] != lo:
+            starts = [lo, *starts]
+        for s, e in zip(starts, [*starts[1:], hi], strict=True):
+            if e > first_completion:
+                rows.append((b, s, e))
+    rows.sort(key=lambda r: r[2] - r[1])
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, base.base_model_prefix)
+    head = base.get_output_embeddings()
+    logps = torch.zeros((batch, logits_to_keep), dtype=torch.float32)
+    entropies = torch.zeros((batch, logits_to_keep), dtype=torch.float32) \
+        if compute_entropy else None
+    for k in range(0, len(rows), rows_per_pass):
+        chunk = rows[k:k + rows_per_pass]
+        width = max(e - s for _, s, e in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        src_r, src_c, dst_b, dst_c = [], [], [], []
+        for i, (b, s, e) in enumerate(chunk):
+            ids[i, :e - s] = input_ids[b, s:e]
+            mask[i, :e - s] = 1
+            marks = (ids[i, :e - s] == assistant_id).nonzero().flatten()
+            first_action = int(marks[0]) + 1 if len(marks) else e - s
+            for j in range(max(first_action, 1), e - s):
+                if s + j >= first_completion:
+                    src_r.append(i)
+                    src_c.append(j)
+                    dst_b.append(b)
+                    dst_c.append(s + j - first_completion)
+        if not src_r:
+            continue
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            hidden = backbone(input_ids=ids, attention_mask=mask,
+                              use_cache=False).last_hidden_state
+        rows_t, cols_t = torch.tensor(src_r), torch.tensor(src_c)
+        logits = head(hidden[rows_t, cols_t - 1].float()).float() / temperature
+        if allowed_of:
+            mask = torch.zeros_like(logits, dtype=torch.bool)
+            for n, (i, j) in enumerate(zip(src_r, src_c, strict=True)):
+                b, s = chunk[i][0], chunk[i][1]
+                if b in allowed_of:
+                    lo, allowed = allowed_of[b]
+                    choice = allowed[s + j - lo]
+                    if choice is not None:
+                        mask[n, torch.tensor(choice, dtype=torch.long)] = True
+                        continue
+                mask[n] = True  # unconstrained
+            logits = logits.masked_fill(~mask, float("-inf"))
+        logp_all = torch.log_softmax(logits, dim=-1)
+        token_lp = logp_all.gather(-1, ids[rows_t, cols_t].unsqueeze(-1)).squeeze(-1)
+        where = (torch.tensor(dst_b), torch.tensor(dst_c))
+        logps = logps.index_put(where, token_lp)
+        if entropies is not None:
+            ent = -(logp_all.exp() * logp_all.masked_fill(logp_all == float("-inf"), 0.0)).sum(-1)
+            entropies = entropies.index_put(where, ent.detach())
+    return logps, entropies
+
+
+def _trainer_class(trl: Any, *, user_id: int, assistant_id: int, pad_id: int,
+                   bf16: bool, constraints: ConstraintBook | None = None) -> type:
+    class TurnGRPOTrainer(trl.GRPOTrainer):
+        """GRPOTrainer whose log-probabilities score each turn from its own ``<|user|>``."""
+
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any,
+                                               attention_mask: Any, logits_to_keep: int,
+                                               batch_size: int | None = None,
+                                               compute_entropy: bool = False,
+                                               compute_aux_loss: bool = False,
+                                               **unused: Any) -> tuple[Any, Any, Any]:
+            logps, entropies = turn_logps(
+                model, input_ids, attention_mask, logits_to_keep, user_id=user_id,
+                assistant_id=assistant_id, pad_id=pad_id, temperature=self.temperature,
+                compute_entropy=compute_entropy, bf16=bf16, constraints=constraints)
+            return logps, entropies, None
+
+    return TurnGRPOTrainer
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+def train_grpo(
+    policy_path: str | Path, out_dir: str | Path, tasks: list[Task], pool: EnvPool,
+    cfg: GRPOStageConfig, policy_cfg: PolicyConfig | None = None, *,
+    curriculum: Curriculum | None = None, stage: str = "grpo",
+    metrics_file: str | Path | None = None,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Continue training the policy in ``policy_path`` with multi-turn GRPO; save it to
+    ``out_dir/policy``; return the stage's figures.
+
+    Args:
+        policy_path: The policy to start from (a checkpoint directory).
+        out_dir: The stage's folder (``policy/``, ``rollouts.jsonl``, ``metrics.jsonl``).
+        tasks: The seed tasks (their ids are the dataset).
+        pool: Where episodes are played (dream or real environments).
+        cfg: Settings.
+        policy_cfg: How the policy sees turns.
+        curriculum: Task variants and the λ mix (dream only: synthetic tasks have no evaluator).
+        stage: Name of the stage in metrics and episode ids.
+        metrics_file: Where figures are appended (default ``out_dir/metrics.jsonl``).
+        on_batch: Called with each batch's figures (progress display).
+    """
+    try:
+        import datasets
+        import transformers
+        import trl
+    except ImportError as exc:
+        raise MissingExtraError(exc.name or "trl", "train") from None
+    from dreamgym_agents.experience.sft import cpu_has_native_bf16
+    from dreamgym_agents.gateway.local import load_causal_lm
+
+    if not tasks:
+        raise ConfigError(f"{stage}: no tasks to train on")
+    policy_cfg = policy_cfg or PolicyConfig()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    tokenizer, model = load_causal_lm(policy_path)
+    user_id = tokenizer.convert_tokens_to_ids(USER)
+    assistant_id = tokenizer.convert_tokens_to_ids(ASSISTANT)
+    bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
+    rollout = EpisodeRollout(tasks, pool, cfg, policy_cfg, out, curriculum=curriculum,
+                             stage=stage, on_batch=on_batch)
+    # The dataset is the task ids, enough of them for every step (TRL shuffles and repeats).
+    ids = [str(t.task_id) for t in tasks]
+    rows = [{"prompt": ids[i % len(ids)]}
+            for i in range(max(len(ids), cfg.max_steps * cfg.tasks_per_step))]
+    accumulation = cfg.episodes_per_step // cfg.micro_batch
+    args = trl.GRPOConfig(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=cfg.micro_batch,
+        gradient_accumulation_steps=accumulation, num_generations=cfg.num_generations,
+        max_steps=cfg.max_steps * cfg.num_iterations, num_iterations=cfg.num_iterations,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant",
+        beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
+        loss_type=cfg.loss_type,
+        use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to=[],
+        seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
+        mask_truncated_completions=True, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    metrics_file = Path(metrics_file) if metrics_file else out / METRICS_FILE
+
+    class _Control(transformers.TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs:
+                line = {"stage": stage, "step": state.global_step,
+                        **{f"grpo/{k}": v for k, v in logs.items()}}
+                with open(metrics_file, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(line) + "\n")
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if rollout.budget is not None and rollout.budget.spent:
+                control.should_training_stop = True
+            if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+                logger.warning("%s: time budget of %.0f s reached at step %d", stage,
+                               cfg.time_budget_s, state.global_step)
+                control.should_training_stop = True
+
+    def batch_metrics(figures: dict[str, Any]) -> None:
+        with open(metrics_file, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(figures) + "\n")
+        if on_batch:
+            on_batch(figures)
+
+    rollout.on_batch = batch_metrics
+    trainer = _trainer_class(trl, user_id=user_id, assistant_id=assistant_id,
+                             pad_id=int(tokenizer.pad_token_id), bf16=bf16,
+                             constraints=rollout.constraints)(
+        model=model, reward_funcs=[outcome_reward], args=args,
+        train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
+        rollout_func=rollout, callbacks=[_Control()])
+    # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    result = trainer.train()
+    save = out / "policy"
+    trainer.model.save_pretrained(str(save))
+    tokenizer.save_pretrained(str(save))
+    c = rollout.counters
+    return {"stage": stage, "path": str(save), "steps": int(result.global_step),
+            "batches": c.batches, "episodes": c.episodes,
+            "rollout_success": round(c.successes / c.episodes, 4) if c.episodes else 0.0,
+            "real_transitions": c.real_transitions,
+            "synthetic_transitions": c.synthetic_transitions,
+            "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
+            "seconds": round(time.perf_counter() - start, 1),
+            "curriculum": vars(curriculum.stats) if curriculum else None}
+
+
+def outcome_reward(prompts: list[Any], completions: list[Any], episode_reward: list[float],
+                   **unused: Any) -> list[float]:
+    """GRPO reward function: the episode's outcome, computed by the rollout."""
+    return [float(r) if not math.isnan(float(r)) else 0.0 for r in episode_reward]

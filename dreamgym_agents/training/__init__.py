@@ -1,1 +1,0 @@
-"""Training: the experience model's SFT (and, later, GRPO/PPO and sim-to-real), one file each."""
