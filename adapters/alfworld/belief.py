@@ -310,6 +310,13 @@ class AlfworldStateFormat:
                       feedback="You are in the middle of a room.").render()
 
     @staticmethod
+    def for_task(state: str, task: Any) -> str:
+        """A start state recorded for another game of the same room, with ``task``'s goal (a
+        curriculum variant starts from its seed's opening)."""
+        line = "Task: " + str(task.intent).strip().rstrip(".") + "."
+        return re.sub(r"^Task: .*$", lambda _: line, state, count=1, flags=re.M)
+
+    @staticmethod
     def location(state: str) -> str:
         return next((line[4:].strip() for line in state.splitlines() if line.startswith("At: ")),
                     "")

@@ -149,6 +149,20 @@ class AlfworldFamily:
             return {f"game:{json.dumps(game, sort_keys=True)}"}
         return {f"game_file:{task.config.get('game_file') or task.task_id}"}
 
+    def task_generator(self, tasks: list[Task], seed: int) -> tuple[Any, None]:
+        """The curriculum's variants: new games of a seed's type in its room
+        (:class:`.curriculum.AlfworldTaskGenerator`), feasible by construction; never a
+        validation or test game."""
+        from dreamgym_agents.adapters.alfworld.curriculum import AlfworldTaskGenerator
+
+        held: list[Task] = []
+        for split in ("validation", "test"):
+            try:
+                held += self.load_tasks(split)
+            except ConfigError:
+                continue  # a split this task set does not have
+        return AlfworldTaskGenerator(tasks, seed, avoid=held), None
+
     eval_types = ("goal",)
     """One kind of evaluator: the game's goal conditions (the PDDL goal of the task)."""
 

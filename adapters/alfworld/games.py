@@ -73,15 +73,18 @@ def generate_game(spec: GameSpec, root: str | Path) -> Path:
         return _generate_game(spec, root)
 
 
-def _generate_game(spec: GameSpec, root: str | Path) -> Path:
-    folder = Path(root) / spec.folder
-    path = folder / GAME_FILE
-    if path.exists() and json.loads(path.read_text(encoding="utf-8")).get("solvable"):
-        return path
+def game_text(spec: GameSpec) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """The game of ``spec`` before it is compiled or planned (fast, deterministic):
+    ``(PDDL problem, grammar with the task, metadata, traj_data)``; ``metadata["task_desc"]``
+    is its task sentence.
+
+    Raises:
+        ValueError: The task type is not feasible in the layout.
+    """
     from alfworld.agents.utils.misc import add_task_to_grammar
 
     problem, meta = build_problem(spec.seed, spec.task_type, spec.layout)
-    domain, grammar = logic_texts()
+    _, grammar = logic_texts()
     traj_data = {"task_type": spec.task_type,
                  "scene": {"floor_plan": f"FloorPlan{meta['floorplan']}"},
                  "pddl_params": {k: meta[k] for k in ("object_target", "parent_target",
@@ -96,6 +99,16 @@ def _generate_game(spec: GameSpec, root: str | Path) -> Path:
     finally:
         random.setstate(saved)
     meta["task_desc"] = grammar.split("Your task is to: ", 1)[1].split('."', 1)[0]
+    return problem, grammar, meta, traj_data
+
+
+def _generate_game(spec: GameSpec, root: str | Path) -> Path:
+    folder = Path(root) / spec.folder
+    path = folder / GAME_FILE
+    if path.exists() and json.loads(path.read_text(encoding="utf-8")).get("solvable"):
+        return path
+    problem, grammar, meta, traj_data = game_text(spec)
+    domain, _ = logic_texts()
     game = {"pddl_domain": domain, "grammar": grammar, "pddl_problem": problem,
             "solvable": None, "walkthrough": None, "dreamgym": meta}
     folder.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,10 @@ class StateFormat(Protocol):
     ``start_key`` names where a task starts (tasks with the same key start in the same state;
     "" when unknown); ``location`` is where the agent is in a state (a web page's URL; ""
     for a family without one); ``strip_ids`` removes from a state line the ids a model cannot
-    know (a web element's ``[bid]``).
+    know (a web element's ``[bid]``). Optional: ``for_task(state, task)``, a recorded start
+    state of another task in the same place as ``task``'s own (a family whose states name the
+    task rewrites that line: a curriculum variant starts where its seed started, with its own
+    goal); without it the state is used as it is (a web page does not name the task).
     """
 
     def initial_state(self, task: Task) -> str: ...
@@ -233,7 +236,10 @@ class TaskFamily(Protocol):
     Optional: ``task_keys(task) -> set[str]``, what makes a task the same instance for
     :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
     parameters); ``hash_features(version)``, the features the replay buffer retrieves by
-    (:class:`~dreamgym_agents.buffer.embedding.HashFeatures`; default: the words of each line).
+    (:class:`~dreamgym_agents.buffer.embedding.HashFeatures`; default: the words of each line);
+    ``task_generator(tasks, seed) -> (generator, feasible)``, the curriculum's
+    :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
+    feasibility check (default: the template generator, its values grounded in real tasks).
     """
 
     name: str

@@ -4,7 +4,8 @@ and runner play synthetic episodes (DreamGym, Sec. 4).
 
 - ``reset(task)`` starts from the task's recorded initial state in the replay buffer (a
   curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or of a task that starts
-  in the same place (the family's ``StateFormat.start_key``), or, when the buffer has none, from
+  in the same place (the family's ``StateFormat.start_key``; as the task's own start through
+  its optional ``for_task``: an ALFWorld opening names the goal), or, when the buffer has none, from
   a minimal state the family builds from the task (``StateFormat.initial_state``; a web page:
   ``URL: <start_url>``, ``Title: ``);
   ``Observation.info["start_state"]`` says which (``recorded`` or ``synthesised``).
@@ -118,6 +119,9 @@ class DreamEnv:
             seed = str(task.config.get("synthetic_of") or task.task_id)
             state = self.buffer.start_state(seed, start=start or None, family=task.family)
         source = "recorded"
+        for_task = getattr(self.format, "for_task", None)
+        if state and for_task is not None:
+            state = for_task(state, task)
         if not state:
             if not self.cfg.synthesise_start:
                 from dreamgym_agents.errors import EnvError

@@ -592,10 +592,14 @@ class Pipeline:
             dream_cfg = DreamConfig()
             pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
             if self.cfg.curriculum.enabled:
-                curriculum = Curriculum(self.cfg.curriculum, TemplateTaskGenerator(tasks,
-                                                                                  self.cfg.seed),
-                                        tasks, feasible=grounded_in("", tasks),
-                                        seed=self.cfg.seed, held_out=held_out)
+                hook = getattr(family, "task_generator", None)
+                generator, feasible = (hook(tasks, self.cfg.seed) if hook is not None else
+                                       (TemplateTaskGenerator(tasks, self.cfg.seed),
+                                        grounded_in("", tasks)))
+                curriculum = Curriculum(self.cfg.curriculum, generator, tasks,
+                                        feasible=feasible, seed=self.cfg.seed,
+                                        held_out=held_out,
+                                        keys=getattr(family, "task_keys", None))
         tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
         try:
             result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,

@@ -102,8 +102,10 @@ def synthetic_slots(groups: int, share: float, available: int) -> int:
 class TaskGenerator(Protocol):
     """Proposes variants of a seed task and selects one.
 
-    ``generate(seed, n)`` returns the raw candidates (dicts with ``intent`` and ``params``;
-    anything else is malformed) and the index of the selected one (None: the first feasible).
+    ``generate(seed, n)`` returns the raw candidates (dicts with ``intent`` and ``params``, and
+    optionally ``config``: the family's fields of the new task's config, e.g. an ALFWorld
+    variant's game; anything else is malformed) and the index of the selected one (None: the
+    first feasible).
     Model failures to answer in the format are malformed candidates, never exceptions.
     """
 
@@ -143,11 +145,14 @@ class Curriculum:
             instruction, or template and parameters) is rejected and counted, whatever the
             generator (the template generator fills templates with values that test tasks
             use too).
+        keys: What makes two tasks the same instance, for duplicates (the family's
+            ``task_keys``: an ALFWorld instruction recurs across games); None: the instruction.
     """
 
     def __init__(self, cfg: CurriculumConfig, generator: TaskGenerator | None,
                  known: list[Task], feasible: Feasible | None = None, seed: int = 0,
-                 held_out: HeldOut | None = None) -> None:
+                 held_out: HeldOut | None = None,
+                 keys: Callable[[Task], set[str]] | None = None) -> None:
         self.cfg = cfg
         self.held_out = held_out
         self.generator = generator if cfg.enabled else None
@@ -156,7 +161,8 @@ class Curriculum:
         self.variance: dict[str, float] = {}
         self.pool: list[Task] = []
         self.stats = CurriculumStats()
-        self._known = {_norm(t.intent) for t in known}
+        self.keys = keys or (lambda task: {_norm(task.intent)})
+        self._known: set[str] = set().union(*(self.keys(t) for t in known))
         self._by_id = {t.task_id: t for t in known}
         self._made = 0
 
@@ -214,7 +220,7 @@ class Curriculum:
         if picked is None:
             return None
         self.stats.accepted += 1
-        self._known.add(_norm(picked.intent))
+        self._known |= self.keys(picked)
         self._by_id[picked.task_id] = picked
         return picked
 
@@ -229,15 +235,20 @@ class Curriculum:
             return None, "malformed: placeholder left"
         if not isinstance(params, dict):
             return None, "malformed: params not a mapping"
-        if _norm(intent) in self._known:
-            return None, "infeasible: duplicates a known task"
-        self._made += 1
+        extra = raw.get("config") or {}
+        if not isinstance(extra, dict):
+            return None, "malformed: config not a mapping"
         config = {k: v for k, v in seed.config.items() if k not in ("eval", "oracle")}
+        config.update(extra)  # the generator's own (an ALFWorld variant's game)
         config.update({"intent": intent, "instantiation_dict": {str(k): str(v)
                                                                 for k, v in params.items()},
                        "synthetic_of": seed.config.get("synthetic_of") or seed.task_id})
-        task = replace(seed, task_id=f"{seed.task_id}~v{self._made}", intent=intent,
+        task = replace(seed, task_id=f"{seed.task_id}~v", intent=intent,
                        split="synthetic", config=config, oracle=None)
+        if not self._known.isdisjoint(self.keys(task)):
+            return None, "infeasible: duplicates a known task"
+        self._made += 1
+        task = replace(task, task_id=f"{seed.task_id}~v{self._made}")
         if self.held_out is not None and self.held_out.matches(task):
             self.held_out.count("curriculum")
             self.stats.held_out += 1

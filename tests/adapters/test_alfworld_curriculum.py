@@ -1,0 +1,115 @@
+"""The ALFWorld curriculum: a seed game's variants are other real games of its type in its room,
+never a train or held-out game, and the curriculum tells them apart by game, not by wording."""
+
+from __future__ import annotations
+
+import pytest
+
+from dreamgym_agents.episodes.env import EnvConfig, make_family
+from dreamgym_agents.rl.curriculum import Curriculum, CurriculumConfig
+
+pytest.importorskip("alfworld")
+
+
+@pytest.fixture(scope="module")
+def family():
+    made = make_family("alfworld")
+    yield made
+    made.close()
+
+
+def test_variants_are_new_games_of_the_seed_type_in_its_room(family):
+    train = family.load_tasks("train")
+    held = family.load_tasks("validation") + family.load_tasks("test")
+    generator, feasible = family.task_generator(train, seed=0)
+    assert feasible is None  # feasible by construction
+    seed = train[0]
+    candidates, choice = generator.generate(seed, 6)
+    assert len(candidates) == 6 and choice is not None
+    assert candidates[choice]["intent"] != seed.intent  # the selected goal is another one
+    games = {family.task_keys(t).pop() for t in train + held}
+    for c in candidates:
+        game = c["config"]["game"]
+        assert (game["layout"], game["task_type"]) == (seed.config["game"]["layout"],
+                                                       seed.config["game"]["task_type"])
+        assert c["params"]["object"].lower() in c["intent"]  # the goal names its object
+        probe = type(seed)(task_id="p", family="alfworld", intent=c["intent"],
+                           config={"game": game})
+        assert not family.task_keys(probe) & games  # never a train, validation or test game
+    again, _ = family.task_generator(train, seed=0)[0].generate(seed, 6)
+    assert again == candidates  # deterministic in the seed
+
+
+def test_the_curriculum_keeps_a_variant_whose_wording_recurs_in_another_game(family):
+    train = family.load_tasks("train")
+    seed, twin = next((a, b) for i, a in enumerate(train) for b in train[i + 1:]
+                      if a.intent == b.intent)  # same wording, another game
+
+    class Proposes:
+        def __init__(self, raw):
+            self.raw = raw
+
+        def generate(self, task, n):
+            return self.raw, 0
+
+    same_wording = {"intent": seed.intent, "params": {},
+                    "config": {"game": {**seed.config["game"], "seed": 123456789}}}
+    cur = Curriculum(CurriculumConfig(seeds_per_round=1), Proposes([same_wording]), [seed, twin],
+                     keys=family.task_keys)
+    cur.observe([seed], [[1.0, 0.0]])
+    (variant,) = cur.refresh()
+    assert variant.intent == seed.intent and variant.config["game"]["seed"] == 123456789
+    assert variant.config["synthetic_of"] == seed.task_id and variant.split == "synthetic"
+    # the same game again is a duplicate; so would the wording be, judged by wording alone
+    cur.observe([seed], [[1.0, 0.0]])
+    assert cur.refresh() == [] and cur.stats.reasons == {
+        "infeasible: duplicates a known task": 1}
+    by_wording = Curriculum(CurriculumConfig(seeds_per_round=1), Proposes([same_wording]),
+                            [seed, twin])
+    by_wording.observe([seed], [[1.0, 0.0]])
+    assert by_wording.refresh() == []
+
+
+@pytest.mark.slow
+def test_a_variant_is_a_real_game_with_its_goal(family, tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    train = family.load_tasks("train")
+    generator, _ = family.task_generator(train, seed=1)
+    seed = train[0]
+    candidates, choice = generator.generate(seed, 3)
+    raw = candidates[choice]
+    task = type(seed)(task_id="v", family="alfworld", intent=raw["intent"], split="synthetic",
+                      config={**seed.config, **raw["config"], "intent": raw["intent"]})
+    env = family.make_env(EnvConfig(max_steps=5))
+    try:
+        obs = env.reset(task)
+    finally:
+        env.close()
+    assert obs.state.startswith(f"Task: {raw['intent']}")  # the game's own task sentence
+
+
+def test_a_variant_dreams_from_its_seed_opening_with_its_own_goal(family, tmp_path):
+    """The dream starts a variant where its seed started (the buffer's recorded opening of the
+    seed's game), the Task line rewritten to the variant's goal; the seed itself starts as
+    recorded."""
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+    from dreamgym_agents.types import Trajectory, Transition
+
+    seed = family.load_tasks("train")[0]
+    opening = family.state_format().initial_state(seed).replace(
+        "Seen: nothing yet", "Seen: nothing yet\nUnvisited: a countertop 1")
+    first = Transition(episode_id="e", task_id=seed.task_id, step=0, state=opening,
+                       action="go to countertop 1", next_state=opening, reward=0.0, done=False,
+                       provenance="real")
+    variant = type(seed)(task_id=f"{seed.task_id}~v1", family="alfworld",
+                         intent="put a candle in toilet", split="synthetic",
+                         config={**seed.config, "synthetic_of": seed.task_id})
+    with ReplayBuffer(BufferConfig(path=str(tmp_path / "b"), family="alfworld")) as buffer:
+        buffer.add_trajectories([Trajectory(episode_id="e", task=seed, transitions=[first])])
+        env = DreamEnv(DreamConfig(), None, buffer, family)
+        mine = env.reset(variant)
+        assert mine.info["start_state"] == "recorded"
+        assert mine.state.splitlines()[0] == "Task: put a candle in toilet."
+        assert mine.state.splitlines()[1:] == opening.splitlines()[1:]
+        assert env.reset(seed).state == opening
