@@ -119,3 +119,40 @@ def test_explorer_follows_a_route_and_opens_the_items_it_names():
     lost = asyncio.run(agent.act(task, Observation(account.replace("My Orders", "Wishlist")),
                                  history[:1], "e"))
     assert lost.action == "send_msg_to_user('done')"
+
+
+def test_an_llm_agent_is_prompted_in_its_family_terms():
+    """The web family's LLM agent reads a browser page; another family's gets the generic
+    prompt, with the commands its environment accepts now listed (ALFWorld's admissible ones)."""
+    import pytest
+
+    from dreamgym_agents.cli.common import Sections, build_agent
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.prompts import load_prompt, prompt_blocks
+
+    sections = Sections(None, None, ("llm",))
+    web = build_agent("openai/gpt-4o-mini", seed=0, family=make_family("webarena"),
+                      sections=sections)
+    page = web.messages(TASK, Observation(state=STATE), [])[0]["content"]
+    assert "web browser" in page and "[37] searchbox 'Search'" in page
+    assert "Actions you can take now" not in page
+
+    alfworld = make_family("alfworld")
+    agent = build_agent("openai/gpt-4o-mini", seed=0, family=alfworld, sections=sections)
+    task = Task("a", "alfworld", "put a mug in cabinet")
+    seen = Observation(state="Task: put a mug in cabinet.\nAt: the middle of the room",
+                       info={"admissible": ["go to cabinet 1", "look"]})
+    text = agent.messages(task, seen, [])[0]["content"]
+    assert "web browser" not in text and "[bid]" not in text
+    assert "# Actions you can take now\ngo to cabinet 1\nlook\n" in text
+    assert "exactly as listed under 'Actions you can take now'" in text  # the action set's words
+    assert "{options}" not in agent.messages(task, Observation(state="x"), [])[0]["content"]
+
+    assert load_prompt("dreamgym_agents.prompts:agent.md") == load_prompt("agent.md")
+    with pytest.raises(ConfigError, match="no prompt template"):
+        load_prompt("missing.md")
+    with pytest.raises(ConfigError, match="no prompt template"):
+        load_prompt("no_such_package:agent.md")
+    with pytest.raises(ConfigError, match="lacks the blocks"):
+        prompt_blocks("agent.md", ("instruction",))

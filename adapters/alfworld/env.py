@@ -44,9 +44,9 @@ class AlfworldActionSet:
              "cool", "look", "inventory", "help")
 
     def describe(self) -> str:
-        return ("One command per turn, exactly as listed under 'Actions': go to X, open X, "
-                "close X, take O from X, move O to X, examine X, use O, heat O with X, "
-                "clean O with X, cool O with X, look, inventory.")
+        return ("One command per turn, exactly as listed under 'Actions you can take now': "
+                "go to X, open X, close X, take O from X, move O to X, examine X, use O, "
+                "heat O with X, clean O with X, cool O with X, look, inventory.")
 
     def parse(self, text: str) -> list[Command]:
         """The command written (lower-cased, spaces collapsed), as a one-item list.

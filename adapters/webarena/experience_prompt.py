@@ -16,28 +16,20 @@ import difflib
 import functools
 import re
 from collections.abc import Iterable
-from importlib import resources
 
 from dreamgym_agents.adapters.webarena.state import parse_line, parse_state, quote, target_line
 from dreamgym_agents.adapters.webarena.state_delta import demo_pages, typed_text, use_typed
-from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.prompts import prompt_blocks
 from dreamgym_agents.types import Transition
 
 COMPACT_PROMPT_FILE = "experience_model_compact.md"
-_BLOCK = re.compile(r"^<!--\s*([a-z_]+)\s*-->\s*$", re.M)
 _TEXT_ARG = re.compile(r"""send_msg_to_user\(\s*(['"])(.*)\1\s*\)|stop \[(.*)\]\s*$""", re.S)
 
 
-@functools.cache
 def load_compact_template() -> dict[str, str]:
     """The blocks of ``prompts/experience_model_compact.md`` by name."""
-    path = resources.files("dreamgym_agents.prompts") / COMPACT_PROMPT_FILE
-    parts = _BLOCK.split(path.read_text(encoding="utf-8"))
-    blocks = {n: b.strip("\n") for n, b in zip(parts[1::2], parts[2::2], strict=True)}
-    missing = {"instruction", "output_reasoning", "output_direct"} - set(blocks)
-    if missing:
-        raise ConfigError(f"{COMPACT_PROMPT_FILE} lacks the blocks {sorted(missing)}")
-    return blocks
+    return prompt_blocks(COMPACT_PROMPT_FILE, ("instruction", "output_reasoning",
+                                               "output_direct"))
 
 
 def _lines(state: str) -> list[str]:

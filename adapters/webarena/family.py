@@ -191,6 +191,8 @@ class WebArenaFamily:
     """Task family ``webarena`` (see the module docstring)."""
 
     name = "webarena"
+    agent_prompt = "web_agent.md"
+    """The LLM agent's prompt: a page of ``[bid] role 'name'`` lines in a browser."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         self._sites = configured_sites(environ)

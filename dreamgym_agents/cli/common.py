@@ -135,4 +135,5 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
     if agent in offline:
         return offline[agent]
     return LLMAgent(sections.gateway(agent, section),
-                    action_space=family.action_set().describe())
+                    action_space=family.action_set().describe(),
+                    prompt=getattr(family, "agent_prompt", "agent.md"))

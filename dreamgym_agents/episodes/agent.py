@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import TYPE_CHECKING, Protocol
 
 from dreamgym_agents.episodes.env import Observation
+from dreamgym_agents.prompts import load_prompt
 from dreamgym_agents.types import ModelUsage, Task, Transition
 
 if TYPE_CHECKING:
@@ -75,11 +75,6 @@ def parse_answer(text: str) -> tuple[str, str]:
     return reasoning, rest.strip()
 
 
-def load_prompt(name: str) -> str:
-    """Read a prompt template shipped in ``prompts/``."""
-    return (resources.files("dreamgym_agents.prompts") / name).read_text(encoding="utf-8")
-
-
 def render_history(history: list[Transition], last: int = 5) -> str:
     """The last ``last`` steps as short lines for a prompt."""
     if not history:
@@ -92,12 +87,16 @@ def render_history(history: list[Transition], last: int = 5) -> str:
 
 
 class LLMAgent:
-    """A model through the gateway, prompted from ``prompts/web_agent.md``.
+    """A model through the gateway, prompted from a template (``prompts/agent.md``, or the
+    family's ``agent_prompt``: the web's ``web_agent.md``) with ``{intent}``,
+    ``{action_space}``, ``{options}``, ``{history}`` and ``{state}``. ``{options}`` lists the
+    commands the environment accepts now when it says (``Observation.info["admissible"]``: a
+    text game's), else it is empty.
 
     Args:
         gateway: The model gateway.
         action_space: Description of the action grammar (from the environment's action set).
-        prompt: Template name in ``prompts/``.
+        prompt: Template name (:func:`~dreamgym_agents.prompts.load_prompt`).
         history_steps: How many previous steps the prompt shows.
     """
 
@@ -105,7 +104,7 @@ class LLMAgent:
         self,
         gateway: Gateway,
         action_space: str,
-        prompt: str = "web_agent.md",
+        prompt: str = "agent.md",
         history_steps: int = 5,
     ) -> None:
         self.gateway = gateway
@@ -118,9 +117,13 @@ class LLMAgent:
         state = observation.state
         if observation.error:
             state += f"\n\nError from the last action: {observation.error}"
+        admissible = observation.info.get("admissible") or []
+        options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
+                   if admissible else "")
         content = self.template.format(
             intent=task.intent,
             action_space=self.action_space,
+            options=options,
             history=render_history(history, self.history_steps),
             state=state,
         )

@@ -237,6 +237,7 @@ class TaskFamily(Protocol):
     :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
     parameters); ``hash_features(version)``, the features the replay buffer retrieves by
     (:class:`~dreamgym_agents.buffer.embedding.HashFeatures`; default: the words of each line);
+    ``agent_prompt``, the LLM agent's prompt template (default ``agent.md``);
     ``task_generator(tasks, seed) -> (generator, feasible)``, the curriculum's
     :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
     feasibility check (default: the template generator, its values grounded in real tasks).

@@ -32,11 +32,11 @@ import math
 import re
 import threading
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, ContextLengthError
 from dreamgym_agents.experience.codec import ExperienceCodec, StateReferenceError
+from dreamgym_agents.prompts import prompt_blocks
 from dreamgym_agents.types import ModelUsage, Task, Trajectory, Transition
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ _CLOSED_STATE = re.compile(r"<\s*/\s*next_state\s*>", re.I)
 COMPACT_RETRY_TEMPERATURE = 0.7
 """Sampling temperature of a retry after an unreadable answer with the compact prompt."""
 _TRUE, _FALSE = {"true", "yes", "1", "y"}, {"false", "no", "0", "n"}
-_BLOCK = re.compile(r"^<!--\s*([a-z_]+)\s*-->\s*$", re.M)
 _FENCE_LINE = re.compile(r"^\s*```[\w+-]*\s*$", re.M)
 _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)")
 
@@ -59,18 +58,12 @@ _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)")
 # --------------------------------------------------------------------------------------------
 
 
-@functools.cache
 def load_template(name: str = PROMPT_FILE) -> dict[str, str]:
-    """The blocks of a full experience prompt in ``prompts/`` by name (``instruction``,
-    ``inputs``, …): ``experience_model.md`` (the web family's) unless a codec names another
+    """The blocks of a full experience prompt by name (``instruction``, ``inputs``, …):
+    ``experience_model.md`` (the web family's) unless a codec names another
     (``ExperienceCodec.prompt_file``)."""
-    text = (resources.files("dreamgym_agents.prompts") / name).read_text(encoding="utf-8")
-    parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
-    blocks = {name: body.strip("\n") for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-    missing = {"instruction", "inputs", "output_reasoning", "output_direct", "retry"} - set(blocks)
-    if missing:
-        raise ConfigError(f"{name} lacks the blocks {sorted(missing)}: restore them")
-    return blocks
+    return prompt_blocks(name, ("instruction", "inputs", "output_reasoning", "output_direct",
+                                "retry"))
 
 
 def render_messages(

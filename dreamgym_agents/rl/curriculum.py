@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.prompts import load_prompt
 from dreamgym_agents.types import Task
 
 if TYPE_CHECKING:
@@ -283,8 +284,6 @@ class LLMTaskGenerator:
 
     def __init__(self, gateway: Gateway, prompt: str = PROMPT_FILE,
                  start_key: Callable[[Task], str] | None = None) -> None:
-        from dreamgym_agents.episodes.agent import load_prompt
-
         self.gateway = gateway
         self.template = load_prompt(prompt)
         self.start_key = start_key
