@@ -100,6 +100,13 @@ class WebAction:
             return str(self.args[0]) if self.args else ""
         return None
 
+    @property
+    def typed(self) -> str | None:
+        """The text a ``fill`` types (``env.Action.typed``), else None."""
+        if self.name == "fill" and len(self.args) >= 2:
+            return str(self.args[1])
+        return None
+
     def __str__(self) -> str:
         return self.to_browsergym()
 

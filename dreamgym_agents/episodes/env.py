@@ -71,7 +71,8 @@ class StepResult:
 @runtime_checkable
 class Action(Protocol):
     """One parsed action, whatever the family: its verb, whether it ends the episode by its
-    type alone (an answer, a stop), and the final answer it gives (None: it gives none)."""
+    type alone (an answer, a stop), and the final answer it gives (None: it gives none).
+    Optional: ``typed``, the text it types into a field (None: it types none)."""
 
     @property
     def verb(self) -> str: ...

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.episodes.agent import EXPLORATION
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.policy.model import (
     ASSISTANT,
@@ -171,6 +172,7 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
     from dataclasses import replace
 
     rng = random.Random(seed)
+    action_sets: dict[str, Any] = {}
     values: dict[str, list[str]] = {}
     for traj in trajectories:
         for key, value in traj.task.params.items():
@@ -183,8 +185,8 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
         # alone ("cheapest") decides what to do, and swapping it would teach the wrong thing
         names = {k: v for k, v in traj.task.params.items()
                  if _entity(v) and len(values[k]) > 1 and v in seen}
-        typed = [m.group(1) for t in traj.transitions if (m := _TYPED.search(t.action))]
-        if not names or any(text != v and text in v for text in typed for v in names.values()):
+        if not names or any(text != v and text in v for text in typed_texts(traj, action_sets)
+                            for v in names.values()):
             continue  # an entity typed in parts (an address over four fields) cannot be swapped
         for n in range(copies):
             swap = {v: novel_value(v, rng) if rng.random() < novel
@@ -225,7 +227,32 @@ def novel_value(value: str, rng: Any) -> str:
     return _WORD.sub(word, value)
 
 
-_TYPED = re.compile(r"^\s*fill\(\s*'[^']*'\s*,\s*'(.*)'\s*\)\s*$")
+def typed_texts(traj: Trajectory, action_sets: dict[str, Any]) -> list[str]:
+    """The texts the episode's actions type into fields (its family's actions' ``typed``;
+    ``action_sets`` caches each family's action set)."""
+    family = traj.task.family
+    if family not in action_sets:
+        try:
+            made = make_family(family)
+        except ConfigError:
+            logger.warning("family %r is not installed: its actions are not read for typed "
+                           "text", family)
+            action_sets[family] = None
+        else:
+            try:
+                action_sets[family] = made.action_set()
+            finally:
+                made.close()
+    if action_sets[family] is None:
+        return []
+    out = []
+    for t in traj.transitions:
+        try:
+            actions = action_sets[family].parse(t.action)
+        except ValueError:
+            continue  # an invalid step types nothing
+        out += [text for a in actions if (text := getattr(a, "typed", None))]
+    return out
 
 
 def _entity(value: str) -> bool:

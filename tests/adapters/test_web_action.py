@@ -300,3 +300,11 @@ def test_describe_mentions_both_grammars(actions: WebActionSet) -> None:
 )
 def test_normalize_key_comb(given: str, expected: str) -> None:
     assert normalize_key_comb(given) == expected
+
+
+def test_a_fill_says_what_it_types():
+    from dreamgym_agents.adapters.webarena.actions import WebActionSet
+
+    actions = WebActionSet()
+    assert actions.parse("fill('12', \"Women's shoes\")")[0].typed == "Women's shoes"
+    assert actions.parse("click('12')")[0].typed is None
