@@ -9,20 +9,16 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from dreamgym_agents.episodes.agent import LLMAgent
+from dreamgym_agents.episodes.agent import make_agent
 from dreamgym_agents.episodes.env import EnvConfig, make_family
 from dreamgym_agents.episodes.graph import RunConfig, run_episodes
-from dreamgym_agents.gateway.llm import Gateway, LLMConfig
 
 
 def main(agent_name: str = "oracle") -> None:
     family = make_family("webarena")
     tasks = family.load_tasks("test")[:5]
     env_cfg = EnvConfig(max_steps=10)
-    if agent_name == "oracle":
-        agent = family.offline_agents()["oracle"]
-    else:
-        agent = LLMAgent(Gateway(LLMConfig(model=agent_name)), family.action_set().describe())
+    agent = make_agent(agent_name, family)  # an offline agent by name, or a model string
     print(family.prepare(env_cfg, tasks))
     try:
         result = asyncio.run(run_episodes(

@@ -156,3 +156,18 @@ def test_an_llm_agent_is_prompted_in_its_family_terms():
         load_prompt("no_such_package:agent.md")
     with pytest.raises(ConfigError, match="lacks the blocks"):
         prompt_blocks("agent.md", ("instruction",))
+
+
+def test_one_agent_factory_for_the_cli_and_the_library():
+    import pytest
+
+    from dreamgym_agents.episodes.agent import LLMAgent, make_agent
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.errors import ConfigError
+
+    family = make_family("alfworld")
+    assert make_agent("oracle", family).name == family.offline_agents()["oracle"].name
+    agent = make_agent("openai/gpt-4o-mini", family)
+    assert isinstance(agent, LLMAgent) and "web browser" not in agent.template
+    with pytest.raises(ConfigError):
+        make_agent("not a model", family)

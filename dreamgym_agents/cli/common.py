@@ -128,12 +128,10 @@ class Sections:
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                 section: str = "llm") -> Any:
     """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
-    gateway configured by the ``section`` section) → an agent."""
-    from dreamgym_agents.episodes.agent import LLMAgent
+    gateway configured by the ``section`` section) → an agent
+    (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
+    from dreamgym_agents.episodes.agent import make_agent
 
-    offline = family.offline_agents(seed)
-    if agent in offline:
-        return offline[agent]
-    return LLMAgent(sections.gateway(agent, section),
-                    action_space=family.action_set().describe(),
-                    prompt=getattr(family, "agent_prompt", "agent.md"))
+    if agent in family.offline_agents(seed):
+        return make_agent(agent, family, seed=seed)
+    return make_agent(agent, family, seed=seed, gateway=sections.gateway(agent, section))

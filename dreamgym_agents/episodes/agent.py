@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.prompts import load_prompt
@@ -142,3 +142,24 @@ class LLMAgent:
             usage=completion.usage,
             seconds=time.perf_counter() - start,
         )
+
+
+def make_agent(name: str, family: Any, *, seed: int = 0,
+               gateway: Gateway | None = None) -> Agent:
+    """The agent ``name``: one of the family's offline agents (``oracle``, ``random`` …), else
+    an :class:`LLMAgent` of that model string (through ``gateway``, or a default one for it),
+    prompted in the family's terms (its ``agent_prompt`` and action set).
+
+    Raises:
+        ConfigError: Not an offline agent and not a valid model string.
+    """
+    offline = family.offline_agents(seed)
+    if name in offline:
+        return offline[name]
+    if gateway is None:
+        from dreamgym_agents.gateway import llm
+
+        llm.check_model_string(name)
+        gateway = llm.Gateway(llm.LLMConfig(model=name))
+    return LLMAgent(gateway, action_space=family.action_set().describe(),
+                    prompt=getattr(family, "agent_prompt", "agent.md"))
