@@ -310,6 +310,11 @@ class AlfworldStateFormat:
                       feedback="You are in the middle of a room.").render()
 
     @staticmethod
+    def admissible(state: str) -> list[str]:
+        """The commands the game accepts in a rendered state (:func:`admissible_in`)."""
+        return admissible_in(state)
+
+    @staticmethod
     def for_task(state: str, task: Any) -> str:
         """A start state recorded for another game of the same room, with ``task``'s goal (a
         curriculum variant starts from its seed's opening)."""

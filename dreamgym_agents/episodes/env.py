@@ -128,6 +128,8 @@ class StateFormat(Protocol):
     state of another task in the same place as ``task``'s own (a family whose states name the
     task rewrites that line: a curriculum variant starts where its seed started, with its own
     goal); without it the state is used as it is (a web page does not name the task).
+    Optional: ``admissible(state)``, the commands a state accepts, when the state alone says
+    (the dream then offers them in ``Observation.info["admissible"]`` as a real game does).
     """
 
     def initial_state(self, task: Task) -> str: ...

@@ -135,8 +135,7 @@ class DreamEnv:
             self._task, self._state, self._history, self._done = task, state, [], False
             self._episode_id = f"dream-{uuid.uuid4().hex[:12]}"
         logger.debug("dream reset of %s from a %s start state", task.task_id, source)
-        return Observation(state=state, url=self.format.location(state),
-                           info={"start_state": source})
+        return self._observe(state, start_state=source)
 
     def step(self, action: str) -> StepResult:
         """Play one action in the dream (see the module docstring for the failure rules)."""
@@ -156,7 +155,7 @@ class DreamEnv:
             ends = self.cfg.invalid_action_ends_episode
             info = {"em_failure": False, "failure_state": ends}
             self._record(action, state, 0.0, ends, False, valid=False, error=error, info=info)
-            obs = Observation(state=state, url=self.format.location(state), error=error)
+            obs = self._observe(state, error=error)
             return StepResult(obs, reward=0.0, done=ends, success=False, valid=False, error=error,
                               info=info)
         prediction = self.model.predict(task, list(self._history), state, action)
@@ -166,8 +165,8 @@ class DreamEnv:
         if prediction.output is None:
             error = f"experience model failure: {prediction.failure}"
             self._record(action, state, 0.0, True, False, error=error, info=info)
-            return StepResult(Observation(state=state, url=self.format.location(state)), reward=0.0,
-                              done=True, success=False, error=error, info=info)
+            return StepResult(self._observe(state), reward=0.0, done=True, success=False,
+                              error=error, info=info)
         out = prediction.output
         info["reasoning"] = out.reasoning
         reward, done, success = out.reward, out.done, out.success
@@ -177,8 +176,17 @@ class DreamEnv:
             info["forced_done"] = "terminal action judged not done"
         self._state = out.next_state
         self._record(action, state, reward, done, success, info=info)
-        obs = Observation(state=out.next_state, url=self.format.location(out.next_state))
+        obs = self._observe(out.next_state)
         return StepResult(obs, reward=reward, done=done, success=success, info=info)
+
+    def _observe(self, state: str, error: str = "", **info: Any) -> Observation:
+        """The observation of ``state``: its location and, when the family's state format
+        derives them (``StateFormat.admissible``: a text game's commands), the commands it
+        accepts, as a real environment offers them."""
+        admissible = getattr(self.format, "admissible", None)
+        if admissible is not None:
+            info["admissible"] = admissible(state)
+        return Observation(state=state, url=self.format.location(state), error=error, info=info)
 
     def _record(
         self, action: str, state: str, reward: float, done: bool, success: bool, *,

@@ -113,3 +113,16 @@ def test_a_variant_dreams_from_its_seed_opening_with_its_own_goal(family, tmp_pa
         assert mine.state.splitlines()[0] == "Task: put a candle in toilet."
         assert mine.state.splitlines()[1:] == opening.splitlines()[1:]
         assert env.reset(seed).state == opening
+
+
+def test_the_dream_offers_a_game_state_commands_as_the_game_does(family, tmp_path):
+    """ALFWorld's offline agents and LLM agents read the commands from the observation; in the
+    dream they come from the state (the family's StateFormat.admissible)."""
+    from dreamgym_agents.adapters.alfworld.belief import admissible_in
+    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+
+    seed = family.load_tasks("train")[0]
+    env = DreamEnv(DreamConfig(), None, None, family)
+    obs = env.reset(seed)  # no buffer: the synthesised opening
+    assert obs.info["start_state"] == "synthesised"
+    assert obs.info["admissible"] == admissible_in(obs.state) and "look" in obs.info["admissible"]
