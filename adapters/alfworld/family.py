@@ -11,14 +11,18 @@ them (every ``game.tw-pddl`` below the folder).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, every_nth
-from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError
 from dreamgym_agents.types import Task
+
+logger = logging.getLogger(__name__)
 
 FAMILY = "alfworld"
 SPLITS = ("train", "validation", "test")
@@ -44,6 +48,10 @@ class AlfworldFamily:
     """ALFWorld: generated games (or the official ones) played through textworld."""
 
     name = FAMILY
+
+    def __init__(self) -> None:
+        self._openings: dict[str, str | None] = {}
+        self._openings_lock = threading.Lock()
 
     def load_tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
@@ -126,6 +134,25 @@ class AlfworldFamily:
         from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
 
         return AlfworldEnv(self.game_path, expert=cfg.expert)
+
+    def opening(self, task: Task) -> str | None:
+        """The task's real opening state (the game's first observation: the room's
+        receptacles and the goal), read without playing a step: the dream starts a task no
+        recorded episode starts from here rather than in a room it must invent. Cached per
+        game; None when the game cannot be made."""
+        key = json.dumps(task.config.get("game") or task.config.get("game_file"),
+                         sort_keys=True)
+        with self._openings_lock:
+            if key not in self._openings:
+                env = self.make_env(EnvConfig(max_steps=1))
+                try:
+                    self._openings[key] = env.reset(task).state
+                except EnvError as exc:
+                    logger.warning("no opening for %s: %s", task.task_id, exc)
+                    self._openings[key] = None
+                finally:
+                    env.close()
+            return self._openings[key]
 
     def action_set(self) -> Any:
         from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet

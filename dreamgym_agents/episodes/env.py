@@ -241,6 +241,8 @@ class TaskFamily(Protocol):
     parameters); ``hash_features(version)``, the features the replay buffer retrieves by
     (:class:`~dreamgym_agents.buffer.embedding.HashFeatures`; default: the words of each line);
     ``agent_prompt``, the LLM agent's prompt template (default ``agent.md``);
+    ``opening(task) -> str | None``, a task's real first state read without playing a step
+    (the dream starts a task the buffer has no start for there);
     ``task_generator(tasks, seed) -> (generator, feasible)``, the curriculum's
     :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
     feasibility check (default: the template generator, its values grounded in real tasks).

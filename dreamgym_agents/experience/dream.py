@@ -6,9 +6,10 @@ and runner play synthetic episodes (DreamGym, Sec. 4).
   curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or of a task that starts
   in the same place (the family's ``StateFormat.start_key``; as the task's own start through
   its optional ``for_task``: an ALFWorld opening names the goal), or, when the buffer has none, from
-  a minimal state the family builds from the task (``StateFormat.initial_state``; a web page:
-  ``URL: <start_url>``, ``Title: ``);
-  ``Observation.info["start_state"]`` says which (``recorded`` or ``synthesised``).
+  the task's real opening when the family reads one without playing (``TaskFamily.opening``: an
+  ALFWorld game's first observation), or from a minimal state the family builds from the task
+  (``StateFormat.initial_state``; a web page: ``URL: <start_url>``, ``Title: ``);
+  ``Observation.info["start_state"]`` says which (``recorded``, ``opening`` or ``synthesised``).
 - ``step(action)`` parses the action with the action set, then asks the experience model for the
   next state, reward, done and success, with the episode's own history.
 
@@ -63,12 +64,15 @@ class DreamConfig:
     Attributes:
         invalid_action_ends_episode: An unparseable action moves the episode to a failure state
             (Sec. 4.1). False keeps the episode running as a real environment does.
-        synthesise_start: When the buffer holds no start state for a task, start from the
-            family's minimal state for it (``StateFormat.initial_state``). False makes
-            ``reset`` raise instead.
+        real_openings: When the buffer holds no start state for a task, start from its real
+            opening if the family reads one without playing a step (``TaskFamily.opening``: a
+            game's first observation; a reset, no transition).
+        synthesise_start: When there is neither, start from the family's minimal state for
+            the task (``StateFormat.initial_state``). False makes ``reset`` raise instead.
     """
 
     invalid_action_ends_episode: bool = True
+    real_openings: bool = True
     synthesise_start: bool = True
 
 
@@ -95,6 +99,7 @@ class DreamEnv:
         self.cfg = cfg
         self.model = experience_model
         self.buffer = buffer
+        self.family = family
         self.action_set = family.action_set()
         self.format = family.state_format()
         self._lock = threading.Lock()
@@ -122,6 +127,9 @@ class DreamEnv:
         for_task = getattr(self.format, "for_task", None)
         if state and for_task is not None:
             state = for_task(state, task)
+        opening = getattr(self.family, "opening", None) if self.cfg.real_openings else None
+        if not state and opening is not None:
+            state, source = opening(task), "opening"
         if not state:
             if not self.cfg.synthesise_start:
                 from dreamgym_agents.errors import EnvError

@@ -122,7 +122,30 @@ def test_the_dream_offers_a_game_state_commands_as_the_game_does(family, tmp_pat
     from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
 
     seed = family.load_tasks("train")[0]
-    env = DreamEnv(DreamConfig(), None, None, family)
+    env = DreamEnv(DreamConfig(real_openings=False), None, None, family)
     obs = env.reset(seed)  # no buffer: the synthesised opening
     assert obs.info["start_state"] == "synthesised"
     assert obs.info["admissible"] == admissible_in(obs.state) and "look" in obs.info["admissible"]
+
+
+@pytest.mark.slow
+def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, monkeypatch):
+    """Not an empty room to invent: the game's first observation (a reset, no step), read
+    once per game."""
+    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    family = make_family("alfworld")
+    task = family.load_tasks("test")[0]
+    env = family.make_env(EnvConfig(max_steps=1))
+    try:
+        real = env.reset(task).state
+    finally:
+        env.close()
+    dream = DreamEnv(DreamConfig(), None, None, family)
+    obs = dream.reset(task)
+    assert obs.info["start_state"] == "opening" and obs.state == real
+    assert "Unvisited: " in real and obs.info["admissible"]
+    calls = []
+    monkeypatch.setattr(family, "make_env", lambda cfg: calls.append(cfg))
+    assert dream.reset(task).state == real and not calls  # cached: no second reset
