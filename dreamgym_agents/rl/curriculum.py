@@ -21,6 +21,11 @@ Generators (plain callables behind :class:`TaskGenerator`):
   trained to predict transitions only: candidates fill the seed's WebArena intent template with
   other values of its parameters, taken from the task set, and the generator selects the one
   whose values the task set uses least (the least familiar to the policy).
+- A family's own (``TaskFamily.task_generator``, which the pipeline prefers): ALFWorld's
+  variants of a game are new games of its task type in its room.
+
+Duplicates are told apart by the family's ``task_keys`` when it has them (an ALFWorld
+instruction recurs across games), else by the instruction.
 """
 
 from __future__ import annotations
@@ -106,8 +111,8 @@ class TaskGenerator(Protocol):
     ``generate(seed, n)`` returns the raw candidates (dicts with ``intent`` and ``params``, and
     optionally ``config``: the family's fields of the new task's config, e.g. an ALFWorld
     variant's game; anything else is malformed) and the index of the selected one (None: the
-    first feasible).
-    Model failures to answer in the format are malformed candidates, never exceptions.
+    first feasible). Model failures to answer in the format are malformed candidates, never
+    exceptions.
     """
 
     def generate(self, seed: Task, n: int) -> tuple[list[Any], int | None]: ...
