@@ -177,14 +177,10 @@ def family_hash_features(family: str, version: int) -> HashFeatures:
     with _FEATURES_LOCK:
         found = _FEATURES.get((family, version))
         if found is None:
-            from dreamgym_agents.episodes.env import make_family
+            from dreamgym_agents.episodes.env import family_part
 
-            made = make_family(family)
-            try:
-                hook = getattr(made, "hash_features", None)
-                found = hook(version) if hook is not None else TextFeatures()
-            finally:
-                made.close()
+            hook = family_part(family, lambda f: getattr(f, "hash_features", None))
+            found = hook(version) if hook is not None else TextFeatures()
             _FEATURES[(family, version)] = found
         return found
 

@@ -40,7 +40,7 @@ from dreamgym_agents.buffer.embedding import (
     transition_key_text,
     transition_record,
 )
-from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.episodes.env import family_part
 from dreamgym_agents.errors import ConfigError, DreamGymError, EnvError
 from dreamgym_agents.types import PROVENANCES, Task, Trajectory, Transition, iter_trajectories
 
@@ -285,16 +285,12 @@ class ReplayBuffer:
         start_key = self._start_keys.get(task.family)
         if start_key is None:
             try:
-                made = make_family(task.family)
+                start_key = family_part(task.family, lambda f: f.state_format().start_key)
             except ConfigError:
                 logger.warning("buffer: task family %r is not installed: its episodes are "
                                "stored without a start key", task.family)
-                start_key = self._start_keys[task.family] = lambda _task: ""
-            else:
-                try:
-                    start_key = self._start_keys[task.family] = made.state_format().start_key
-                finally:
-                    made.close()
+                start_key = lambda _task: ""  # noqa: E731
+            self._start_keys[task.family] = start_key
         return str(start_key(task) or "")
 
     def _record(self, t: Transition, family: str = "", intent: str = "",

@@ -349,6 +349,20 @@ def family_names() -> list[str]:
     return sorted(set(_FAMILIES) | set(_entry_points()))
 
 
+def family_part(task: str, part: Callable[[TaskFamily], Any]) -> Any:
+    """``part(family)`` of the family named by ``task``, the family closed afterwards (for what
+    outlives it: its action set, a state format's function, its hash features).
+
+    Raises:
+        ConfigError: No family has that name.
+    """
+    made = make_family(task)
+    try:
+        return part(made)
+    finally:
+        made.close()
+
+
 def make_family(task: str) -> TaskFamily:
     """Build the task family named by ``task`` (its prefix before the first dot).
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.episodes.agent import EXPLORATION
-from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.episodes.env import family_part
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.policy.model import (
     ASSISTANT,
@@ -233,16 +233,11 @@ def typed_texts(traj: Trajectory, action_sets: dict[str, Any]) -> list[str]:
     family = traj.task.family
     if family not in action_sets:
         try:
-            made = make_family(family)
+            action_sets[family] = family_part(family, lambda f: f.action_set())
         except ConfigError:
             logger.warning("family %r is not installed: its actions are not read for typed "
                            "text", family)
             action_sets[family] = None
-        else:
-            try:
-                action_sets[family] = made.action_set()
-            finally:
-                made.close()
     if action_sets[family] is None:
         return []
     out = []
