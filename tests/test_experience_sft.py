@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch
 from test_experience_training_data import ListRetriever, episode
 
 from dreamgym_agents.adapters.webarena.codec import WebCodec
@@ -28,6 +29,8 @@ def test_loss_falls_on_a_learnable_set(tmp_path):
     examples = build_examples(trajs, ListRetriever(trajs), ExampleConfig(top_k=1), WEB) * 4
     result = train_experience_model(examples, tiny(tmp_path / "m", epochs=6))
     assert result.steps > 0 and math.isfinite(result.first_loss)
+    # it trained where training runs: a visible CUDA device, else the CPU (the result says)
+    assert result.device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert result.last_loss < result.first_loss * 0.7
     assert (tmp_path / "m" / "config.json").exists()
 

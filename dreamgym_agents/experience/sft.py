@@ -63,7 +63,8 @@ class ExperienceSFTConfig:
             settings resumes from the newest one. A run the budget stops saves one too.
         seed: Seed of initialisation and data order.
         bf16: Run the passes under bfloat16 autocast (weights, optimizer and loss stay float32);
-            None: on when the CPU computes bfloat16 natively (:func:`cpu_has_native_bf16`).
+            None: on when the training device computes bfloat16 natively (:func:`native_bf16`;
+            training runs on a visible CUDA device, :func:`training_device`).
     """
 
     output_dir: str
@@ -110,6 +111,8 @@ class SFTResult:
     last_loss: float
     seconds: float
     bf16: bool = False
+    device: str = "cpu"
+    """Where it trained (:func:`training_device`)."""
     planned_steps: int = 0
     """The steps the run was set to train (``steps`` falls short of them only when partial)."""
     resumed_from_step: int | None = None
@@ -198,6 +201,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     """
     datasets, transformers, trl = _imports()
     start = time.perf_counter() if start is None else start
+    device = training_device()
     train_set = datasets.Dataset.from_list(rows)
     steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
     every = int(getattr(cfg, "checkpoint_every", 0) or 0)
@@ -221,7 +225,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         save_steps=every or 500,
         save_total_limit=1,
         report_to=[],
-        use_cpu=True,
+        use_cpu=device == "cpu",
         bf16=False,
         seed=cfg.seed,
         max_length=cfg.max_length,
@@ -253,9 +257,9 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
                 control.should_training_stop = True
                 control.should_save = bool(every)  # a rerun resumes from here
 
-    bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
-    logger.info("SFT passes in %s", "bfloat16 autocast" if bf16 else "float32")
-    trainer = _weighted_trainer_class(trl, bf16=bf16)(
+    bf16 = native_bf16(device) if cfg.bf16 is None else cfg.bf16
+    logger.info("SFT passes on %s in %s", device, "bfloat16 autocast" if bf16 else "float32")
+    trainer = _weighted_trainer_class(trl, bf16=bf16, device=device)(
         model=model, args=args, train_dataset=train_set, processing_class=tokenizer,
         data_collator=_WeightedCollator(tokenizer.pad_token_id), callbacks=[_Budget()],
         optimizers=optimizers)
@@ -268,7 +272,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         path=str(out), examples=len(rows), dropped_too_long=0,
         steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
         last_loss=losses[-1] if losses else float("nan"),
-        seconds=time.perf_counter() - start, bf16=bf16, planned_steps=steps,
+        seconds=time.perf_counter() - start, bf16=bf16, device=device, planned_steps=steps,
         resumed_from_step=_checkpoint_step(resume) if resume else None,
         model=trainer.model,
     )
@@ -349,9 +353,27 @@ def cpu_has_native_bf16() -> bool:
     return any(bool(check()) for check in checks if callable(check))
 
 
-def _weighted_trainer_class(trl: Any, *, bf16: bool = False) -> type:
+def training_device() -> str:
+    """Where training runs: ``cuda`` when a CUDA device is visible (``CUDA_VISIBLE_DEVICES=``
+    hides it), else ``cpu``. The same data and seed train the same model on one kind of
+    device; a GPU's arithmetic differs from a CPU's in the last bits."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def native_bf16(device: str) -> bool:
+    """True when ``device`` computes bfloat16 in hardware (the default of ``bf16``)."""
+    import torch
+
+    if device == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return cpu_has_native_bf16()
+
+
+def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu") -> type:
     """SFTTrainer with the token-weighted, completion-only loss (see the module docstring),
-    its passes under bfloat16 autocast when ``bf16``."""
+    its passes under bfloat16 autocast on ``device`` when ``bf16``."""
     import torch
 
     class WeightedSFTTrainer(trl.SFTTrainer):
@@ -363,7 +385,7 @@ def _weighted_trainer_class(trl: Any, *, bf16: bool = False) -> type:
             mask = labels != -100
             # The trainer's own mixed precision wraps model.forward, which this loss bypasses
             # (the LM head runs on completion positions only): autocast here instead.
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 hidden = backbone(input_ids=inputs["input_ids"],
                                   attention_mask=inputs.get("attention_mask"),
                                   use_cache=False).last_hidden_state[:, :-1]

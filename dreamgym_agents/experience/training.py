@@ -109,6 +109,7 @@ def train_from_trajectories(
         "partial": result.partial,
         "resumed_from_step": result.resumed_from_step,
         "bf16_autocast": result.bf16,
+        "device": result.device,
         "first_loss": result.first_loss,
         "last_loss": result.last_loss,
         "example_config": asdict(example_cfg),

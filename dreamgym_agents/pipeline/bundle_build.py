@@ -231,8 +231,8 @@ class _Build:
                                   say=self.reporter.say, on_step=tick,
                                   time_budget_s=self.remaining())
         keep = ("episodes", "transitions", "examples", "dropped_too_long", "steps",
-                "first_loss", "last_loss", "bf16_autocast", "timings", "resumed_from_step",
-                "held_out_rejected")
+                "first_loss", "last_loss", "bf16_autocast", "device", "timings",
+                "resumed_from_step", "held_out_rejected")
         return {k: manifest.get(k) for k in keep}
 
     def phase_demos(self) -> dict[str, Any]:

@@ -70,7 +70,7 @@ class PolicySFTConfig:
         checkpoint_every: Save a resumable checkpoint every this many steps (0: none); a rerun
             into the same ``output_dir`` resumes from the newest one.
         seed: Seed of initialisation and data order.
-        bf16: bfloat16 autocast (None: where the CPU computes it natively).
+        bf16: bfloat16 autocast (None: where the training device computes it natively).
     """
 
     output_dir: str = ""
@@ -317,6 +317,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
             "steps": result.steps,
             "first_loss": result.first_loss, "last_loss": result.last_loss,
             "seconds": round(time.perf_counter() - start, 1), "bf16": result.bf16,
+            "device": result.device,
             "from_scratch": cfg.base_model is None, "lora_r": cfg.lora_r,
             "planned_steps": result.planned_steps, "partial": result.partial,
             "resumed_from_step": result.resumed_from_step}
