@@ -251,3 +251,37 @@ def test_the_precision_benchmark_compares_the_stored_weights(tiny_build, capsys,
     out = capsys.readouterr().out
     assert "greedy actions identical" in out and "answers identical in text" in out
     assert "matching the real transition: float32" in out
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_seeds_benchmark_retrains_and_measures_a_build(tiny_build, tmp_path, capsys,
+                                                           monkeypatch):
+    """benchmarks/experience_seeds.py: a build's experience model retrained with another seed
+    (same recipe and examples) and measured as the build measures its bundle; a rerun reads
+    the finished seed back."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "experience_seeds.py"
+    spec = importlib.util.spec_from_file_location("experience_seeds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build, out = tiny_build / "build", tmp_path / "seeds"
+    monkeypatch.setenv("DG_CACHE_DIR", str(tiny_build / "cache"))
+    monkeypatch.setattr(sys, "argv", ["experience_seeds.py", str(build), "--seeds", "7",
+                                      "--out", str(out)])
+    module.main()
+    first = capsys.readouterr().out
+    figures = json.loads((out / "seed7" / "figures.json").read_text())
+    assert figures["sft_seed"] == 7 and figures["training"]["steps"] == 10  # the recipe's steps
+    assert figures["tasks"] == 1 and 0 <= figures["oracle_dream_success"] <= 1
+    seeded = Bundle.open(out / "seed7" / "bundle")
+    assert seeded.verify() == []
+    assert seeded.manifest["experience"]["sft_seed"] == 7
+    own = (build / "bundle" / "experience" / "model.safetensors").read_bytes()
+    assert (out / "seed7" / "bundle" / "experience" / "model.safetensors").read_bytes() != own
+    assert "| build |" in first and "| seed 7 |" in first and "over 2 models" in first
+    module.main()  # finished seeds are read back, not retrained
+    assert capsys.readouterr().out.splitlines()[-3:] == first.splitlines()[-3:]

@@ -376,7 +376,7 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
                 raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
                                   f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
             runs.append(run_cfg.out_dir)
-        figures["fidelity"] = _fidelity(bundle, cfg, runs, folder, family_name, reporter)
+        figures["fidelity"] = measure_fidelity(bundle, cfg, runs, folder, family_name, reporter)
         evaluated = spread_tasks(tests, cfg.eval_limit)
         tick = reporter.bar("warm start episodes", len(evaluated))
         meta = {"command": "build-embedded", "stage": "warm_start", "tasks": len(evaluated),
@@ -399,8 +399,11 @@ FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "do
                  "random_dream_success", "baselines")
 
 
-def _fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path, family: str,
-              reporter: Reporter) -> dict[str, Any]:
+def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder: Path,
+                     family: str, reporter: Reporter) -> dict[str, Any]:
+    """The bundle's experience model against the real ``runs`` (an oracle's and a random
+    agent's, on the test split), its buffer made in ``folder/buffer`` from the bundle's seed
+    episodes: the fidelity figures a manifest records."""
     from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
     from dreamgym_agents.experience.dream import DreamConfig
     from dreamgym_agents.experience.fidelity_run import FidelityConfig, load_real_runs, run_fidelity

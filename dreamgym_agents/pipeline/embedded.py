@@ -309,9 +309,14 @@ def collected_episodes(recipe: EmbeddedRecipe, folder: Path, family: str) -> lis
 
 def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, family: str, *,
                    say: Progress, on_step: Tick | None = None,
-                   time_budget_s: float | None = None) -> dict[str, Any]:
+                   time_budget_s: float | None = None,
+                   sft_seed: int | None = None) -> dict[str, Any]:
     """Annotate the episodes, seed ``folder/buffer`` with them and train the experience model
     into ``folder/model`` for the recipe's fixed steps; return the training manifest.
+
+    ``sft_seed`` seeds the model's initialisation and data order only (None: the recipe's
+    seed, which also draws the examples): how a recipe's spread across training seeds is
+    measured (``benchmarks/experience_seeds.py``).
 
     Raises:
         PartialBuildError: ``time_budget_s`` stopped training before the recipe's steps (the
@@ -351,7 +356,8 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
                 max_length=recipe.max_length, max_steps=recipe.sft_steps,
                 batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
                 decision_weight=recipe.decision_weight, time_budget_s=time_budget_s,
-                checkpoint_every=CHECKPOINT_EVERY, seed=recipe.seed),
+                checkpoint_every=CHECKPOINT_EVERY,
+                seed=recipe.seed if sft_seed is None else sft_seed),
             counterfactual_answers=recipe.counterfactual_answers,
             counterfactual_stops=recipe.counterfactual_stops,
             on_step=on_step,
