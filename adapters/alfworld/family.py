@@ -48,6 +48,9 @@ class AlfworldFamily:
     """ALFWorld: generated games (or the official ones) played through textworld."""
 
     name = FAMILY
+    rl_episode_steps = 15
+    """An RL episode's step limit in the presets: as long as an evaluation's (the expert's plans
+    take 3-9 commands; the web's 10 would leave a policy one wrong command to spare)."""
 
     def __init__(self) -> None:
         self._openings: dict[str, str | None] = {}

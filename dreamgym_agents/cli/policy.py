@@ -20,7 +20,7 @@ PolicyOpt = Annotated[
 
 
 def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
-                     config: Path | None, overrides: list[str] | None) -> Any:
+                     config: Path | None, overrides: list[str] | None, task: str) -> Any:
     from dreamgym_agents.config import load_config
     from dreamgym_agents.pipeline.run import is_hosted, preset_config
 
@@ -28,7 +28,7 @@ def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | No
         raise ConfigError(f"--policy {policy} is a hosted model: run cannot update its weights, "
                           "so SFT, dream RL and sim-to-real do not apply; evaluate it with "
                           f"`dg-agents eval --agent {policy}` (or train embedded / hf/<path>)")
-    cfg = preset_config(preset, seed)
+    cfg = preset_config(preset, seed, task)
     cfg.policy = policy
     if sim_to_real is not None:
         cfg.sim_to_real = sim_to_real
@@ -61,7 +61,7 @@ def run_command(
     from dreamgym_agents.pipeline.run import Pipeline
 
     setup_logging(verbose)
-    cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides)
+    cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides, task)
     cfg.task = task
     with progress_reporter() as reporter:
         summary = Pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
@@ -105,7 +105,7 @@ def bench_command(
     from dreamgym_agents.pipeline.bench import ABLATIONS, BenchConfig, run_bench
 
     setup_logging(verbose)
-    base = _pipeline_config(preset, 0, "embedded", None, config, overrides)
+    base = _pipeline_config(preset, 0, "embedded", None, config, overrides, task)
     base.task = task
     if ablation and not ablations:
         raise ConfigError("--no-ablations and --ablation contradict each other: give one")

@@ -245,7 +245,9 @@ class TaskFamily(Protocol):
     (the dream starts a task the buffer has no start for there);
     ``task_generator(tasks, seed) -> (generator, feasible)``, the curriculum's
     :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
-    feasibility check (default: the template generator, its values grounded in real tasks).
+    feasibility check (default: the template generator, its values grounded in real tasks);
+    ``rl_episode_steps``, an RL episode's step limit in the presets (default
+    :data:`~dreamgym_agents.pipeline.run.RL_EPISODE_STEPS`).
     """
 
     name: str

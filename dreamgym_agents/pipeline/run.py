@@ -162,18 +162,29 @@ RL_LR = 2e-4
 """GRPO's learning rate for the embedded policy (its SFT peaks at ``WARM_START_LR``)."""
 
 
-def preset_config(preset: str, seed: int = 0) -> PipelineConfig:
+RL_EPISODE_STEPS = 10
+"""Step limit of an RL episode in the presets, unless the family says (``rl_episode_steps``)."""
+
+
+def preset_config(preset: str, seed: int = 0, task: str | None = None) -> PipelineConfig:
     """The settings of a preset (``quick``: 31 test tasks per evaluation and 8 GRPO steps per
     stage, minutes once the experience model, demonstrations and warm start are cached;
-    ``full``: the whole test split, 40 steps per stage)."""
+    ``full``: the whole test split, 40 steps per stage), for the family of ``task`` when given
+    (its optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
     quick = preset == "quick"
     steps = 8 if quick else 40
+    episode_steps = RL_EPISODE_STEPS
+    if task is not None:
+        from dreamgym_agents.episodes.env import family_part
+
+        episode_steps = family_part(task, lambda f: getattr(f, "rl_episode_steps", None)) \
+            or RL_EPISODE_STEPS
 
     def rl(concurrency: int, budget: int | None = None) -> GRPOStageConfig:
         return GRPOStageConfig(max_steps=steps, tasks_per_step=4, num_generations=4,
-                               max_episode_steps=10, learning_rate=RL_LR,
+                               max_episode_steps=episode_steps, learning_rate=RL_LR,
                                concurrency=concurrency, real_transition_budget=budget, seed=seed)
 
     return PipelineConfig(
