@@ -237,10 +237,9 @@ class _Build:
 
     def phase_demos(self) -> dict[str, Any]:
         folder = self.out / "demos"
-        tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
         ensure_demos(self.family, self.cfg.demo_tasks, seed=self.recipe.seed,
                      concurrency=self.cfg.demo_concurrency, max_steps=self.cfg.demo_max_steps,
-                     progress=self.reporter.say, on_episode=lambda t: tick(1, t), folder=folder)
+                     progress=self.reporter.say, bar=self.reporter.bar, folder=folder)
         demos = read_collected(folder, ["oracle"])
         count = write_episodes(self.out / DEMOS_FILE, [("oracle", t) for t in demos])
         return {"episodes": count, "successful": sum(t.success for t in demos),

@@ -397,7 +397,7 @@ def demos_name(tasks: int | None, seed: int = 0) -> str:
 
 def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
                  concurrency: int = 4, max_steps: int = 15, progress: Progress | None = None,
-                 on_episode: Callable[[Any], None] | None = None,
+                 bar: Callable[[str, int], Tick] | None = None,
                  folder: Path | None = None) -> Path:
     """Play the ``family``'s oracle on ``tasks`` of its train tasks, spread over the templates
     (None: every train task the oracle can play: one with an oracle program, or any with an
@@ -407,7 +407,8 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
     These are the policy's demonstrations (what the warm start imitates): the experience
     model's collection plays the oracle on a hundred tasks only, and a policy trained from
     scratch on so few memorises their strings instead of learning to copy them. Resumable:
-    recorded episodes stay when a collection is interrupted.
+    recorded episodes stay when a collection is interrupted. ``bar(label, total)`` makes the
+    progress bar once the number of tasks is known.
     """
     from dreamgym_agents.episodes.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
@@ -429,8 +430,10 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
             run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
                                 max_steps=max_steps,
                                 meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
-            result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg),
-                                              oracle, run_cfg, on_episode=on_episode))
+            tick = bar("demonstrations", len(chosen)) if bar is not None else None
+            result = asyncio.run(run_episodes(
+                chosen, lambda: made.make_env(env_cfg), oracle, run_cfg,
+                on_episode=None if tick is None else (lambda t: tick(1, t))))
         finally:
             made.close()
         if result.failed:

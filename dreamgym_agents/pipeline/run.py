@@ -446,12 +446,11 @@ class Pipeline:
             if bundle is not None and bundle.manifest["demos"]["name"] == name:
                 done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
             else:
-                tick = self.reporter.bar("demonstrations", self.cfg.demo_tasks or 0)
                 done["demos"] = str(ensure_demos(family, self.cfg.demo_tasks, seed=recipe.seed,
                                                  concurrency=self.cfg.eval_concurrency,
                                                  max_steps=self.cfg.eval_max_steps,
                                                  progress=self.reporter.say,
-                                                 on_episode=lambda t: tick(1, t)))
+                                                 bar=self.reporter.bar))
             done["demos_name"] = name
         return done
 

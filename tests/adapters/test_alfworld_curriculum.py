@@ -150,17 +150,3 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
     monkeypatch.setattr(family, "make_env", lambda cfg: calls.append(cfg))
     assert dream.reset(task).state == real and not calls  # cached: no second reset
 
-
-def test_the_presets_give_alfworld_rl_episodes_room_to_recover():
-    """The expert's plans take up to 9 commands: an RL episode in the presets gets the family's
-    15 steps (the web keeps 10), and --set still overrides it."""
-    from dreamgym_agents.cli.policy import _pipeline_config
-    from dreamgym_agents.pipeline.run import RL_EPISODE_STEPS, preset_config
-
-    alfworld, web = preset_config("quick", 0, "alfworld"), preset_config("quick", 0, "webarena")
-    assert alfworld.dream.max_episode_steps == alfworld.s2r.max_episode_steps == 15
-    assert web.dream.max_episode_steps == web.s2r.max_episode_steps == RL_EPISODE_STEPS == 10
-    assert preset_config("full").dream.max_episode_steps == RL_EPISODE_STEPS  # no family given
-    cfg = _pipeline_config("quick", 0, "embedded", None, None, ["dream.max_episode_steps=7"],
-                           "alfworld")
-    assert cfg.dream.max_episode_steps == 7 and cfg.s2r.max_episode_steps == 15
