@@ -107,6 +107,7 @@ def test_a_tiny_bundle_is_built_end_to_end(tiny_build):
     assert m["demos"]["episodes"] == 3 and m["experience"]["collection"]["episodes"] == 9
     figures = m["figures"]
     assert figures["fidelity"]["tasks"] == 1 and figures["fidelity"]["oracle_real_success"] == 1
+    assert 0 <= figures["fidelity"]["state_exact"] <= figures["fidelity"]["state_f1"] <= 1
     assert figures["warm_start"]["tasks"] == 1 and 0 <= figures["warm_start"]["success"] <= 1
     assert m["built"]["commit"] and set(m["built"]["phase_seconds"]) >= {"collect", "measure"}
     # weights stored in bfloat16, computed in float32

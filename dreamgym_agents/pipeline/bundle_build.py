@@ -392,7 +392,7 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
 
 
 FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "done_accuracy",
-                 "done_balanced_accuracy", "done_f1", "success_accuracy", "state_f1",
+                 "done_balanced_accuracy", "done_f1", "success_accuracy", "state_f1", "state_exact",
                  "em_failure_rate", "final_success_recall", "final_failure_recall",
                  "oracle_real_success", "oracle_dream_success", "random_real_success",
                  "random_dream_success", "baselines")
