@@ -39,14 +39,12 @@ COLUMNS = ("reward_accuracy", "done_accuracy", "state_f1", "oracle_dream_success
            "random_dream_success")
 
 
-def seed_figures(build: Path, cfg: BuildConfig, family: str, seed: int, out: Path,
-                 reporter) -> dict:
+def seed_figures(build: Path, cfg: BuildConfig, family: str, recipe, episodes: list,
+                 seed: int, out: Path, reporter) -> dict:
     """Retrain, package and measure one seed (kept in ``out``: a rerun reads it back)."""
     done = out / "figures.json"
     if done.exists():
         return json.loads(done.read_text())
-    recipe = family_recipe(family, **cfg.experience_recipe)
-    episodes = read_episodes(build / COLLECT_FILE)
     tick = reporter.bar(f"seed {seed}: SFT steps", recipe.sft_steps)
     training = train_embedded(recipe, episodes, out / "experience", family, say=reporter.say,
                               on_step=tick, sft_seed=seed)
@@ -90,10 +88,12 @@ def main() -> None:
         parser.exit(2, f"error: --seeds takes integers separated by commas, got {args.seeds!r}\n")
     own = Bundle.open(args.build / "bundle").manifest.get("figures", {}).get("fidelity") or {}
     rows = [("build", own)]
+    recipe = family_recipe(family, **cfg.experience_recipe)
+    episodes = read_episodes(args.build / COLLECT_FILE)  # read once, for every seed
     with progress_reporter() as reporter:
         for seed in seeds:
-            rows.append((f"seed {seed}", seed_figures(args.build, cfg, family, seed,
-                                                      args.out / f"seed{seed}", reporter)))
+            rows.append((f"seed {seed}", seed_figures(args.build, cfg, family, recipe, episodes,
+                                                      seed, args.out / f"seed{seed}", reporter)))
     print("| model | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
     for name, figures in rows:
