@@ -16,6 +16,7 @@ from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.pipeline.bundle import COLLECT_FILE, Bundle, shipped_bundle
 from dreamgym_agents.pipeline.embedded import RECIPE_VERSION, EmbeddedRecipe, demos_name
 from dreamgym_agents.pipeline.run import WARM_START_VERSION, preset_config, warm_start_key
+from dreamgym_agents.types import read_trajectories
 
 TINY_RECIPE = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_steps=4,
                    explorer_tasks=1, explorer_pages=1, explorer_steps=5, order_explorer_tasks=1,
@@ -44,6 +45,20 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch):
     assert m["built"]["commit"] and m["figures"]["fidelity"] and m["figures"]["warm_start"]
     assert bundle.verify() == []
     assert m["bytes"] < 60e6  # tens of MB
+    # the warm start's test episodes cover the quick preset's evaluation (make run reuses them)
+    from dataclasses import asdict
+
+    from dreamgym_agents.episodes.env import make_family, spread_tasks
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
+    played = m["figures"]["warm_start"]["episodes"]
+    assert played["max_steps"] == preset.eval_max_steps
+    assert played["view"] == asdict(preset.policy_view)
+    tasks = {str(t.task.task_id) for t in read_episodes(bundle.root / played["file"])}
+    family = make_family("webarena")
+    quick = spread_tasks(family.load_tasks("test"), preset.eval_limit)
+    family.close()
+    assert {str(t.task_id) for t in quick} <= tasks
 
 
 def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
@@ -142,7 +157,8 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
     monkeypatch.setenv("DG_BUNDLE", str(tiny_build / "build" / "bundle"))
     cfg = preset_config("quick")
     cfg = load_config(cfg, overrides=[f"experience_recipe={json.dumps(TINY_RECIPE)}",
-                                      "demo_tasks=3", "sft.max_steps=4", "sft.max_length=4096"])
+                                      "demo_tasks=3", "sft.max_steps=4", "sft.max_length=4096",
+                                      "eval_limit=1"])
     said: list[str] = []
 
     class Recorder:
@@ -160,8 +176,20 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
     experience = pipe.stage_experience()
     pipe.state["done"]["experience"] = experience
     sft = pipe.stage_sft()
-    pipe.close()
+    pipe.state["done"]["sft"] = sft
     bundle = Bundle.open(tiny_build / "build" / "bundle")
+    # the warm start's evaluation: the episodes the build played with it on the same task
+    evaluated = pipe.stage_eval_sft()
+    measured = bundle.manifest["figures"]["warm_start"]
+    assert evaluated["from_bundle"] == bundle.id and evaluated["episodes"] == 1
+    assert evaluated["successes"] == measured["successes"]
+    played = read_trajectories(tmp_path / "run" / "eval" / "eval_sft" / "trajectories.jsonl")
+    assert [t.task.task_id for t in played] == [t.task_id for t in pipe.test_tasks()]
+    assert all(t.provenance == "real" for t in played[0].transitions)
+    # ... only under the same evaluation: another step limit plays its own
+    pipe.cfg.eval_max_steps = 3
+    assert pipe._bundle_eval() is None
+    pipe.close()
     assert experience["bundle"] == sft["bundle"] == bundle.id
     assert experience["model"] == f"hf/{bundle.experience_dir}"
     assert experience["demos"] == str(bundle.demos_file)

@@ -13,6 +13,10 @@ A bundle is a folder, made by ``dg-agents build-embedded``
                                 what the experience model was trained on and the replay buffer's
                                 seed transitions
     episodes/demos.jsonl.gz     the oracle's demonstrations the warm start imitated
+    episodes/warm_start_test.jsonl.gz
+                                the warm start's greedy test episodes that its figures count
+                                (a run's ``eval_sft`` of the same tasks reuses them); written by
+                                the measurement, outside the id's digest
 
 The manifest records the format, the recipe versions and keys (the experience model's
 :class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe` key, the warm start's key), the
@@ -51,6 +55,7 @@ EXPERIENCE_DIR = "experience"
 POLICY_DIR = "policy"
 COLLECT_FILE = "episodes/collect.jsonl.gz"
 DEMOS_FILE = "episodes/demos.jsonl.gz"
+WARM_START_TEST_FILE = "episodes/warm_start_test.jsonl.gz"
 BUNDLE_ENV = "DG_BUNDLE"
 TRANSITION_INFO_KEPT = ("truncated", "eval", "em_failure")
 """The ``Transition.info`` keys a compact episode keeps (the browser's action code, ~20 KB a

@@ -44,6 +44,7 @@ from dreamgym_agents.pipeline.bundle import (
     DEMOS_FILE,
     EXPERIENCE_DIR,
     POLICY_DIR,
+    WARM_START_TEST_FILE,
     Bundle,
     content_id,
     file_table,
@@ -352,7 +353,8 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
     (against the oracle's and a random agent's real runs) and the warm start's greedy test
     success. Resumable: finished runs in ``folder`` are kept."""
     from dreamgym_agents.episodes.env import EnvConfig, make_family, spread_tasks
-    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
+    from dreamgym_agents.types import read_trajectories
 
     family = make_family(family_name)
     env_cfg = EnvConfig(max_steps=cfg.eval_max_steps)
@@ -386,6 +388,11 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
                                  max_steps=cfg.eval_max_steps, meta=meta, name="warm_start",
                                  on_episode=lambda t: tick(1, t))
         figures["warm_start"] = _warm_start_figures(result, tests)
+        played = read_trajectories(Path(result["folder"]) / TRAJECTORIES_FILE)
+        write_episodes(bundle.root / WARM_START_TEST_FILE, (("warm_start", t) for t in played))
+        figures["warm_start"]["episodes"] = {
+            "file": WARM_START_TEST_FILE, "tasks": len(played), "greedy": True,
+            "max_steps": cfg.eval_max_steps, "view": asdict(cfg.policy_view)}
     finally:
         family.close()
     return figures
@@ -393,7 +400,8 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
 
 FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "done_accuracy",
                  "done_balanced_accuracy", "done_f1", "success_accuracy", "state_f1", "state_exact",
-                 "em_failure_rate", "final_success_recall", "final_failure_recall",
+                 "state_exact_determined", "n_determined", "state_exact_revealing",
+                 "n_revealing", "em_failure_rate", "final_success_recall", "final_failure_recall",
                  "oracle_real_success", "oracle_dream_success", "random_real_success",
                  "random_dream_success", "baselines")
 

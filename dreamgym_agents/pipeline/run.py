@@ -83,6 +83,11 @@ class PipelineConfig:
             ``TaskFamily.dream_eval_types`` (webarena: answers and URLs, not ``program_html``,
             whose outcome is the site's hidden state; alfworld: every task). Sim-to-real and
             GRPO-real train on every task.
+        reuse_bundle_eval: The warm start's evaluation (``eval_sft``) reuses the episodes the
+            embedded bundle's build played with the same policy on the same test tasks (greedy,
+            same step limit and view: the same episodes, measured again identical), when the
+            run's warm start is the bundle's and every evaluated task is among them; False
+            plays them again.
         sim_to_real: Run the sim-to-real stages.
         real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
             ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
@@ -108,6 +113,7 @@ class PipelineConfig:
     eval_concurrency: int = 4
     eval_max_steps: int = 15
     dream_eval_types: list[str] | str | None = "family"
+    reuse_bundle_eval: bool = True
     sim_to_real: bool = True
     real_rl: bool = False
     sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
@@ -580,7 +586,52 @@ class Pipeline:
                                on_episode=lambda t: tick(1, t))
 
     def stage_eval_sft(self) -> dict[str, Any]:
-        return self.evaluate("eval_sft", self.checkpoint("sft"))
+        reused = self._bundle_eval() if self.cfg.reuse_bundle_eval else None
+        return reused or self.evaluate("eval_sft", self.checkpoint("sft"))
+
+    def _bundle_eval(self) -> dict[str, Any] | None:
+        """``eval_sft`` from the episodes the bundle's build played with this warm start on
+        these test tasks (None: the run's warm start or its evaluation is not the bundle's)."""
+        from dreamgym_agents.episodes.graph import SUMMARY_FILE, TRAJECTORIES_FILE, summarize
+        from dreamgym_agents.pipeline.bundle import read_episodes
+        from dreamgym_agents.types import append_trajectory
+
+        bundle = self._bundle()
+        sft = self.state["done"]["sft"]
+        if bundle is None or sft.get("bundle") != bundle.id or self.cfg.eval_split != "test":
+            return None
+        measured = bundle.manifest.get("figures", {}).get("warm_start", {}).get("episodes")
+        if not measured or measured.get("max_steps") != self.cfg.eval_max_steps or \
+                measured.get("view") != asdict(self.cfg.policy_view) or \
+                not (bundle.root / measured["file"]).is_file():
+            return None
+        played = {str(t.task.task_id): t for t in read_episodes(bundle.root / measured["file"])}
+        tasks = self.test_tasks()
+        if any(str(t.task_id) not in played for t in tasks):
+            return None
+        folder = self.out / "eval" / "eval_sft"
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        episodes = [played[str(t.task_id)] for t in tasks]
+        for traj in episodes:
+            traj.provenance = "real"
+            for t in traj.transitions:
+                t.provenance = "real"
+            append_trajectory(folder / TRAJECTORIES_FILE, traj)
+        meta = {"command": "run", "stage": "eval_sft", "checkpoint": self.checkpoint("sft"),
+                "split": "test", "tasks": len(tasks), "max_steps": self.cfg.eval_max_steps,
+                "played_by": f"build-embedded of the bundle {bundle.id}"}
+        s = summarize(episodes, meta)
+        (folder / SUMMARY_FILE).write_text(json.dumps(s, indent=2, sort_keys=True))
+        self.reporter.say(f"eval_sft: the embedded bundle's build played this warm start on "
+                          f"these {len(tasks)} test tasks (greedy): {s['successes']}/"
+                          f"{len(tasks)}; its episodes are reused ({folder}; "
+                          "--set reuse_bundle_eval=false plays them again)")
+        return {"success": s["success_rate"], "episodes": s["episodes"],
+                "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
+                "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
+                "folder": str(folder), "from_bundle": bundle.id}
 
     def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
         from dreamgym_agents.episodes.graph import EnvPool
