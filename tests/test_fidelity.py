@@ -254,3 +254,15 @@ def test_the_baselines_benchmark_rescores_recorded_predictions(tmp_path):
     with pytest.raises(SystemExit, match="not in the real runs"):
         module.rescore(rows, {})
     json.dumps(scores)
+
+
+def test_exact_match_is_reported_apart_on_transitions_that_reveal_the_unknowable():
+    """A family's reveals(state, next_state) splits the exact-match rate: the transitions whose
+    next state shows what the state could not say are scored apart from the others."""
+    steps = real_steps()
+    wrong = ExperiencePrediction(ExperienceOutput("", HOME, 0.0, False, False))
+    pairs = [(steps[0], wrong), (steps[1], perfect(steps[1])), (steps[2], perfect(steps[2]))]
+    metrics = transition_metrics(pairs, reveals=lambda state, nxt: nxt == LAPTOPS)
+    assert metrics["n_revealing"] == 1 and metrics["state_exact_revealing"] == 0.0
+    assert metrics["n_determined"] == 2 and metrics["state_exact_determined"] == 1.0
+    assert "state_exact_determined" not in transition_metrics(pairs)

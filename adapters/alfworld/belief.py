@@ -8,9 +8,17 @@ the state alone (the policy conditions on its turn, the experience model on a st
     Task: put two soapbar in bathtubbasin.
     At: countertop 1
     Holding: soapbar 3 (clean)
-    Seen: bathtubbasin 1: nothing; cabinet 1 (closed); countertop 1: soapbar 4, spraybottle 1
     Unvisited: cabinet 2, cabinet 3, toilet 1
     Feedback: You arrive at countertop 1. On the countertop 1, you see a soapbar 4, and a …
+    Seen bathtubbasin 1: nothing
+    Seen cabinet 1: (closed)
+    Seen fridge 1: (open) apple 1 (cool), egg 2
+    Seen countertop 1: soapbar 4, spraybottle 1
+
+One ``Seen`` line per receptacle, in the order they were first seen, so a step changes one or
+two short lines (the experience model writes a state as edits of keyed lines, a new line going
+last: :func:`~dreamgym_agents.experience.codec.apply_edits`); a single ``Seen:`` line of every
+receptacle was rewritten whole at each step, and a small model's greedy copy of it looped.
 
 The state is a deterministic function of the feedback sentences (:meth:`Belief.update`), so the
 dream only has to predict the next sentence: :meth:`Belief.update` turns it into the next state,
@@ -172,24 +180,22 @@ class Belief:
 
     def render(self) -> str:
         """The state as the models see it (the module docstring's lines)."""
-        seen = []
-        for name in self.receptacles:
-            place = self.places.get(name)
-            if place is None:
-                continue
-            label = name if place.status == "surface" else f"{name} ({place.status})"
-            if place.items is None or place.status == "closed":
-                seen.append(label)
-            else:
-                seen.append(f"{label}: {', '.join(self._named(place.items)) or 'nothing'}")
         unvisited = [r for r in self.receptacles if r not in self.places]
         held = self._named([self.holding])[0] if self.holding else "nothing"
-        return "\n".join([f"Task: {self.task}",
-                          f"At: {self.at or 'the middle of the room'}",
-                          f"Holding: {held}",
-                          f"Seen: {'; '.join(seen) or 'nothing yet'}",
-                          f"Unvisited: {', '.join(unvisited) or 'none'}",
-                          f"Feedback: {self.feedback}"])
+        lines = [f"Task: {self.task}",
+                 f"At: {self.at or 'the middle of the room'}",
+                 f"Holding: {held}",
+                 f"Unvisited: {', '.join(unvisited) or 'none'}",
+                 f"Feedback: {self.feedback}"]
+        for name, place in self.places.items():  # first seen first
+            if place.status == "closed":
+                value = "(closed)"
+            else:
+                value = "unknown" if place.items is None else \
+                    ", ".join(self._named(place.items)) or "nothing"
+                value = f"(open) {value}" if place.status == "open" else value
+            lines.append(f"{SEEN}{name}: {value}")
+        return "\n".join(lines)
 
     def _named(self, objects: list[str]) -> list[str]:
         return [f"{o} ({', '.join(self.properties[o])})" if self.properties.get(o) else o
@@ -199,33 +205,24 @@ class Belief:
     def parse(cls, state: str) -> Belief:
         """Read a rendered state back (the inverse of :meth:`render`)."""
         fields = {}
+        belief = cls()
         for line in state.splitlines():
             key, sep, value = line.partition(": ")
-            if sep:
-                fields[key.strip()] = value.strip()
-        belief = cls(task=fields.get("Task", ""), feedback=fields.get("Feedback", ""))
+            if not sep:
+                continue
+            key, value = key.strip(), value.strip()
+            if key.startswith(SEEN):
+                belief.places[key[len(SEEN):]] = _read_place(value, belief.properties)
+            else:
+                fields[key] = value
+        belief.task, belief.feedback = fields.get("Task", ""), fields.get("Feedback", "")
         at = fields.get("At", "")
         belief.at = "" if at == "the middle of the room" else at
         holding, props = _split_props(fields.get("Holding", "nothing"))
         belief.holding = "" if holding == "nothing" else holding
         if props:
             belief.properties[holding] = props
-        names: set[str] = set()
-        seen = fields.get("Seen", "")
-        for part in ([] if seen in ("", "nothing yet") else seen.split("; ")):
-            head, _, contents = part.partition(": ")
-            name, status = head, "surface"
-            if head.endswith(")") and " (" in head:
-                name, status = head[:-1].split(" (", 1)
-            place = belief.places.setdefault(name, Place(status=status))
-            if status != "closed":
-                place.items = []
-                for item in ([] if contents in ("", "nothing") else contents.split(", ")):
-                    obj, obj_props = _split_props(item)
-                    place.items.append(obj)
-                    if obj_props:
-                        belief.properties[obj] = obj_props
-            names.add(name)
+        names = set(belief.places)
         unvisited = fields.get("Unvisited", "none")
         names |= set() if unvisited == "none" else set(unvisited.split(", "))
         if belief.at:
@@ -263,6 +260,29 @@ class Belief:
             if held and verb and held in rules.abilities[verb]:
                 out.add(f"{verb} {self.holding} with {self.at}")
         return sorted(out)
+
+
+SEEN = "Seen "
+"""The head of a receptacle's line (``Seen fridge 1: (open) apple 1``)."""
+_ITEMS_SPLIT = re.compile(r", (?![^()]*\))")  # commas outside an object's (properties)
+
+
+def _read_place(value: str, properties: dict[str, list[str]]) -> Place:
+    """A ``Seen`` line's value (its objects' properties go to ``properties``)."""
+    if value == "(closed)":
+        return Place(status="closed")
+    status = "surface"
+    if value.startswith("(open)"):
+        status, value = "open", value[len("(open)"):].strip()
+    if value == "unknown":
+        return Place(status=status)
+    items = []
+    for item in ([] if value in ("", "nothing") else _ITEMS_SPLIT.split(value)):
+        obj, obj_props = _split_props(item)
+        items.append(obj)
+        if obj_props:
+            properties[obj] = obj_props
+    return Place(status=status, items=items)
 
 
 def _split_props(text: str) -> tuple[str, list[str]]:
@@ -320,6 +340,16 @@ class AlfworldStateFormat:
         curriculum variant starts from its seed's opening)."""
         line = "Task: " + str(task.intent).strip().rstrip(".") + "."
         return re.sub(r"^Task: .*$", lambda _: line, state, count=1, flags=re.M)
+
+    @staticmethod
+    def reveals(state: str, next_state: str) -> bool:
+        """Whether ``next_state`` shows the contents of a receptacle ``state`` does not know
+        (arriving at an unvisited one, opening a closed one never opened): a game's hidden
+        layout, which no model can predict from the state."""
+        before, after = Belief.parse(state).places, Belief.parse(next_state).places
+        return any(place.items is not None and place.status != "closed" and
+                   (name not in before or before[name].items is None)
+                   for name, place in after.items())
 
     @staticmethod
     def location(state: str) -> str:

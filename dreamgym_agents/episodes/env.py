@@ -130,6 +130,9 @@ class StateFormat(Protocol):
     goal); without it the state is used as it is (a web page does not name the task).
     Optional: ``admissible(state)``, the commands a state accepts, when the state alone says
     (the dream then offers them in ``Observation.info["admissible"]`` as a real game does).
+    Optional: ``reveals(state, next_state)``, whether a real next state shows what the state
+    could not say (a receptacle's contents seen for the first time): fidelity then reports the
+    exact-match rate of the other transitions apart (``state_exact_determined``).
     """
 
     def initial_state(self, task: Task) -> str: ...

@@ -115,6 +115,7 @@ def state_exact(predicted: str, real: str, *, strip_ids: StripIds | None = None)
 def transition_metrics(
     pairs: Sequence[tuple[Transition, ExperiencePrediction]], *,
     strip_ids: StripIds | None = None, is_terminal: Callable[[str], bool] | None = None,
+    reveals: Callable[[str, str], bool] | None = None,
 ) -> dict[str, Any]:
     """Fidelity of predictions against the real transitions they predict.
 
@@ -142,6 +143,11 @@ def transition_metrics(
     state, copying
     the current state (its state F1 and exact match against the real next state).
     ``state_exact`` is the share of next states predicted exactly (:func:`state_exact`).
+    With ``reveals`` (the family's ``StateFormat.reveals(state, next_state)``: the real next
+    state shows what the state could not say, such as a receptacle's contents seen for the
+    first time, which no model can know), ``state_exact_determined`` is the share over the
+    other transitions (``n_determined`` of them; a failure counts as wrong) and
+    ``state_exact_revealing`` over those (``n_revealing``); absent without ``reveals``.
 
     Returns:
         ``reward_accuracy``, ``done_accuracy``, ``success_accuracy``, ``state_f1``,
@@ -149,7 +155,9 @@ def transition_metrics(
         ``em_failure_rate``, ``n``, ``n_ok``, ``reward_accuracy_ok`` … ``state_f1_ok``,
         ``final_success_recall``, ``final_failure_recall``, ``n_final_success``,
         ``n_final_failure``, ``reward_balanced_accuracy``, ``reward_f1``,
-        ``done_balanced_accuracy``, ``done_f1`` and ``baselines``.
+        ``done_balanced_accuracy``, ``done_f1``, ``baselines`` and, with ``reveals``,
+        ``state_exact_determined``, ``n_determined``, ``state_exact_revealing``,
+        ``n_revealing``.
     """
     names = ("reward_accuracy", "done_accuracy", "success_accuracy", "state_f1", "state_exact")
     sums = dict.fromkeys(names, 0.0)
@@ -189,6 +197,18 @@ def transition_metrics(
                     "done_f1": done["f1"]})
     copies = [state_f1(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
     same = [state_exact(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
+    if reveals is not None:
+        exact = {False: [0, 0], True: [0, 0]}  # reveals → [transitions, predicted exactly]
+        for real, prediction in pairs:
+            group = exact[bool(reveals(real.state, real.next_state))]
+            group[0] += 1
+            out = prediction.output
+            group[1] += out is not None and state_exact(out.next_state, real.next_state,
+                                                        strip_ids=strip_ids)
+        for flag, name in ((False, "determined"), (True, "revealing")):
+            total, alike = exact[flag]
+            metrics[f"state_exact_{name}"] = alike / total if total else None
+            metrics[f"n_{name}"] = total
     metrics["baselines"] = {
         "reward_always_0": binary_scores(reward_truth, [False] * n),
         "done_from_action_type": None if is_terminal is None else binary_scores(

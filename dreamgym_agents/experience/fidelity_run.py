@@ -422,7 +422,9 @@ async def run_fidelity(
     try:
         action_set = family_obj.action_set()
         agents = family_obj.offline_agents(cfg.seed)
-        strip_ids = family_obj.state_format().strip_ids if cfg.ignore_ids else None
+        states = family_obj.state_format()
+        strip_ids = states.strip_ids if cfg.ignore_ids else None
+        reveals = getattr(states, "reveals", None)
     finally:
         family_obj.close()
     tasks = held_out_tasks(runs, cfg.limit)
@@ -439,7 +441,7 @@ async def run_fidelity(
     )
     pairs = [pair for episode_pairs in per_episode for pair in episode_pairs]
     metrics = transition_metrics(pairs, strip_ids=strip_ids,
-                                 is_terminal=ends_by_type(action_set))
+                                 is_terminal=ends_by_type(action_set), reveals=reveals)
     with open(cfg.out_dir / PREDICTIONS_FILE, "w", encoding="utf-8") as fh:
         for (agent, _), episode_pairs in zip(episodes, per_episode, strict=True):
             for real, prediction in episode_pairs:

@@ -96,6 +96,10 @@ class EmbeddedRecipe:
         use_history: Train with history in the prompt (False: the no-history ablation).
         use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
         use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
+        state_version: Version of the family's state text (a family that changes what its
+            states say sets a new one in ``embedded_recipe_defaults``, so no collection or
+            model of the old states is reused); left out of the keys at 0 (the web family's
+            states predate it, and its keys stay as they were).
     """
 
     seed: int = 0
@@ -126,25 +130,28 @@ class EmbeddedRecipe:
     use_history: bool = True
     use_retrieval: bool = True
     use_reasoning: bool = True
+    state_version: int = 0
+
+    def _digest(self, names: Iterable[str] | None = None) -> str:
+        fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
+        if not fields.get("state_version"):
+            fields.pop("state_version", None)
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
 
     @property
     def key(self) -> str:
-        fields = asdict(self)
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-        return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{digest[:8]}"
+        return f"experience-v{RECIPE_VERSION}-seed{self.seed}-{self._digest()}"
 
     @property
     def collect_key(self) -> str:
         """Name of the collected episodes: recipes that differ only in training (the ablations)
         share one collection."""
-        fields = {k: v for k, v in asdict(self).items() if k in COLLECT_FIELDS}
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
-        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{digest[:8]}"
+        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
 
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
-                  "noise", "max_steps")
+                  "noise", "max_steps", "state_version")
 """The recipe fields that decide which episodes are collected."""
 
 

@@ -98,7 +98,7 @@ def test_a_variant_dreams_from_its_seed_opening_with_its_own_goal(family, tmp_pa
 
     seed = family.load_tasks("train")[0]
     opening = family.state_format().initial_state(seed).replace(
-        "Seen: nothing yet", "Seen: nothing yet\nUnvisited: a countertop 1")
+        "Unvisited: none", "Unvisited: countertop 1")
     first = Transition(episode_id="e", task_id=seed.task_id, step=0, state=opening,
                        action="go to countertop 1", next_state=opening, reward=0.0, done=False,
                        provenance="real")
