@@ -183,6 +183,7 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
     measured = bundle.manifest["figures"]["warm_start"]
     assert evaluated["from_bundle"] == bundle.id and evaluated["episodes"] == 1
     assert evaluated["successes"] == measured["successes"]
+    assert evaluated["eval_real_transitions"] == 0 < evaluated["build_real_transitions"]
     played = read_trajectories(tmp_path / "run" / "eval" / "eval_sft" / "trajectories.jsonl")
     assert [t.task.task_id for t in played] == [t.task_id for t in pipe.test_tasks()]
     assert all(t.provenance == "real" for t in played[0].transitions)

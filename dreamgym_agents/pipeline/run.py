@@ -628,8 +628,10 @@ class Pipeline:
                           f"these {len(tasks)} test tasks (greedy): {s['successes']}/"
                           f"{len(tasks)}; its episodes are reused ({folder}; "
                           "--set reuse_bundle_eval=false plays them again)")
+        # the build took those real transitions, not this run
         return {"success": s["success_rate"], "episodes": s["episodes"],
-                "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
+                "successes": s["successes"], "eval_real_transitions": 0,
+                "build_real_transitions": s["real_transitions"],
                 "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
                 "folder": str(folder), "from_bundle": bundle.id}
 
