@@ -6,19 +6,21 @@ sentence must remember the rest; the abstract state keeps it instead, so a turn 
 the state alone (the policy conditions on its turn, the experience model on a state):
 
     Task: put two soapbar in bathtubbasin.
+    Room: bathtubbasin 1, cabinet 1, cabinet 2, countertop 1, fridge 1, toilet 1
     At: countertop 1
     Holding: soapbar 3 (clean)
-    Unvisited: cabinet 2, cabinet 3, toilet 1
     Feedback: You arrive at countertop 1. On the countertop 1, you see a soapbar 4, and a …
     Seen bathtubbasin 1: nothing
     Seen cabinet 1: (closed)
     Seen fridge 1: (open) apple 1 (cool), egg 2
     Seen countertop 1: soapbar 4, spraybottle 1
 
-One ``Seen`` line per receptacle, in the order they were first seen, so a step changes one or
-two short lines (the experience model writes a state as edits of keyed lines, a new line going
-last: :func:`~dreamgym_agents.experience.codec.apply_edits`); a single ``Seen:`` line of every
-receptacle was rewritten whole at each step, and a small model's greedy copy of it looped.
+``Room`` lists every receptacle (the opening's; it does not change) and one ``Seen`` line per
+receptacle visited says what is known of it, in the order first seen; a receptacle without one
+is unvisited. So a step changes a few short lines (the experience model writes a state as edits
+of keyed lines, a new line going last: :func:`~dreamgym_agents.experience.codec.apply_edits`).
+State version 1 rewrote a single ``Seen:`` line of every receptacle at each step, version 2 an
+``Unvisited:`` list at each arrival, and a small model's greedy copies of such lists looped.
 
 The state is a deterministic function of the feedback sentences (:meth:`Belief.update`), so the
 dream only has to predict the next sentence: :meth:`Belief.update` turns it into the next state,
@@ -180,12 +182,11 @@ class Belief:
 
     def render(self) -> str:
         """The state as the models see it (the module docstring's lines)."""
-        unvisited = [r for r in self.receptacles if r not in self.places]
         held = self._named([self.holding])[0] if self.holding else "nothing"
         lines = [f"Task: {self.task}",
+                 f"Room: {', '.join(self.receptacles) or 'unknown'}",
                  f"At: {self.at or 'the middle of the room'}",
                  f"Holding: {held}",
-                 f"Unvisited: {', '.join(unvisited) or 'none'}",
                  f"Feedback: {self.feedback}"]
         for name, place in self.places.items():  # first seen first
             if place.status == "closed":
@@ -223,8 +224,8 @@ class Belief:
         if props:
             belief.properties[holding] = props
         names = set(belief.places)
-        unvisited = fields.get("Unvisited", "none")
-        names |= set() if unvisited == "none" else set(unvisited.split(", "))
+        room = fields.get("Room", "unknown")
+        names |= set() if room == "unknown" else set(room.split(", "))
         if belief.at:
             names.add(belief.at)
         belief.receptacles = sorted(names, key=_order)

@@ -234,12 +234,13 @@ class AlfworldFamily:
     def embedded_recipe_defaults() -> dict[str, Any]:
         """Expert, noisy-expert and random episodes (no quitter, no explorers: every command
         the game accepts is listed, and episodes end only at the goal); no relabelled endings
-        (:meth:`relabel`); longer episodes than a web task's. State version 2: one ``Seen``
-        line per receptacle (:mod:`~dreamgym_agents.adapters.alfworld.belief`)."""
+        (:meth:`relabel`); longer episodes than a web task's. State version 3: a ``Room``
+        line and one ``Seen`` line per receptacle visited
+        (:mod:`~dreamgym_agents.adapters.alfworld.belief`)."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 2}
+                "max_steps": 30, "state_version": 3}
 
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""

@@ -98,7 +98,7 @@ def test_a_variant_dreams_from_its_seed_opening_with_its_own_goal(family, tmp_pa
 
     seed = family.load_tasks("train")[0]
     opening = family.state_format().initial_state(seed).replace(
-        "Unvisited: none", "Unvisited: countertop 1")
+        "Room: unknown", "Room: countertop 1")
     first = Transition(episode_id="e", task_id=seed.task_id, step=0, state=opening,
                        action="go to countertop 1", next_state=opening, reward=0.0, done=False,
                        provenance="real")
@@ -145,7 +145,7 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
     dream = DreamEnv(DreamConfig(), None, None, family)
     obs = dream.reset(task)
     assert obs.info["start_state"] == "opening" and obs.state == real
-    assert "Unvisited: " in real and obs.info["admissible"]
+    assert "Room: " in real and "Room: unknown" not in real and obs.info["admissible"]
     calls = []
     monkeypatch.setattr(family, "make_env", lambda cfg: calls.append(cfg))
     assert dream.reset(task).state == real and not calls  # cached: no second reset
