@@ -163,8 +163,12 @@ def transition_metrics(
     sums = dict.fromkeys(names, 0.0)
     n_ok = 0
     finals = {True: [0, 0], False: [0, 0]}  # real outcome → [steps, predicted alike]
+    exact_by = {False: [0, 0], True: [0, 0]}  # reveals → [transitions, predicted exactly]
     for real, prediction in pairs:
         out = prediction.output
+        group = exact_by[bool(reveals(real.state, real.next_state))] if reveals else None
+        if group is not None:
+            group[0] += 1
         if real.terminated:
             finals[real.success][0] += 1
             finals[real.success][1] += out is not None and out.success == real.success
@@ -175,7 +179,10 @@ def transition_metrics(
         sums["done_accuracy"] += out.done == real.terminated
         sums["success_accuracy"] += out.success == real.success
         sums["state_f1"] += state_f1(out.next_state, real.next_state, strip_ids=strip_ids)
-        sums["state_exact"] += state_exact(out.next_state, real.next_state, strip_ids=strip_ids)
+        exact = state_exact(out.next_state, real.next_state, strip_ids=strip_ids)
+        sums["state_exact"] += exact
+        if group is not None:
+            group[1] += exact
     n = len(pairs)
     metrics: dict[str, float] = {name: sums[name] / n if n else 0.0 for name in names}
     metrics.update({f"{name}_ok": sums[name] / n_ok if n_ok else 0.0 for name in names})
@@ -198,15 +205,8 @@ def transition_metrics(
     copies = [state_f1(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
     same = [state_exact(real.state, real.next_state, strip_ids=strip_ids) for real, _ in pairs]
     if reveals is not None:
-        exact = {False: [0, 0], True: [0, 0]}  # reveals → [transitions, predicted exactly]
-        for real, prediction in pairs:
-            group = exact[bool(reveals(real.state, real.next_state))]
-            group[0] += 1
-            out = prediction.output
-            group[1] += out is not None and state_exact(out.next_state, real.next_state,
-                                                        strip_ids=strip_ids)
         for flag, name in ((False, "determined"), (True, "revealing")):
-            total, alike = exact[flag]
+            total, alike = exact_by[flag]
             metrics[f"state_exact_{name}"] = alike / total if total else None
             metrics[f"n_{name}"] = total
     metrics["baselines"] = {

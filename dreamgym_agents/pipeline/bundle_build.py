@@ -387,8 +387,8 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
                                  concurrency=cfg.eval_concurrency,
                                  max_steps=cfg.eval_max_steps, meta=meta, name="warm_start",
                                  on_episode=lambda t: tick(1, t))
-        figures["warm_start"] = _warm_start_figures(result, tests)
         played = read_trajectories(Path(result["folder"]) / TRAJECTORIES_FILE)
+        figures["warm_start"] = _warm_start_figures(result, played, tests)
         write_episodes(bundle.root / WARM_START_TEST_FILE, (("warm_start", t) for t in played))
         figures["warm_start"]["episodes"] = {
             "file": WARM_START_TEST_FILE, "tasks": len(played), "greedy": True,
@@ -446,15 +446,13 @@ def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder:
             "command": "dg-agents fidelity --real <oracle test run> --real <random test run>"}
 
 
-def _warm_start_figures(result: dict[str, Any], tests: list[Any]) -> dict[str, Any]:
-    """The warm start's success on the evaluated test tasks, and on the quick preset's 31 when
-    they were all evaluated."""
+def _warm_start_figures(result: dict[str, Any], played: list[Any],
+                        tests: list[Any]) -> dict[str, Any]:
+    """The warm start's success on the evaluated test tasks (``played``: its episodes), and on
+    the quick preset's 31 when they were all evaluated."""
     from dreamgym_agents.episodes.env import spread_tasks
-    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE
-    from dreamgym_agents.types import read_trajectories
 
-    solved = {t.task.task_id: t.success for t in
-              read_trajectories(Path(result["folder"]) / TRAJECTORIES_FILE)}
+    solved = {t.task.task_id: t.success for t in played}
     out = {"success": result["success"], "successes": result["successes"],
            "tasks": result["episodes"], "greedy": True,
            "solved": sorted(str(k) for k, ok in solved.items() if ok)}

@@ -629,11 +629,8 @@ class Pipeline:
                           f"{len(tasks)}; its episodes are reused ({folder}; "
                           "--set reuse_bundle_eval=false plays them again)")
         # the build took those real transitions, not this run
-        return {"success": s["success_rate"], "episodes": s["episodes"],
-                "successes": s["successes"], "eval_real_transitions": 0,
-                "build_real_transitions": s["real_transitions"],
-                "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
-                "folder": str(folder), "from_bundle": bundle.id}
+        return {**eval_result(s, folder), "eval_real_transitions": 0,
+                "build_real_transitions": s["real_transitions"], "from_bundle": bundle.id}
 
     def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
         from dreamgym_agents.episodes.graph import EnvPool
@@ -722,7 +719,12 @@ def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folde
     if result.failed:
         raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {name} failed "
                           f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
-    s = result.summary
+    return eval_result(result.summary, folder)
+
+
+def eval_result(summary: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """An evaluation stage's result from its episodes' ``summary.json`` body."""
+    s = summary
     return {"success": s["success_rate"], "episodes": s["episodes"],
             "successes": s["successes"], "eval_real_transitions": s["real_transitions"],
             "invalid_actions": s["invalid_actions"], "mean_steps": s["mean_steps"],
