@@ -65,3 +65,17 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     assert not any("train tasks' episodes" in line for line in said)
     trained = read_manifest(embedded_dir(ablation, W) / "model")["example_config"]
     assert trained["use_history"] is False
+
+
+def test_renamed_copies_need_a_family_that_renames():
+    """entity_swaps > 0 with a family that cannot rename its episodes is one clear error; 0
+    asks nothing of the family and leaves the recipe's key as it was."""
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.pipeline.embedded import EmbeddedRecipe, renamed_copies
+
+    assert renamed_copies("webarena", [], 0, 0) == []
+    with pytest.raises(ConfigError, match="cannot rename its episodes"):
+        renamed_copies("webarena", [], 2, 0)
+    assert EmbeddedRecipe(entity_swaps=0).key == EmbeddedRecipe().key != \
+        EmbeddedRecipe(entity_swaps=1).key
+    assert EmbeddedRecipe(entity_swaps=1).collect_key == EmbeddedRecipe().collect_key

@@ -51,7 +51,7 @@ _CARRY = re.compile(r"^You are carrying: (.*)$")
 _ROOM = re.compile(r"Looking quickly around you, you see (.*?)\.\s*$", re.M)
 _TASK = re.compile(r"Your task is to: (.*?)\s*$", re.M)
 _PROPERTY = {"clean": "clean", "heat": "hot", "cool": "cool"}
-_TOOLS = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
+TOOLS = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
 
 
 @dataclass(frozen=True)
@@ -244,20 +244,20 @@ class Belief:
             out.add(f"examine {self.holding}")
         if self.at:
             place = self.places.get(self.at, Place())
-            kind = _kind(self.at)
+            kind = kind_of(self.at)
             out.add(f"examine {self.at}")
             if kind in rules.openable:
                 out.add(f"close {self.at}" if place.status == "open" else f"open {self.at}")
             visible = (place.items or []) if place.status != "closed" else []
             for obj in visible:
-                if _kind(obj) in rules.lamps:
+                if kind_of(obj) in rules.lamps:
                     out.add(f"use {obj}")
                 elif not self.holding:
                     out.add(f"take {obj} from {self.at}")
-            held = _kind(self.holding) if self.holding else ""
+            held = kind_of(self.holding) if self.holding else ""
             if held and place.status != "closed" and held in rules.can_contain.get(kind, ()):
                 out.add(f"move {self.holding} to {self.at}")
-            verb = _TOOLS.get(kind)
+            verb = TOOLS.get(kind)
             if held and verb and held in rules.abilities[verb]:
                 out.add(f"{verb} {self.holding} with {self.at}")
         return sorted(out)
@@ -293,7 +293,7 @@ def _split_props(text: str) -> tuple[str, list[str]]:
     return text, []
 
 
-def _kind(name: str) -> str:
+def kind_of(name: str) -> str:
     return name.rsplit(" ", 1)[0]
 
 
@@ -313,6 +313,27 @@ def admissible_in(state: str) -> list[str]:
         return Belief.parse(state).admissible(_rules())
     except (ValueError, KeyError):
         return []
+
+
+def rename_words(text: str, names: dict[str, str]) -> str:
+    """``text`` with each whole word that is a key of ``names`` (object and receptacle kinds:
+    ``soapbar``) replaced by its value, all at once (``{"a": "b", "b": "a"}`` swaps)."""
+    if not names:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+                         + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], text)
+
+
+def renamed_state(state: str, names: dict[str, str]) -> str:
+    """A rendered state with object and receptacle kinds renamed (:func:`rename_words`), its
+    lists sorted again as :class:`Belief` sorts them (``Room``, each ``Seen`` line's objects;
+    the feedback sentence keeps the game's order)."""
+    belief = Belief.parse(rename_words(state, names))
+    for place in belief.places.values():
+        if place.items is not None:
+            place.items.sort(key=_order)
+    return belief.render()
 
 
 class AlfworldStateFormat:

@@ -236,11 +236,13 @@ class AlfworldFamily:
         the game accepts is listed, and episodes end only at the goal); no relabelled endings
         (:meth:`relabel`); longer episodes than a web task's. State version 3: a ``Room``
         line and one ``Seen`` line per receptacle visited
-        (:mod:`~dreamgym_agents.adapters.alfworld.belief`)."""
+        (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each episode
+        (:meth:`renamed`) triple the examples, and the steps grow with them."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 3}
+                "max_steps": 30, "state_version": 3, "entity_swaps": 2, "max_examples": 9000,
+                "sft_steps": 1500}
 
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
@@ -260,6 +262,14 @@ class AlfworldFamily:
         no other ending of a recorded episode can be labelled without replaying it."""
         del trajectories, answers, stops, seed
         return [], []
+
+    @staticmethod
+    def renamed(trajectories: list[Any], copies: int, seed: int) -> list[Any]:
+        """``copies`` of each recorded episode with its objects and receptacles renamed
+        (:func:`.rename.renamed`): the experience model's examples, never the buffer's."""
+        from dreamgym_agents.adapters.alfworld.rename import renamed
+
+        return renamed(trajectories, copies, seed)
 
     def close(self) -> None:
         return None

@@ -162,7 +162,9 @@ def build_examples(
 
     Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
     variants repeat their source episode's steps, see
-    :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
+    :mod:`dreamgym_agents.adapters.webarena.counterfactual`). A variant's demonstrations never
+    come from the episode it was made from (``info["counterfactual_of"]`` or
+    ``info["renamed_from"]``).
     """
     steps: list[tuple[Trajectory, int]] = [
         (traj, i) for traj in trajectories for i, t in enumerate(traj.transitions)
@@ -181,7 +183,8 @@ def build_examples(
             scope = where
             if cfg.exclude_same_task and traj.task.task_id:
                 scope = {**(where or {}), "task_id": {"$ne": traj.task.task_id}}
-            source = str(traj.info.get("counterfactual_of") or traj.episode_id)
+            source = str(traj.info.get("counterfactual_of") or traj.info.get("renamed_from")
+                         or traj.episode_id)
             demos = retrieve_demos(retriever, codec, traj.task.intent, t.state, t.action,
                                    k=cfg.top_k, where=scope, exclude_episode=source,
                                    params=traj.task.params)

@@ -40,6 +40,7 @@ def train_from_trajectories(
     teacher: Gateway | None = None,
     counterfactual_answers: int = 0,
     counterfactual_stops: int = 0,
+    renamed: list[Trajectory] | None = None,
     on_step: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
@@ -55,6 +56,8 @@ def train_from_trajectories(
             makes them (see :func:`relabelled`).
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
             task's evaluator, added as examples (the family's ``relabel`` too).
+        renamed: Copies of the episodes with their entities renamed (the family's
+            ``renamed``), added as examples (not to the buffer).
         on_step: Called after each SFT step (a progress bar).
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
@@ -65,7 +68,7 @@ def train_from_trajectories(
     start = time.perf_counter()
     variants, stops = relabelled(trajectories, answers=counterfactual_answers,
                                  stops=counterfactual_stops, seed=example_cfg.seed)
-    everything = [*trajectories, *variants, *stops]
+    everything = [*trajectories, *variants, *stops, *(renamed or [])]
     if teacher is None:
         annotated = annotate_deterministic(everything, codec)
         source = "deterministic"
@@ -101,6 +104,7 @@ def train_from_trajectories(
         "counterfactual_stops": {
             "per_episode": counterfactual_stops, "stops": len(stops),
             "successful": sum(v.success for v in stops)},
+        "renamed_episodes": len(renamed or []),
         "rationale_source": source,
         "examples": result.examples,
         "dropped_too_long": result.dropped_too_long,

@@ -233,7 +233,7 @@ class _Build:
                                   time_budget_s=self.remaining())
         keep = ("episodes", "transitions", "examples", "dropped_too_long", "steps",
                 "first_loss", "last_loss", "bf16_autocast", "device", "timings",
-                "resumed_from_step", "held_out_rejected")
+                "resumed_from_step", "held_out_rejected", "renamed_episodes")
         return {k: manifest.get(k) for k in keep}
 
     def phase_demos(self) -> dict[str, Any]:

@@ -100,6 +100,11 @@ class EmbeddedRecipe:
             states say sets a new one in ``embedded_recipe_defaults``, so no collection or
             model of the old states is reused); left out of the keys at 0 (the web family's
             states predate it, and its keys stay as they were).
+        entity_swaps: Copies of each collected episode with its entities renamed, added to the
+            experience model's examples (not to its buffer), made by the family's optional
+            ``renamed(trajectories, copies, seed)``: a small model learns to copy the action's
+            names instead of a demonstration's. Left out of the keys at 0, as
+            ``state_version``.
     """
 
     seed: int = 0
@@ -131,11 +136,13 @@ class EmbeddedRecipe:
     use_retrieval: bool = True
     use_reasoning: bool = True
     state_version: int = 0
+    entity_swaps: int = 0
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
         fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
-        if not fields.get("state_version"):
-            fields.pop("state_version", None)
+        for name in _LATER_FIELDS:  # fields added after the web family's keys were fixed
+            if not fields.get(name):
+                fields.pop(name, None)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
 
     @property
@@ -148,6 +155,8 @@ class EmbeddedRecipe:
         share one collection."""
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
 
+
+_LATER_FIELDS = ("state_version", "entity_swaps")
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
@@ -344,8 +353,11 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
         made.close()
     episodes = held_out.keep(episodes, "experience_data")  # none, on the train split
     steps = sum(len(t.transitions) for t in episodes)
-    say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions): "
-        f"{recipe.sft_steps} SFT steps")
+    renamed = held_out.keep(renamed_copies(family, episodes, recipe.entity_swaps, recipe.seed),
+                            "experience_data")
+    say(f"  training the experience model on {len(episodes)} episodes ({steps} transitions"
+        + (f", and {len(renamed)} renamed copies" if renamed else "")
+        + f"): {recipe.sft_steps} SFT steps")
     (folder / "PARTIAL").unlink(missing_ok=True)
     buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer"), family=family))
     try:
@@ -367,6 +379,7 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
                 seed=recipe.seed if sft_seed is None else sft_seed),
             counterfactual_answers=recipe.counterfactual_answers,
             counterfactual_stops=recipe.counterfactual_stops,
+            renamed=renamed,
             on_step=on_step,
         )
     finally:
@@ -381,6 +394,27 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
             f"{recipe.sft_steps}: {folder} is marked partial and is not the recipe's model "
             "(rerun without the budget to finish it)")
     return manifest
+
+
+def renamed_copies(family: str, episodes: list[Any], copies: int, seed: int) -> list[Any]:
+    """``copies`` renamed copies of each episode (the ``family``'s ``renamed``; none at 0).
+
+    Raises:
+        ConfigError: ``copies`` > 0 and the family cannot rename its episodes.
+    """
+    from dreamgym_agents.episodes.env import make_family
+
+    if copies < 1:
+        return []
+    made = make_family(family)
+    try:
+        rename = getattr(made, "renamed", None)
+        if rename is None:
+            raise ConfigError(f"the {family} family cannot rename its episodes: set "
+                              "experience_recipe.entity_swaps to 0")
+        return list(rename(episodes, copies, seed))
+    finally:
+        made.close()
 
 
 CHECKPOINT_EVERY = 100
