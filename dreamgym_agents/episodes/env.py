@@ -229,7 +229,9 @@ class TaskFamily(Protocol):
     ``embedded_recipe_defaults`` are the family's recipe fields, ``collection_plan``
     says which offline agent plays which train tasks for a recipe, ``collectors`` names them in
     the order their episodes are read, and ``relabel`` makes counterfactual endings of recorded
-    episodes labelled by the task's own evaluator (none where that is not exact).
+    episodes labelled by the task's own evaluator (none where that is not exact); the optional
+    ``renamed(trajectories, copies, seed)`` makes copies of them with their entities renamed
+    consistently (the recipe's ``entity_swaps``: experience-model examples only).
 
     ``eval_types`` are the kinds of evaluator the family's tasks have, ``task_eval_types`` a
     task's, and ``dream_eval_types`` those the dream trains on by default (None: every task):
