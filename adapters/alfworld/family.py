@@ -223,12 +223,12 @@ class AlfworldFamily:
         return PlainView(options=admissible_in)
 
     def experience_codec(self) -> Any:
-        """Short text states, written in full
-        (:class:`~dreamgym_agents.experience.codec.PlainCodec`)."""
-        from dreamgym_agents.experience.codec import PlainCodec
+        """Short text states, the next one written as the game's feedback sentence with the
+        action's names as references (:class:`.codec.AlfworldCodec`)."""
+        from dreamgym_agents.adapters.alfworld.codec import AlfworldCodec
 
-        return PlainCodec(self.action_set(), "a household text game",
-                          head_prefixes=("At:", "Holding:"))
+        return AlfworldCodec(self.action_set(), "a household text game",
+                             head_prefixes=("At:", "Holding:"))
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
@@ -237,12 +237,13 @@ class AlfworldFamily:
         (:meth:`relabel`); longer episodes than a web task's. State version 3: a ``Room``
         line and one ``Seen`` line per receptacle visited
         (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each episode
-        (:meth:`renamed`) triple the examples, and the steps grow with them."""
+        (:meth:`renamed`) triple the examples, and the steps grow with them. Codec version 1:
+        the next state written as the feedback sentence (:meth:`experience_codec`)."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 3, "entity_swaps": 2, "max_examples": 9000,
-                "sft_steps": 1500}
+                "max_steps": 30, "state_version": 3, "codec_version": 1, "entity_swaps": 2,
+                "max_examples": 9000, "sft_steps": 1500}
 
     collectors = ("oracle", "noisy", "random")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""

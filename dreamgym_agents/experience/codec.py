@@ -197,10 +197,8 @@ class PlainCodec:
             parts.append("last steps: " + (" || ".join(steps) if steps else "(none)"))
         if demos is not None:
             for i, d in enumerate(demos, 1):
-                edits = line_edits(d.state, d.next_state)
-                changed = "\n".join(edits) if edits else "(no change)"
                 parts.append(
-                    f"demo {i}: {d.action} (in {self.head(d.state)})\n{changed}\n"
+                    f"demo {i}: {d.action} (in {self.head(d.state)})\n{self.demo_change(d)}\n"
                     f"reward {int(d.reward >= 1)} done {str(d.terminated).lower()} "
                     f"success {str(d.success).lower()}")
         parts.append(f"state:\n{state.strip()}")
@@ -209,6 +207,11 @@ class PlainCodec:
         return [{"role": "user", "content": "\n".join(parts)}]
 
     # -- demonstrations ----------------------------------------------------------------------
+    def demo_change(self, demo: Transition) -> str:
+        """What a demonstration's action changed, as its prompt shows it: its line edits."""
+        edits = line_edits(demo.state, demo.next_state)
+        return "\n".join(edits) if edits else "(no change)"
+
     def _rank(self, state: str, action: str, candidates: list[Transition],
               k: int) -> list[Transition]:
         verb = self._verb(action)

@@ -100,6 +100,9 @@ class EmbeddedRecipe:
             states say sets a new one in ``embedded_recipe_defaults``, so no collection or
             model of the old states is reused); left out of the keys at 0 (the web family's
             states predate it, and its keys stay as they were).
+        codec_version: Version of the family's experience codec (how its model's answers are
+            written: a family that changes it sets a new one, so no model of the old answers is
+            reused; the collection is); left out of the keys at 0, as ``state_version``.
         entity_swaps: Copies of each collected episode with its entities renamed, added to the
             experience model's examples (not to its buffer), made by the family's optional
             ``renamed(trajectories, copies, seed)``: a small model learns to copy the action's
@@ -136,6 +139,7 @@ class EmbeddedRecipe:
     use_retrieval: bool = True
     use_reasoning: bool = True
     state_version: int = 0
+    codec_version: int = 0
     entity_swaps: int = 0
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
@@ -156,7 +160,7 @@ class EmbeddedRecipe:
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
 
 
-_LATER_FIELDS = ("state_version", "entity_swaps")
+_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps")
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",

@@ -1,0 +1,72 @@
+"""ALFWorld's experience codec: a next state written as the game's sentence, the action's names
+as references, applied back exactly; a bad reference is an unreadable answer."""
+
+from __future__ import annotations
+
+import pytest
+from test_alfworld_belief import STEPS, states
+
+from dreamgym_agents.adapters.alfworld.codec import (
+    FEEDBACK_REF,
+    AlfworldCodec,
+    with_references,
+    without_references,
+)
+from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+from dreamgym_agents.experience.codec import StateReferenceError
+from dreamgym_agents.experience.data import decision_spans
+from dreamgym_agents.types import Transition
+
+
+def codec() -> AlfworldCodec:
+    return AlfworldFamily().experience_codec()
+
+
+def test_names_become_references_and_back():
+    action = "take egg 1 from countertop 10"
+    sentence = "You pick up the egg 1 from the countertop 10. Not countertop 1 or egg 12."
+    written = with_references(sentence, action)
+    assert written == "You pick up the @1 from the @2. Not countertop 1 or egg 12."
+    assert without_references(written, action) == sentence
+    with pytest.raises(StateReferenceError, match="@3"):
+        without_references("You see the @3.", action)
+
+
+def test_every_step_is_written_as_its_sentence_and_read_back_exactly():
+    rendered, c = states(), codec()
+    for i, (command, _) in enumerate(STEPS):
+        if command.startswith("cool"):
+            continue  # the test's states add a property the sentence does not say
+        written = c.encode_state(rendered[i + 1], rendered[i], [], None, command)
+        assert written.splitlines()[0] == FEEDBACK_REF, command
+        assert " 1" not in written.splitlines()[1] or "you see" in written  # names referenced
+        assert c.expand_state(written, rendered[i], [], None, command) == rendered[i + 1]
+    # the arrival's sentence is the same in every game but for what it reveals
+    arrive = c.encode_state(rendered[1], rendered[0], [], None, "go to countertop 1")
+    assert arrive.splitlines()[1].startswith("You arrive at @1. On the @1, you see a soapbar 4")
+
+
+def test_a_state_the_sentence_does_not_give_is_written_with_edits():
+    rendered, c = states(), codec()
+    odd = rendered[1].replace("Holding: nothing", "Holding: soapbar 4")
+    written = c.encode_state(odd, rendered[0], [], None, "go to countertop 1")
+    assert written.splitlines()[0] == "@state"
+    assert c.expand_state(written, rendered[0], [], None, "go to countertop 1") == odd
+
+
+def test_demonstrations_show_their_sentence_and_it_is_a_decision():
+    rendered, c = states(), codec()
+    demo = Transition(episode_id="d", step=0, task_id="t", state=rendered[3],
+                      action="take apple 1 from fridge 1", next_state=rendered[4])
+    assert c.demo_change(demo) == f"{FEEDBACK_REF}\nYou pick up the @1 from the @2."
+    prompt = c.render("put a cool apple in countertop", [], rendered[3],
+                      "take apple 1 from fridge 1", [demo], history_steps=2,
+                      use_reasoning=True)[0]["content"]
+    assert "You pick up the @1 from the @2." in prompt
+    completion = ("<reasoning>The game answers the command. The task is not finished."
+                  "</reasoning>\n<reward>0</reward>\n<done>false</done>\n<success>false"
+                  f"</success>\n<next_state>\n{FEEDBACK_REF}\nYou pick up the @1 from the @2.\n"
+                  "</next_state>")
+    spans = [completion[a:b] for a, b in decision_spans(completion, c)]
+    assert any("You pick up the @1 from the @2." in s for s in spans)
+    assert any(s.startswith("The game answers") for s in spans)
