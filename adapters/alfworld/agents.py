@@ -1,4 +1,5 @@
-"""ALFWorld's offline agents: the expert (the planner's plan), a noisy expert and a random agent.
+"""ALFWorld's offline agents: the expert (the planner's plan), a noisy expert, a searcher that
+acts on what it has seen, and a random agent.
 
 They read what the environment offers in ``Observation.info``: ``admissible`` (the commands the
 game accepts) and, when the environment plays with its expert, ``expert_plan`` (the plan from the
@@ -8,8 +9,11 @@ current state, replanned when the agent leaves it).
 from __future__ import annotations
 
 import random
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from dreamgym_agents.adapters.alfworld.belief import TOOLS, Belief, Rules, kind_of
 from dreamgym_agents.episodes.agent import EXPLORATION, Decision
 from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.types import Task, Transition
@@ -69,7 +73,118 @@ class RandomAgent:
         return Decision(action=rng.choice(options), reasoning="random")
 
 
+@dataclass(frozen=True)
+class Goal:
+    """What a task asks, read from its instruction: the object kind, the receptacle kind it
+    goes to (none: examine it under a lamp), the property it needs first (``clean``, ``hot``,
+    ``cool``) and the lamp kind. (Two objects: the searcher goes on until the game says done.)"""
+
+    obj: str
+    target: str = ""
+    needs: str = ""
+    lamp: str = ""
+
+    @classmethod
+    def of(cls, instruction: str, rules: Rules) -> Goal | None:
+        """None: an instruction that names no object the game knows."""
+        words = re.findall(r"[a-z]+", instruction.lower())
+        objects = set().union(*rules.can_contain.values())
+        obj = next((w for w in words if w in objects and w not in rules.lamps), "")
+        if not obj:
+            return None
+        lamp = next((w for w in words if w in rules.lamps), "")
+        after = words[words.index(obj) + 1:]
+        target = "" if lamp else next((w for w in reversed(after) if w in rules.can_contain), "")
+        needs = next((p for w, p in (("clean", "clean"), ("hot", "hot"), ("heat", "hot"),
+                                     ("cool", "cool")) if w in words), "")
+        return cls(obj=obj, target=target, needs=needs, lamp=lamp)
+
+
+_NEEDS_TOOL = {prop: tool for tool, verb in TOOLS.items()
+               for prop in (("hot",) if verb == "heat" else (verb,))}
+
+
+class SearcherAgent:
+    """An expert that knows only what it has seen: it reads the goal from the instruction and
+    the state (:class:`~.belief.Belief`), looks in the receptacles it has not seen (those that
+    can hold the object first), opens closed ones, takes the object, cleans, heats or cools
+    it, and puts it in place (or turns on the lamp). It needs no planner and no hidden layout,
+    so it plays the dream as it plays a real game: what it does in each is a closed-loop test
+    of the experience model (the expert replays a plan made from the real game's layout)."""
+
+    name = "searcher"
+    needs_expert = False
+
+    def __init__(self) -> None:
+        self.rules = Rules.alfred()
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        options = list(observation.info.get("admissible") or [])
+        belief = Belief.parse(observation.state)
+        goal = Goal.of(task.intent, self.rules)
+        command = self.choose(belief, goal, history) if goal else None
+        if command is None or (options and command not in options):
+            return Decision(action="look", reasoning=f"nothing to do ({command or 'no goal'})")
+        return Decision(action=command, reasoning="searching" if command.startswith(
+            ("go to", "open")) else "acting on what it has seen")
+
+    def choose(self, b: Belief, goal: Goal, history: list[Transition]) -> str | None:
+        held = b.holding
+        if held and kind_of(held) == goal.obj:
+            if goal.needs and goal.needs not in b.properties.get(held, []):
+                tool = next((r for r in b.receptacles
+                             if kind_of(r) == _NEEDS_TOOL[goal.needs]), None)
+                if tool is None:
+                    return None
+                if b.at != tool:
+                    return f"go to {tool}"
+                return f"{TOOLS[kind_of(tool)]} {held} with {tool}"
+            if goal.lamp:
+                lamp = next(((name, item) for name, place in b.places.items()
+                             for item in place.items or () if kind_of(item) == goal.lamp),
+                            None)
+                if lamp is None:
+                    return self.explore(b, goal.lamp, history)
+                return f"use {lamp[1]}" if b.at == lamp[0] else f"go to {lamp[0]}"
+            target = next((r for r in b.receptacles if kind_of(r) == goal.target), None)
+            if target is None:
+                return None
+            if b.at != target:
+                return f"go to {target}"
+            if b.places.get(target) and b.places[target].status == "closed":
+                return f"open {target}"
+            return f"move {held} to {target}"
+        if held:  # something else: put it down here
+            return f"move {held} to {b.at}" if b.at else None
+        placed = {item for name, place in b.places.items() if kind_of(name) == goal.target
+                  for item in place.items or ()}
+        seen = [(name, item) for name, place in b.places.items()
+                if place.status != "closed" and kind_of(name) != goal.target
+                for item in place.items or () if kind_of(item) == goal.obj
+                and item not in placed]
+        here = [item for name, item in seen if name == b.at]
+        if here:
+            return f"take {here[0]} from {b.at}"
+        if seen:
+            return f"go to {seen[0][0]}"
+        return self.explore(b, goal.obj, history)
+
+    def explore(self, b: Belief, kind: str, history: list[Transition]) -> str | None:
+        """Open what is closed here, else go to the next receptacle not seen inside: those that
+        can hold ``kind`` first, surfaces before what must be opened (one step, not two), then
+        the room's order."""
+        here = b.places.get(b.at)
+        if b.at and here is not None and here.status == "closed":
+            return f"open {b.at}"
+        unseen = [r for r in b.receptacles if r != b.at and
+                  (r not in b.places or b.places[r].items is None)]
+        unseen.sort(key=lambda r: (kind not in self.rules.can_contain.get(kind_of(r), ()),
+                                   kind_of(r) in self.rules.openable))
+        return f"go to {unseen[0]}" if unseen else None
+
+
 def offline_agents(seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
     """The family's offline agents by name (``--agent oracle`` …)."""
     return {"oracle": ExpertAgent(), "noisy": NoisyExpertAgent(seed=seed, noise=noise),
-            "random": RandomAgent(seed=seed)}
+            "searcher": SearcherAgent(), "random": RandomAgent(seed=seed)}

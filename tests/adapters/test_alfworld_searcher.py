@@ -1,0 +1,84 @@
+"""The searcher: an ALFWorld expert that acts on what it has seen (no planner, no hidden layout),
+so the same agent plays a real game and the dream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("alfworld")
+
+from dreamgym_agents.adapters.alfworld.agents import Goal, SearcherAgent  # noqa: E402
+from dreamgym_agents.adapters.alfworld.belief import Belief, Rules  # noqa: E402
+from dreamgym_agents.episodes.env import EnvConfig, Observation, make_family  # noqa: E402
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes  # noqa: E402
+from dreamgym_agents.types import Task, read_trajectories  # noqa: E402
+
+
+@pytest.mark.parametrize(("instruction", "goal"), [
+    ("put a watch in shelf", Goal("watch", "shelf")),
+    ("put some pan on countertop", Goal("pan", "countertop")),
+    ("put a clean soapbar in bathtubbasin", Goal("soapbar", "bathtubbasin", "clean")),
+    ("heat some egg and put it in garbagecan", Goal("egg", "garbagecan", "hot")),
+    ("put a cool tomato in sinkbasin", Goal("tomato", "sinkbasin", "cool")),
+    ("find two mug and put them in fridge", Goal("mug", "fridge")),
+    ("look at vase under the floorlamp", Goal("vase", lamp="floorlamp")),
+    ("examine the pencil with the desklamp", Goal("pencil", lamp="desklamp")),
+    ("dance with the moon", None),
+])
+def test_the_goal_is_read_from_the_instruction(instruction, goal):
+    assert Goal.of(instruction, Rules.alfred()) == goal
+
+
+def test_it_looks_where_the_object_can_be_opens_what_is_closed_and_takes_it():
+    agent = SearcherAgent()
+    task = Task(task_id="t", family="alfworld", intent="put a cool apple in countertop")
+    belief = Belief.start("You are in the middle of a room. Looking quickly around you, you see "
+                          "a cabinet 1, a countertop 1, a fridge 1, and a toilet 1.\n\nYour task "
+                          "is to: put a cool apple in countertop.")
+
+    def act() -> str:
+        obs = Observation(state=belief.render(), info={})
+        return asyncio.run(agent.act(task, obs, [], "e")).action
+
+    assert act() == "go to countertop 1"  # an apple's place, a surface: one step to see it
+    belief.update("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you "
+                  "see a soapbar 4.")
+    assert act() in ("go to cabinet 1", "go to fridge 1")
+    belief.update("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed.")
+    assert act() == "open fridge 1"
+    belief.update("open fridge 1", "You open the fridge 1. The fridge 1 is open. In it, you see "
+                  "a apple 1, and a egg 2.")
+    assert act() == "take apple 1 from fridge 1"
+    belief.update("take apple 1 from fridge 1", "You pick up the apple 1 from the fridge 1.")
+    assert act() == "cool apple 1 with fridge 1"
+    belief.update("cool apple 1 with fridge 1", "You cool the apple 1 using the fridge 1.")
+    assert act() == "go to countertop 1"
+    belief.update("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you "
+                  "see a soapbar 4.")
+    assert act() == "move apple 1 to countertop 1"
+
+
+@pytest.mark.slow
+def test_it_solves_real_games_of_every_type_without_the_expert(tmp_path):
+    family = make_family("alfworld")
+    cfg = EnvConfig(max_steps=30)
+    by_type: dict[str, Task] = {}
+    for task in family.load_tasks("test"):
+        by_type.setdefault(task.config["task_type"], task)
+    tasks = list(by_type.values())
+    assert len(tasks) == 6
+    agent = family.offline_agents()["searcher"]
+    assert not agent.needs_expert
+    family.prepare(cfg, tasks)
+    try:
+        run = RunConfig(out_dir=tmp_path, concurrency=2, max_steps=cfg.max_steps,
+                        meta={"command": "test", "agent": "searcher"})
+        result = asyncio.run(run_episodes(tasks, lambda: family.make_env(cfg), agent, run))
+    finally:
+        family.close()
+    assert not result.failed
+    episodes = read_trajectories(tmp_path / "trajectories.jsonl")
+    assert [t.task.task_id for t in episodes if not t.success] == []
+    assert all(t.valid for traj in episodes for t in traj.transitions)
