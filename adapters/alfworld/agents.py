@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dreamgym_agents.adapters.alfworld.belief import TOOLS, Belief, Rules, kind_of
+from dreamgym_agents.adapters.alfworld.belief import PROPERTY, TOOLS, Belief, Rules, kind_of
 from dreamgym_agents.episodes.agent import EXPLORATION, Decision
 from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.types import Task, Transition
@@ -95,13 +95,12 @@ class Goal:
         lamp = next((w for w in words if w in rules.lamps), "")
         after = words[words.index(obj) + 1:]
         target = "" if lamp else next((w for w in reversed(after) if w in rules.can_contain), "")
-        needs = next((p for w, p in (("clean", "clean"), ("hot", "hot"), ("heat", "hot"),
-                                     ("cool", "cool")) if w in words), "")
+        needs = next((PROPERTY.get(w, w) for w in words
+                      if w in PROPERTY or w in PROPERTY.values()), "")
         return cls(obj=obj, target=target, needs=needs, lamp=lamp)
 
 
-_NEEDS_TOOL = {prop: tool for tool, verb in TOOLS.items()
-               for prop in (("hot",) if verb == "heat" else (verb,))}
+_NEEDS_TOOL = {PROPERTY[verb]: tool for tool, verb in TOOLS.items()}
 
 
 class SearcherAgent:
@@ -123,13 +122,13 @@ class SearcherAgent:
         options = list(observation.info.get("admissible") or [])
         belief = Belief.parse(observation.state)
         goal = Goal.of(task.intent, self.rules)
-        command = self.choose(belief, goal, history) if goal else None
+        command = self.choose(belief, goal) if goal else None
         if command is None or (options and command not in options):
             return Decision(action="look", reasoning=f"nothing to do ({command or 'no goal'})")
         return Decision(action=command, reasoning="searching" if command.startswith(
             ("go to", "open")) else "acting on what it has seen")
 
-    def choose(self, b: Belief, goal: Goal, history: list[Transition]) -> str | None:
+    def choose(self, b: Belief, goal: Goal) -> str | None:
         held = b.holding
         if held and kind_of(held) == goal.obj:
             if goal.needs and goal.needs not in b.properties.get(held, []):
@@ -145,7 +144,7 @@ class SearcherAgent:
                              for item in place.items or () if kind_of(item) == goal.lamp),
                             None)
                 if lamp is None:
-                    return self.explore(b, goal.lamp, history)
+                    return self.explore(b, goal.lamp)
                 return f"use {lamp[1]}" if b.at == lamp[0] else f"go to {lamp[0]}"
             target = next((r for r in b.receptacles if kind_of(r) == goal.target), None)
             if target is None:
@@ -168,9 +167,9 @@ class SearcherAgent:
             return f"take {here[0]} from {b.at}"
         if seen:
             return f"go to {seen[0][0]}"
-        return self.explore(b, goal.obj, history)
+        return self.explore(b, goal.obj)
 
-    def explore(self, b: Belief, kind: str, history: list[Transition]) -> str | None:
+    def explore(self, b: Belief, kind: str) -> str | None:
         """Open what is closed here, else go to the next receptacle not seen inside: those that
         can hold ``kind`` first, surfaces before what must be opened (one step, not two), then
         the room's order."""

@@ -50,7 +50,7 @@ _TURN_ON = re.compile(r"^You turn on the ([a-z]+ \d+)\.")
 _CARRY = re.compile(r"^You are carrying: (.*)$")
 _ROOM = re.compile(r"Looking quickly around you, you see (.*?)\.\s*$", re.M)
 _TASK = re.compile(r"Your task is to: (.*?)\s*$", re.M)
-_PROPERTY = {"clean": "clean", "heat": "hot", "cool": "cool"}
+PROPERTY = {"clean": "clean", "heat": "hot", "cool": "cool"}
 TOOLS = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
 
 
@@ -149,8 +149,8 @@ class Belief:
         elif m := _CHANGE.match(text):
             verb, obj, _ = m.groups()
             props = self.properties.setdefault(obj, [])
-            if _PROPERTY[verb] not in props:
-                props.append(_PROPERTY[verb])
+            if PROPERTY[verb] not in props:
+                props.append(PROPERTY[verb])
         elif m := _TURN_ON.match(text):
             props = self.properties.setdefault(m.group(1), [])
             if "on" not in props:

@@ -29,7 +29,6 @@ FEEDBACK_REF = "@feedback"
 """The reference of a next state written as the game's feedback sentence."""
 _NAME = re.compile(r"\b[a-z]+ \d+\b")
 _REF = re.compile(r"@(\d+)")
-_FEEDBACK = "Feedback: "
 
 
 def action_names(action: str) -> list[str]:
@@ -63,12 +62,6 @@ def without_references(sentence: str, action: str) -> str:
     return _REF.sub(name, sentence)
 
 
-def feedback_of(state: str) -> str | None:
-    """A rendered state's feedback sentence."""
-    return next((ln[len(_FEEDBACK):].strip() for ln in state.splitlines()
-                 if ln.startswith(_FEEDBACK)), None)
-
-
 def apply_feedback(state: str, action: str, sentence: str) -> str:
     """The state after ``action`` answered with ``sentence`` (the game's own update)."""
     belief = Belief.parse(state)
@@ -86,8 +79,8 @@ class AlfworldCodec(PlainCodec):
     @staticmethod
     def encode_state(target: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
-        sentence = feedback_of(target)
-        if sentence is not None and apply_feedback(state, action, sentence) == target.strip():
+        sentence = Belief.parse(target).feedback
+        if sentence and apply_feedback(state, action, sentence) == target.strip():
             return f"{FEEDBACK_REF}\n{with_references(sentence, action)}"
         return PlainCodec.encode_state(target, state, pages, previous, action)
 
