@@ -373,3 +373,26 @@ def test_inference_never_retrieves_the_played_tasks_own_records(tmp_path):
                                ScriptedModel([GOOD]), buffer, codec=WEB)
         assert sorted(keep.predict(TASK, [], HOME, "click('1')").demos) == ["other-1:0",
                                                                           "own-1:0"]
+
+
+def test_a_codec_that_samples_decodes_first_answers_so_and_the_config_overrides_it():
+    class Recording(ScriptedModel):
+        def complete(self, messages, **overrides):
+            self.overrides = [*getattr(self, "overrides", []), overrides]
+            return super().complete(messages)
+
+    class Sampling(WebCodec):
+        sampling = {"temperature": 1.0, "top_p": 0.9}
+
+    def first_call(cfg: ExperienceConfig, codec) -> dict:
+        model = Recording([GOOD])
+        assert ExperienceModel(cfg, model, codec=codec).predict(TASK, [], HOME, "click('1')").ok
+        return model.overrides[0]
+
+    assert first_call(ExperienceConfig(), WEB) == {}  # the gateway's own setting
+    assert first_call(ExperienceConfig(), Sampling()) == {"temperature": 1.0, "top_p": 0.9}
+    assert first_call(ExperienceConfig(top_p=0.5), Sampling()) == \
+        {"temperature": 1.0, "top_p": 0.5}
+    assert first_call(ExperienceConfig(temperature=0), Sampling()) == {"temperature": 0}
+    with pytest.raises(ConfigError, match="experience.top_p"):
+        ExperienceConfig(top_p=0)

@@ -12,7 +12,7 @@ the state alone (the policy conditions on its turn, the experience model on a st
     Feedback: You arrive at countertop 1. On the countertop 1, you see a soapbar 4, and a …
     Seen bathtubbasin 1: nothing
     Seen cabinet 1: (closed)
-    Seen fridge 1: (open) apple 1 (cool), egg 2
+    Seen fridge 1: (open) apple 2, apple 1 (cool), egg 2
     Seen countertop 1: soapbar 4, spraybottle 1
 
 ``Room`` lists every receptacle (the opening's; it does not change) and one ``Seen`` line per
@@ -21,6 +21,10 @@ is unvisited. So a step changes a few short lines (the experience model writes a
 of keyed lines, a new line going last: :func:`~dreamgym_agents.experience.codec.apply_edits`).
 State version 1 rewrote a single ``Seen:`` line of every receptacle at each step, version 2 an
 ``Unvisited:`` list at each arrival, and a small model's greedy copies of such lists looped.
+Objects are listed in the game's own order (kind, then the higher number first: 1,241 of 1,241
+collected lists), so a ``Seen`` line and the game's sentence about the same receptacle list the
+same objects in the same order; version 3 sorted numbers up and the sentence of a revisit did not
+match its line.
 
 The state is a deterministic function of the feedback sentences (:meth:`Belief.update`), so the
 dream only has to predict the next sentence: :meth:`Belief.update` turns it into the next state,
@@ -145,7 +149,7 @@ class Belief:
             obj, where = m.groups()
             self.holding = ""
             place = self._place(where)
-            place.items = sorted({*(place.items or []), obj}, key=_order)
+            place.items = sorted({*(place.items or []), obj}, key=game_order)
         elif m := _CHANGE.match(text):
             verb, obj, _ = m.groups()
             props = self.properties.setdefault(obj, [])
@@ -165,11 +169,11 @@ class Belief:
 
     def _see(self, text: str) -> None:
         if m := _ON.search(text):
-            self._place(m.group(1)).items = sorted(items_of(m.group(2)), key=_order)
+            self._place(m.group(1)).items = sorted(items_of(m.group(2)), key=game_order)
             self._place(m.group(1)).status = "surface"
         elif m := _OPEN_IN.search(text):
             place = self._place(m.group(1))
-            place.status, place.items = "open", sorted(items_of(m.group(2)), key=_order)
+            place.status, place.items = "open", sorted(items_of(m.group(2)), key=game_order)
         elif m := _CLOSED.search(text):
             self._place(m.group(1)).status = "closed"
 
@@ -302,6 +306,35 @@ def _order(name: str) -> tuple[str, int]:
     return (kind, int(number)) if number.isdigit() else (name, 0)
 
 
+def game_order(name: str) -> tuple[str, int]:
+    """The order the game lists the objects a receptacle shows in: by kind, then the higher
+    number first (``apple 2, apple 1, egg 1``)."""
+    kind, number = _order(name)
+    return kind, -number
+
+
+SEES = re.compile(r"(you see )(.*?)(\.?)$")
+"""The list of objects a sentence shows (group 2; group 3 its full stop)."""
+
+
+def game_list(objects: list[str]) -> str:
+    """Objects as the game's sentence lists them (``a apple 2, and a egg 1``; ``nothing``)."""
+    if not objects:
+        return "nothing"
+    named = [f"a {o}" for o in objects]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + ", and " + named[-1]
+
+
+def in_game_order(sentence: str) -> str:
+    """A feedback sentence with the list of objects it shows in :func:`game_order` (the game's
+    sentences already are; a sentence with its kinds renamed may not be)."""
+    m = SEES.search(sentence)
+    if not m:
+        return sentence
+    objects = sorted(items_of(m.group(2)), key=game_order)
+    return sentence[:m.start(2)] + game_list(objects) + m.group(3)
+
+
 @functools.cache
 def _rules() -> Rules:
     return Rules.alfred()
@@ -327,12 +360,13 @@ def rename_words(text: str, names: dict[str, str]) -> str:
 
 def renamed_state(state: str, names: dict[str, str]) -> str:
     """A rendered state with object and receptacle kinds renamed (:func:`rename_words`), its
-    lists sorted again as :class:`Belief` sorts them (``Room``, each ``Seen`` line's objects;
-    the feedback sentence keeps the game's order)."""
+    lists sorted again as the game sorts them (``Room``, each ``Seen`` line's objects and the
+    feedback sentence's: :func:`game_order`)."""
     belief = Belief.parse(rename_words(state, names))
     for place in belief.places.values():
         if place.items is not None:
-            place.items.sort(key=_order)
+            place.items.sort(key=game_order)
+    belief.feedback = in_game_order(belief.feedback)
     return belief.render()
 
 

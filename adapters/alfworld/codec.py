@@ -12,9 +12,16 @@ transition), so the experience model answers with the sentence and the codec app
 name badly (recipe v3 wrote ``You heat the apple 1`` for ``heat egg 1 with microwave 1`` and the
 names of a retrieved demonstration for a fifth of the expert's steps: docs/RESULTS.md); written as
 references, the sentence of a command is the same in every game, and a demonstration of the same
-command shows it word for word. What no model can know (the contents a receptacle shows when
-first seen) is still written out. A next state that the sentence does not give is written as
-:class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
+command shows it word for word. Contents the state already knows (a receptacle seen before,
+shown again) are written ``@seen``:
+
+    @feedback
+    You arrive at @1. On the @1, you see @seen.
+
+(codec version 2; version 1 wrote the list out, and the model wrote a list of its own for one
+revisit in three). What no model can know (the contents a receptacle shows when first seen) is
+still written out, in the game's order. A next state that the sentence does not give is written
+as :class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dreamgym_agents.adapters.alfworld.belief import Belief
+from dreamgym_agents.adapters.alfworld.belief import SEES, Belief, game_list
 from dreamgym_agents.experience.codec import PlainCodec, StateReferenceError, verdict
 
 FEEDBACK_REF = "@feedback"
 """The reference of a next state written as the game's feedback sentence."""
+SEEN_REF = "@seen"
+"""The objects the state knows in the receptacle the action names last, as the game lists them."""
 _NAME = re.compile(r"\b[a-z]+ \d+\b")
 _REF = re.compile(r"@(\d+)")
 
@@ -36,20 +45,41 @@ def action_names(action: str) -> list[str]:
     return _NAME.findall(action)
 
 
-def with_references(sentence: str, action: str) -> str:
-    """``sentence`` with each of the ``action``'s names written as its reference."""
+def known_list(state: str, action: str) -> str | None:
+    """What ``state`` knows of the receptacle ``action`` names last, as the game lists it
+    (None: nothing known, or no receptacle named)."""
+    names = action_names(action)
+    place = Belief.parse(state).places.get(names[-1]) if names else None
+    if place is None or place.items is None or place.status == "closed":
+        return None
+    return game_list(place.items)
+
+
+def with_references(sentence: str, action: str, state: str = "") -> str:
+    """``sentence`` with each of the ``action``'s names written as its reference, and the list
+    of objects it shows written :data:`SEEN_REF` when ``state`` knows that list already."""
+    known = known_list(state, action) if state else None
+    if known is not None and (m := SEES.search(sentence)) and m.group(2) == known:
+        sentence = sentence[:m.start(2)] + SEEN_REF + m.group(3)
     names = action_names(action)
     for i, name in sorted(enumerate(names, 1), key=lambda p: -len(p[1])):
         sentence = re.sub(rf"\b{re.escape(name)}\b", f"@{i}", sentence)
     return sentence
 
 
-def without_references(sentence: str, action: str) -> str:
+def without_references(sentence: str, action: str, state: str = "") -> str:
     """The inverse of :func:`with_references`.
 
     Raises:
-        StateReferenceError: A reference to a name the action does not have.
+        StateReferenceError: A reference to a name the action does not have, or
+            :data:`SEEN_REF` where ``state`` knows no list.
     """
+    if SEEN_REF in sentence:
+        known = known_list(state, action) if state else None
+        if known is None:
+            raise StateReferenceError(f"{SEEN_REF}: the state knows no objects of what "
+                                      f"{action!r} names")
+        sentence = sentence.replace(SEEN_REF, known)
     names = action_names(action)
 
     def name(m: re.Match[str]) -> str:
@@ -75,13 +105,18 @@ class AlfworldCodec(PlainCodec):
     demonstrations show their sentence the same way."""
 
     follows = (*PlainCodec.follows, "The game answers")
+    sampling = {"temperature": 1.0, "top_p": 0.9}
+    """Nucleus sampling: what a receptacle shows when first seen is a draw from the game's
+    layouts (greedy decoding wrote the likeliest list every time, never the task's object, and
+    looped on long lists: docs/RESULTS.md); a step the model is sure of (its top token above
+    0.9) is decoded as greedily."""
 
     @staticmethod
     def encode_state(target: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
         sentence = Belief.parse(target).feedback
         if sentence and apply_feedback(state, action, sentence) == target.strip():
-            return f"{FEEDBACK_REF}\n{with_references(sentence, action)}"
+            return f"{FEEDBACK_REF}\n{with_references(sentence, action, state)}"
         return PlainCodec.encode_state(target, state, pages, previous, action)
 
     @staticmethod
@@ -94,7 +129,7 @@ class AlfworldCodec(PlainCodec):
         sentence = " ".join(rest.split())
         if not sentence:
             raise StateReferenceError(f"{FEEDBACK_REF} without a sentence")
-        return apply_feedback(state, action, without_references(sentence, action))
+        return apply_feedback(state, action, without_references(sentence, action, state))
 
     def demo_change(self, demo: Any) -> str:
         """A demonstration's change as the answer writes it (its sentence, referenced)."""

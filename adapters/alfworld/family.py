@@ -234,15 +234,16 @@ class AlfworldFamily:
     def embedded_recipe_defaults() -> dict[str, Any]:
         """Expert, noisy-expert and random episodes (no quitter, no explorers: every command
         the game accepts is listed, and episodes end only at the goal); no relabelled endings
-        (:meth:`relabel`); longer episodes than a web task's. State version 3: a ``Room``
-        line and one ``Seen`` line per receptacle visited
+        (:meth:`relabel`); longer episodes than a web task's. State version 4: a ``Room``
+        line and one ``Seen`` line per receptacle visited, objects in the game's order
         (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each episode
-        (:meth:`renamed`) triple the examples, and the steps grow with them. Codec version 1:
-        the next state written as the feedback sentence (:meth:`experience_codec`)."""
+        (:meth:`renamed`) triple the examples, and the steps grow with them. Codec version 2:
+        the next state written as the feedback sentence, a list the state knows as ``@seen``
+        (:meth:`experience_codec`)."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 3, "codec_version": 1, "entity_swaps": 2,
+                "max_steps": 30, "state_version": 4, "codec_version": 2, "entity_swaps": 2,
                 "max_examples": 9000, "sft_steps": 1500}
 
     collectors = ("oracle", "noisy", "random")

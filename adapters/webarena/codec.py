@@ -18,6 +18,7 @@ class WebCodec:
     verdicts = rationale.VERDICTS
     follows = rationale.FOLLOWS
     prompt_file = "experience_model.md"
+    sampling: dict[str, float] = {}  # a page follows from the site: greedy
 
     @staticmethod
     def describe() -> str:

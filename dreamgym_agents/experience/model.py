@@ -409,6 +409,9 @@ class ExperienceConfig:
             the experience model's training retrieved demonstrations from other tasks only
             (:class:`~dreamgym_agents.experience.data.ExampleConfig`): a model trained
             so must not be shown the task's own recorded answer and outcome at inference.
+        temperature: Sampling temperature of the answers (0: greedy); None: the family
+            codec's ``sampling``, else the gateway's ``llm.temperature``.
+        top_p: Nucleus mass when sampling; None: the codec's ``sampling``, else none.
     """
 
     history_steps: int = 4
@@ -423,6 +426,8 @@ class ExperienceConfig:
     max_state_lines: int = 120
     prompt_style: str = "full"
     exclude_same_task: bool = True
+    temperature: float | None = None
+    top_p: float | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_style not in ("full", "compact"):
@@ -443,6 +448,11 @@ class ExperienceConfig:
             raise ConfigError(
                 f"experience.max_parse_retries must be >= 0, got {self.max_parse_retries}"
             )
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"experience.temperature must be >= 0 (0 = greedy), got "
+                              f"{self.temperature}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"experience.top_p must be in (0, 1], got {self.top_p}")
         if self.max_state_lines < 2:
             raise ConfigError(
                 f"experience.max_state_lines must be >= 2, got {self.max_state_lines}"
@@ -564,6 +574,17 @@ class ExperienceModel:
         return render_messages(load_template(template)["instruction"], inputs,
                                use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
+    def sampling(self) -> dict[str, float]:
+        """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
+        and ``top_p``, else the codec's ``sampling``; empty: the gateway's own)."""
+        out = dict(self.codec.sampling)
+        for key in ("temperature", "top_p"):
+            if getattr(self.cfg, key) is not None:
+                out[key] = getattr(self.cfg, key)
+        if out.get("temperature") == 0:
+            out.pop("top_p", None)
+        return out
+
     def predict(
         self, task: Task | str, history: list[Transition], state: str, action: str, *,
         exclude_episode: str | None = None,
@@ -591,7 +612,7 @@ class ExperienceModel:
                               task_id=task_id)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
-        overrides: dict[str, Any] = {}
+        overrides = self.sampling()
         for attempt in range(1 + self.cfg.max_parse_retries):
             try:
                 completion = self.gateway.complete(messages, **overrides)
@@ -628,7 +649,8 @@ class ExperienceModel:
                 if self.cfg.prompt_style == "compact":
                     # Small models trained on the compact prompt never saw a feedback turn (and a
                     # long failed answer would overflow their context): sample a fresh answer.
-                    overrides = {"temperature": COMPACT_RETRY_TEMPERATURE}
+                    overrides = {**overrides, "temperature": max(
+                        COMPACT_RETRY_TEMPERATURE, overrides.get("temperature", 0.0))}
                     continue
                 retry = load_template(self.codec.prompt_file)["retry"].format(error=exc)
                 messages = [*messages, {"role": "assistant", "content": completion.text},

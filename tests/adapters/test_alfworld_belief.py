@@ -3,7 +3,12 @@ transitions reveal what no model can know."""
 
 from __future__ import annotations
 
-from dreamgym_agents.adapters.alfworld.belief import AlfworldStateFormat, Belief
+from dreamgym_agents.adapters.alfworld.belief import (
+    AlfworldStateFormat,
+    Belief,
+    game_list,
+    in_game_order,
+)
 from dreamgym_agents.experience.codec import apply_edits, line_edits
 
 OPENING = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking "
@@ -72,3 +77,19 @@ def _rules():
     from dreamgym_agents.adapters.alfworld.belief import _rules
 
     return _rules()
+
+
+def test_objects_are_listed_in_the_games_order():
+    belief = Belief.start(OPENING)
+    belief.update("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you "
+                  "see a apple 2, a apple 1, and a egg 3.")  # the game's: kind, number down
+    belief.update("go to fridge 1", "You arrive at fridge 1. The fridge 1 is closed.")
+    belief.update("x", "You pick up the apple 1 from the countertop 1.")
+    belief.update("x", "You move the apple 1 to the countertop 1.")
+    assert "Seen countertop 1: apple 2, apple 1, egg 3" in belief.render().splitlines()
+    assert game_list(["apple 2", "apple 1", "egg 3"]) == "a apple 2, a apple 1, and a egg 3"
+    assert game_list(["egg 3"]) == "a egg 3" and game_list([]) == "nothing"
+    assert in_game_order("On the desk 1, you see a tomato 1, and a egg 2.") == \
+        "On the desk 1, you see a egg 2, and a tomato 1."
+    assert in_game_order("You arrive at desk 1. On the desk 1, you see nothing.") == \
+        "You arrive at desk 1. On the desk 1, you see nothing."

@@ -8,6 +8,7 @@ from test_alfworld_belief import STEPS, states
 
 from dreamgym_agents.adapters.alfworld.codec import (
     FEEDBACK_REF,
+    SEEN_REF,
     AlfworldCodec,
     with_references,
     without_references,
@@ -70,3 +71,21 @@ def test_demonstrations_show_their_sentence_and_it_is_a_decision():
     spans = [completion[a:b] for a, b in decision_spans(completion, c)]
     assert any("You pick up the @1 from the @2." in s for s in spans)
     assert any(s.startswith("The game answers") for s in spans)
+
+
+def test_a_list_the_state_knows_is_written_as_seen():
+    rendered, c = states(), codec()
+    back = "go to countertop 1"  # step 7: the countertop again, its objects known
+    written = c.encode_state(rendered[8], rendered[7], [], None, back)
+    assert written.splitlines()[1] == f"You arrive at @1. On the @1, you see {SEEN_REF}."
+    assert c.expand_state(written, rendered[7], [], None, back) == rendered[8]
+    # a first visit shows what no state knows: written out, and @seen there is unreadable
+    first = c.encode_state(rendered[1], rendered[0], [], None, back)
+    assert SEEN_REF not in first and "a soapbar 4, and a spraybottle 1" in first
+    with pytest.raises(StateReferenceError, match=SEEN_REF):
+        c.expand_state(f"{FEEDBACK_REF}\nYou arrive at @1. On the @1, you see {SEEN_REF}.",
+                       rendered[0], [], None, back)
+
+
+def test_the_family_samples_what_a_receptacle_shows():
+    assert codec().sampling["temperature"] > 0 and 0 < codec().sampling["top_p"] < 1

@@ -40,10 +40,11 @@ def test_rename_words_swaps_whole_words_at_once():
         "take egg 1; an apple 2; applesliced 1"
 
 
-def test_a_renamed_state_keeps_its_lists_sorted():
+def test_a_renamed_state_keeps_its_lists_in_the_games_order():
     state = states()[3]  # the fridge open: apple 1, egg 2
     out = renamed_state(state, {"apple": "tomato"})
     assert "Seen fridge 1: (open) egg 2, tomato 1" in out.splitlines()
+    assert Belief.parse(out).feedback.endswith("you see a egg 2, and a tomato 1.")  # the game's
     assert renamed_state(out, {"tomato": "apple"}) == state  # and back
 
 
