@@ -382,7 +382,9 @@ def test_a_codec_that_samples_decodes_first_answers_so_and_the_config_overrides_
             return super().complete(messages)
 
     class Sampling(WebCodec):
-        sampling = {"temperature": 1.0, "top_p": 0.9}
+        @staticmethod
+        def sampling(state: str, action: str) -> dict[str, float]:
+            return {"temperature": 1.0, "top_p": 0.9} if action == "click('1')" else {}
 
     def first_call(cfg: ExperienceConfig, codec) -> dict:
         model = Recording([GOOD])
@@ -394,5 +396,8 @@ def test_a_codec_that_samples_decodes_first_answers_so_and_the_config_overrides_
     assert first_call(ExperienceConfig(top_p=0.5), Sampling()) == \
         {"temperature": 1.0, "top_p": 0.5}
     assert first_call(ExperienceConfig(temperature=0), Sampling()) == {"temperature": 0}
+    model = Recording([GOOD])  # a step the codec decodes greedily
+    ExperienceModel(ExperienceConfig(), model, codec=Sampling()).predict(TASK, [], HOME, "noop()")
+    assert model.overrides == [{}]
     with pytest.raises(ConfigError, match="experience.top_p"):
         ExperienceConfig(top_p=0)

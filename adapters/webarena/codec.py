@@ -18,7 +18,10 @@ class WebCodec:
     verdicts = rationale.VERDICTS
     follows = rationale.FOLLOWS
     prompt_file = "experience_model.md"
-    sampling: dict[str, float] = {}  # a page follows from the site: greedy
+
+    @staticmethod
+    def sampling(state: str, action: str) -> dict[str, float]:
+        return {}  # a page follows from the site: the gateway's setting (greedy by default)
 
     @staticmethod
     def describe() -> str:

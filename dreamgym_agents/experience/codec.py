@@ -38,16 +38,18 @@ class ExperienceCodec(Protocol):
             follows), weighted too.
         prompt_file: The full prompt in ``prompts/`` (for hosted and large models; the compact
             prompt is :meth:`render`'s).
-        sampling: How the experience model's answers are decoded by default (``temperature``,
-            ``top_p``; empty: the gateway's setting, greedy unless set). A family whose next
-            states are draws (what a closed box holds) samples them; ``experience.temperature``
-            and ``experience.top_p`` override it.
     """
 
     verdicts: tuple[str, ...]
     follows: tuple[str, ...]
     prompt_file: str
-    sampling: dict[str, float]
+
+    def sampling(self, state: str, action: str) -> dict[str, float]:
+        """How the answer to ``action`` in ``state`` is decoded (``temperature``, ``top_p``;
+        empty: the gateway's setting, greedy unless set). A step whose next state is a draw
+        (what a box shows when first opened) is sampled, one that follows from the state is
+        not; ``experience.temperature`` and ``experience.top_p`` override it for every step."""
+        ...
 
     def head(self, state: str) -> str:
         """One line naming a state (the full prompt's history shows the state each step led
@@ -157,7 +159,10 @@ class PlainCodec:
     verdicts = (COMPLETE, FAILED, UNFINISHED)
     follows = ("The state stays", "The state changes", "A new state")
     prompt_file = "experience_model_plain.md"
-    sampling: dict[str, float] = {}
+
+    @staticmethod
+    def sampling(state: str, action: str) -> dict[str, float]:
+        return {}  # the gateway's setting
 
     def __init__(self, action_set: ActionSet, environment: str = "a text environment",
                  head_prefixes: tuple[str, ...] = ()) -> None:

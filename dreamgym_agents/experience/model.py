@@ -409,8 +409,8 @@ class ExperienceConfig:
             the experience model's training retrieved demonstrations from other tasks only
             (:class:`~dreamgym_agents.experience.data.ExampleConfig`): a model trained
             so must not be shown the task's own recorded answer and outcome at inference.
-        temperature: Sampling temperature of the answers (0: greedy); None: the family
-            codec's ``sampling``, else the gateway's ``llm.temperature``.
+        temperature: Sampling temperature of every answer (0: greedy); None: the family
+            codec's ``sampling`` of the step, else the gateway's ``llm.temperature``.
         top_p: Nucleus mass when sampling; None: the codec's ``sampling``, else none.
     """
 
@@ -574,10 +574,10 @@ class ExperienceModel:
         return render_messages(load_template(template)["instruction"], inputs,
                                use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
-    def sampling(self) -> dict[str, float]:
+    def sampling(self, state: str, action: str) -> dict[str, float]:
         """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
-        and ``top_p``, else the codec's ``sampling``; empty: the gateway's own)."""
-        out = dict(self.codec.sampling)
+        and ``top_p``, else the codec's ``sampling`` of the step; empty: the gateway's own)."""
+        out = dict(self.codec.sampling(state, action))
         for key in ("temperature", "top_p"):
             if getattr(self.cfg, key) is not None:
                 out[key] = getattr(self.cfg, key)
@@ -612,7 +612,7 @@ class ExperienceModel:
                               task_id=task_id)
         messages = self.build_messages(task, history, state, action, demos)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
-        overrides = self.sampling()
+        overrides = self.sampling(state, action)
         for attempt in range(1 + self.cfg.max_parse_retries):
             try:
                 completion = self.gateway.complete(messages, **overrides)

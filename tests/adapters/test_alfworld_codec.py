@@ -87,5 +87,11 @@ def test_a_list_the_state_knows_is_written_as_seen():
                        rendered[0], [], None, back)
 
 
-def test_the_family_samples_what_a_receptacle_shows():
-    assert codec().sampling["temperature"] > 0 and 0 < codec().sampling["top_p"] < 1
+def test_only_a_step_that_may_reveal_is_sampled():
+    rendered, c = states(), codec()
+    first = c.sampling(rendered[0], "go to countertop 1")  # never visited
+    assert first["temperature"] > 0 and 0 < first["top_p"] < 1
+    assert c.sampling(rendered[7], "go to countertop 1") == {}  # seen: the same objects
+    assert c.sampling(rendered[2], "open fridge 1") == first  # closed, never opened
+    assert c.sampling(rendered[7], "open fridge 1") == first  # closed again: a closed line
+    assert c.sampling(rendered[3], "take apple 1 from fridge 1") == {}
