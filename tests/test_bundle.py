@@ -5,6 +5,7 @@ stopped by a time budget is partial and never used as the recipe's model."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import shutil
 from dataclasses import replace
@@ -14,7 +15,12 @@ import pytest
 from dreamgym_agents.cli.main import main
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.pipeline.bundle import COLLECT_FILE, Bundle, shipped_bundle
-from dreamgym_agents.pipeline.embedded import RECIPE_VERSION, EmbeddedRecipe, demos_name
+from dreamgym_agents.pipeline.embedded import (
+    RECIPE_VERSION,
+    EmbeddedRecipe,
+    demos_name,
+    family_recipe,
+)
 from dreamgym_agents.pipeline.run import WARM_START_VERSION, preset_config, warm_start_key
 from dreamgym_agents.types import read_trajectories
 
@@ -27,41 +33,51 @@ TINY_BUILD = {"experience_recipe": TINY_RECIPE, "demo_tasks": 3,
               "eval_limit": 1, "fidelity_limit": 1}
 
 
-def test_the_shipped_bundle_is_this_codes(monkeypatch):
+SHIPPED = [pytest.param("webarena"),
+           pytest.param("alfworld", marks=pytest.mark.skipif(
+               importlib.util.find_spec("alfworld") is None, reason="needs the alfworld extra"))]
+"""The families that ship a bundle."""
+
+
+@pytest.mark.parametrize("family", SHIPPED)
+def test_the_shipped_bundle_is_this_codes(monkeypatch, family):
     """Fails when the recipe's code changed and the bundle was not rebuilt (it is stale): run
-    dg-agents build-embedded --out DIR and copy DIR/bundle to bundles/webarena/."""
+    dg-agents build-embedded --task FAMILY --out DIR and copy DIR/bundle to bundles/FAMILY/."""
+    from dataclasses import asdict
+
+    from dreamgym_agents.episodes.env import make_family, spread_tasks
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
     monkeypatch.delenv("DG_BUNDLE", raising=False)
-    bundle = shipped_bundle("webarena")
-    assert bundle is not None, "the package ships no embedded bundle (bundles/webarena/)"
+    bundle = shipped_bundle(family)
+    assert bundle is not None, f"the package ships no embedded bundle (bundles/{family}/)"
     m = bundle.manifest
+    recipe = family_recipe(family)
+    assert m["family"] == family
     assert m["experience"]["recipe_version"] == RECIPE_VERSION
-    assert bundle.experience_key == EmbeddedRecipe().key
+    assert bundle.experience_key == recipe.key
     assert m["warm_start"]["version"] == WARM_START_VERSION
-    preset = preset_config("quick")
-    key = warm_start_key(preset.sft, preset.policy_view, init=EmbeddedRecipe().key,
-                         collect=EmbeddedRecipe().collect_key, demos=demos_name(None, 0))
+    preset = preset_config("quick", 0, family)
+    key = warm_start_key(preset.sft, preset.policy_view, init=recipe.key,
+                         collect=recipe.collect_key, demos=demos_name(None, 0))
     assert bundle.warm_start_key == key, "the warm start's recipe changed: rebuild the bundle"
     assert m["split"]["trained_on"] == "train"
     assert m["built"]["commit"] and m["figures"]["fidelity"] and m["figures"]["warm_start"]
     assert bundle.verify() == []
     assert m["bytes"] < 60e6  # tens of MB
     # the warm start's test episodes cover the quick preset's evaluation (make run reuses them)
-    from dataclasses import asdict
-
-    from dreamgym_agents.episodes.env import make_family, spread_tasks
-    from dreamgym_agents.pipeline.bundle import read_episodes
-
     played = m["figures"]["warm_start"]["episodes"]
     assert played["max_steps"] == preset.eval_max_steps
     assert played["view"] == asdict(preset.policy_view)
     tasks = {str(t.task.task_id) for t in read_episodes(bundle.root / played["file"])}
-    family = make_family("webarena")
-    quick = spread_tasks(family.load_tasks("test"), preset.eval_limit)
-    family.close()
+    made = make_family(family)
+    quick = spread_tasks(made.load_tasks("test"), preset.eval_limit)
+    made.close()
     assert {str(t.task_id) for t in quick} <= tasks
 
 
-def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
+@pytest.mark.parametrize("family", SHIPPED)
+def test_no_shipped_episode_is_a_held_out_task(monkeypatch, family):
     """The shipped models trained on train-split episodes only: none of the bundle's seed
     episodes or demonstrations is a validation or test task."""
     from dreamgym_agents.episodes.env import make_family
@@ -69,8 +85,8 @@ def test_no_shipped_episode_is_a_held_out_task(monkeypatch):
     from dreamgym_agents.pipeline.bundle import read_episodes
 
     monkeypatch.delenv("DG_BUNDLE", raising=False)
-    bundle = shipped_bundle("webarena")
-    held = HeldOut.for_family(make_family("webarena"))
+    bundle = shipped_bundle(family)
+    held = HeldOut.for_family(make_family(family))
     for path in (bundle.collect_file, bundle.demos_file):
         episodes = read_episodes(path)
         assert episodes and {t.task.split for t in episodes} == {"train"}
