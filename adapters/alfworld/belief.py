@@ -313,8 +313,18 @@ def game_order(name: str) -> tuple[str, int]:
     return kind, -number
 
 
-SEES = re.compile(r"(you see )(.*?)(\.?)$")
-"""The list of objects a sentence shows (group 2; group 3 its full stop)."""
+_SEES = re.compile(r"(you see )(.*?)(\.?)$")
+
+
+def listed(sentence: str) -> str | None:
+    """The list of objects a sentence shows (``a apple 2, and a egg 1``), None if it shows none."""
+    m = _SEES.search(sentence)
+    return m.group(2) if m else None
+
+
+def with_listed(sentence: str, text: str) -> str:
+    """``sentence`` with the list of objects it shows replaced by ``text``."""
+    return _SEES.sub(lambda m: m.group(1) + text + m.group(3), sentence, count=1)
 
 
 def game_list(objects: list[str]) -> str:
@@ -328,11 +338,10 @@ def game_list(objects: list[str]) -> str:
 def in_game_order(sentence: str) -> str:
     """A feedback sentence with the list of objects it shows in :func:`game_order` (the game's
     sentences already are; a sentence with its kinds renamed may not be)."""
-    m = SEES.search(sentence)
-    if not m:
+    shown = listed(sentence)
+    if shown is None:
         return sentence
-    objects = sorted(items_of(m.group(2)), key=game_order)
-    return sentence[:m.start(2)] + game_list(objects) + m.group(3)
+    return with_listed(sentence, game_list(sorted(items_of(shown), key=game_order)))
 
 
 @functools.cache

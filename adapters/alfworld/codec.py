@@ -29,7 +29,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dreamgym_agents.adapters.alfworld.belief import SEES, Belief, game_list
+from dreamgym_agents.adapters.alfworld.belief import (
+    Belief,
+    Place,
+    game_list,
+    listed,
+    with_listed,
+)
 from dreamgym_agents.experience.codec import PlainCodec, StateReferenceError, verdict
 
 FEEDBACK_REF = "@feedback"
@@ -45,11 +51,17 @@ def action_names(action: str) -> list[str]:
     return _NAME.findall(action)
 
 
+def target_place(state: str, action: str) -> Place | None:
+    """What ``state`` knows of the receptacle ``action`` names last (None: never visited, or
+    no receptacle named)."""
+    names = action_names(action)
+    return Belief.parse(state).places.get(names[-1]) if names else None
+
+
 def known_list(state: str, action: str) -> str | None:
     """What ``state`` knows of the receptacle ``action`` names last, as the game lists it
     (None: nothing known, or no receptacle named)."""
-    names = action_names(action)
-    place = Belief.parse(state).places.get(names[-1]) if names else None
+    place = target_place(state, action)
     if place is None or place.items is None or place.status == "closed":
         return None
     return game_list(place.items)
@@ -59,8 +71,8 @@ def with_references(sentence: str, action: str, state: str = "") -> str:
     """``sentence`` with each of the ``action``'s names written as its reference, and the list
     of objects it shows written :data:`SEEN_REF` when ``state`` knows that list already."""
     known = known_list(state, action) if state else None
-    if known is not None and (m := SEES.search(sentence)) and m.group(2) == known:
-        sentence = sentence[:m.start(2)] + SEEN_REF + m.group(3)
+    if known is not None and listed(sentence) == known:
+        sentence = with_listed(sentence, SEEN_REF)
     names = action_names(action)
     for i, name in sorted(enumerate(names, 1), key=lambda p: -len(p[1])):
         sentence = re.sub(rf"\b{re.escape(name)}\b", f"@{i}", sentence)
@@ -99,11 +111,10 @@ REVEAL_SAMPLING = {"temperature": 1.0, "top_p": 0.9}
 def may_reveal(state: str, action: str) -> bool:
     """Whether ``action`` may show what ``state`` does not know: going to a receptacle not
     visited yet, opening one whose contents are not known."""
-    names = action_names(action)
-    if not names or not action.startswith(("go to ", "open ")):
+    if not action.startswith(("go to ", "open ")) or not action_names(action):
         return False
-    place = Belief.parse(state).places.get(names[-1])
-    return place is None if action.startswith("go to ") else place is None or place.items is None
+    place = target_place(state, action)
+    return place is None or (action.startswith("open ") and place.items is None)
 
 
 def apply_feedback(state: str, action: str, sentence: str) -> str:
