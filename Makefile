@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all]"
 	touch $(STAMP)
 
+# fast-downward-textworld's build runs `python build.py`: with the venv first on PATH that is
+# the venv's Python (a pyenv shim there failed with "No module named 'glob'" on a new machine).
 $(ALFWORLD_STAMP): $(STAMP)
-	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all,alfworld]"
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pip install -q -c constraints.txt -e ".[all,alfworld]"
 	touch $(ALFWORLD_STAMP)
 
 # A system Chromium (Playwright cannot download its own browser offline).

@@ -222,3 +222,47 @@ def test_max_batch_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None
         _max_batch()
     monkeypatch.setenv("DG_LOCAL_MAX_BATCH", "1")
     assert _max_batch() == 1
+
+
+
+def test_a_banned_sequence_masks_its_last_token_after_its_head() -> None:
+    import torch
+
+    from dreamgym_agents.gateway.local import GenerationRequest, _constrained
+
+    request = GenerationRequest([1, 2], 4, 0.0, None, None, banned=[[5, 7], [9]])
+    processor = _constrained([request], width=2)[0]
+    after_head = processor(torch.tensor([[1, 2, 5]]), torch.zeros(1, 12))
+    assert after_head[0, 7] == float("-inf") and after_head[0, 9] == float("-inf")
+    assert torch.isfinite(after_head[0, [0, 5, 8]]).all()
+    elsewhere = processor(torch.tensor([[1, 2, 6]]), torch.zeros(1, 12))
+    assert torch.isfinite(elsewhere[0, 7]) and elsewhere[0, 9] == float("-inf")
+    # the prompt is not the answer: a head that ends the prompt does not count
+    first = processor(torch.tensor([[1, 5]]), torch.zeros(1, 12))
+    assert torch.isfinite(first[0, 7])
+
+
+def test_bad_words_are_never_written_and_reach_the_provider_through_the_gateway(
+    checkpoint: str,
+) -> None:
+    import torch
+
+    from dreamgym_agents.gateway.local import bad_word_ids
+
+    tokenizer, model = load_local_model(checkpoint)
+    messages = [{"role": "user", "content": "Open the cart page"}]
+    prompt, templated = format_prompt(tokenizer, messages)
+    ids = tokenizer(prompt, add_special_tokens=not templated, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        first = int(model(input_ids=ids).logits[0, -1].argmax())
+    word = tokenizer.decode([first])  # the greedy answer's first token, as a word to ban
+    assert [first] in bad_word_ids(tokenizer, [word])
+    free = generate_local(checkpoint, messages, max_tokens=8)
+    masked = generate_local(checkpoint, messages, max_tokens=8, bad_words=[word])
+    assert free.text.startswith(word) and not masked.text.startswith(word)
+    # LiteLLM hands the option to the provider; a hosted model's gateway drops it
+    gw = Gateway(LLMConfig(model=f"hf/{checkpoint}", max_tokens=8))
+    assert gw.complete(messages).text == free.text
+    assert gw.complete(messages, bad_words=[word]).text == masked.text
+    hosted = Gateway(LLMConfig(model="openai/gpt-4o-mini", mock_response="ok"))
+    assert hosted.complete(messages, bad_words=[word]).text == "ok"

@@ -336,12 +336,14 @@ def game_list(objects: list[str]) -> str:
 
 
 def in_game_order(sentence: str) -> str:
-    """A feedback sentence with the list of objects it shows in :func:`game_order` (the game's
-    sentences already are; a sentence with its kinds renamed may not be)."""
+    """A feedback sentence with the list of objects it shows as the game writes it: in
+    :func:`game_order`, each object once (the game's sentences already are; a sentence with its
+    kinds renamed, or one a model wrote, may not be)."""
     shown = listed(sentence)
     if shown is None:
         return sentence
-    return with_listed(sentence, game_list(sorted(items_of(shown), key=game_order)))
+    objects = dict.fromkeys(items_of(shown))  # an object is one thing: listed once
+    return with_listed(sentence, game_list(sorted(objects, key=game_order)))
 
 
 @functools.cache

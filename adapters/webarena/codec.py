@@ -20,7 +20,7 @@ class WebCodec:
     prompt_file = "experience_model.md"
 
     @staticmethod
-    def sampling(state: str, action: str) -> dict[str, float]:
+    def sampling(state: str, action: str) -> dict[str, Any]:
         return {}  # a page follows from the site: the gateway's setting (greedy by default)
 
     @staticmethod

@@ -44,11 +44,14 @@ class ExperienceCodec(Protocol):
     follows: tuple[str, ...]
     prompt_file: str
 
-    def sampling(self, state: str, action: str) -> dict[str, float]:
-        """How the answer to ``action`` in ``state`` is decoded (``temperature``, ``top_p``;
-        empty: the gateway's setting, greedy unless set). A step whose next state is a draw
-        (what a box shows when first opened) is sampled, one that follows from the state is
-        not; ``experience.temperature`` and ``experience.top_p`` override it for every step."""
+    def sampling(self, state: str, action: str) -> dict[str, Any]:
+        """How the answer to ``action`` in ``state`` is decoded (``temperature``, ``top_p``,
+        ``bad_words``; empty: the gateway's setting, greedy unless set). A step whose next state
+        is a draw (what a box shows when first opened) is sampled, one that follows from the
+        state is not; ``experience.temperature`` and ``experience.top_p`` override it for every
+        step. ``bad_words`` are strings the answer cannot contain to be read back in this state
+        (the local provider never writes them; other providers ignore them, and the answer is
+        checked as always)."""
         ...
 
     def head(self, state: str) -> str:
@@ -161,7 +164,7 @@ class PlainCodec:
     prompt_file = "experience_model_plain.md"
 
     @staticmethod
-    def sampling(state: str, action: str) -> dict[str, float]:
+    def sampling(state: str, action: str) -> dict[str, Any]:
         return {}  # the gateway's setting
 
     def __init__(self, action_set: ActionSet, environment: str = "a text environment",

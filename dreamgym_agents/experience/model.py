@@ -574,9 +574,10 @@ class ExperienceModel:
         return render_messages(load_template(template)["instruction"], inputs,
                                use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
-    def sampling(self, state: str, action: str) -> dict[str, float]:
+    def sampling(self, state: str, action: str) -> dict[str, Any]:
         """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
-        and ``top_p``, else the codec's ``sampling`` of the step; empty: the gateway's own)."""
+        and ``top_p``, else the codec's ``sampling`` of the step, its ``bad_words`` kept;
+        empty: the gateway's own)."""
         out = dict(self.codec.sampling(state, action))
         for key in ("temperature", "top_p"):
             if getattr(self.cfg, key) is not None:

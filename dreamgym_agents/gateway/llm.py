@@ -361,7 +361,9 @@ class Gateway:
         Args:
             messages: OpenAI-style chat messages (``{"role": ..., "content": ...}``).
             **overrides: Per-call sampling settings (``temperature``, ``max_tokens``, ``top_p``,
-                ``stop``, ``mock_response``) or extra LiteLLM arguments; None removes a setting.
+                ``stop``, ``mock_response``; ``bad_words``, strings a local ``hf/`` model never
+                writes, ignored by other providers) or extra LiteLLM arguments; None removes a
+                setting.
 
         Returns:
             The answer, with this call's usage; the gateway's totals are updated.
@@ -388,6 +390,10 @@ class Gateway:
         started = time.perf_counter()
         params = self._params(overrides)
         mock = params.pop("mock_response", None)
+        if not self.cfg.is_local and params.pop("bad_words", None) is not None:
+            # only the local provider masks them; hosted APIs refuse an unknown argument, and
+            # a caller checks the answer anyway
+            logger.debug("%s: bad_words ignored (a local hf/ model's option)", self.cfg.model)
         cache = self._get_cache()
         cacheable = cache is not None and (
             float(params.get("temperature", 0.0)) == 0.0 or self.cfg.cache_sampled

@@ -94,6 +94,9 @@ class GenerationRequest:
     an RL trainer must score it with."""
     allowed: list[list[int] | None] = field(default_factory=list)
     logps: list[float] = field(default_factory=list)
+    banned: list[list[int]] = field(default_factory=list)
+    """Token sequences the answer never contains: the last token of each is masked wherever
+    the new tokens end with the rest (:func:`bad_word_ids`)."""
 
     @property
     def group(self) -> tuple[Any, ...] | None:
@@ -181,7 +184,7 @@ class Batcher:
                 kwargs["top_p"] = first.top_p
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        if any(r.constraint is not None for r in batch):
+        if any(r.constraint is not None or r.banned for r in batch):
             kwargs["logits_processor"] = _constrained(batch, width)
         traced = any(r.trace for r in batch)
         if traced:
@@ -210,13 +213,20 @@ class Batcher:
 
 
 def _constrained(batch: list[GenerationRequest], width: int) -> Any:
-    """A logits processor masking, row by row, the tokens a request's constraint forbids."""
+    """A logits processor masking, row by row, the tokens a request's constraint forbids and
+    the last token of each of its banned sequences the new tokens are about to complete."""
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
     class Constrained(LogitsProcessor):
         def __call__(self, input_ids: Any, scores: Any) -> Any:
             for i, r in enumerate(batch):
+                if r.banned:
+                    new = input_ids[i, width:].tolist()
+                    for seq in r.banned:
+                        head = seq[:-1]
+                        if len(new) >= len(head) and new[len(new) - len(head):] == head:
+                            scores[i, seq[-1]] = float("-inf")
                 if r.constraint is None:
                     continue
                 allowed = r.constraint.allowed(input_ids[i, width:].tolist())
@@ -230,6 +240,18 @@ def _constrained(batch: list[GenerationRequest], width: int) -> Any:
             return scores
 
     return LogitsProcessorList([Constrained()])
+
+
+def bad_word_ids(tokenizer: Any, words: list[str]) -> list[list[int]]:
+    """The token sequences of ``words`` as an answer writes them: alone and after a space
+    (a word inside a sentence is usually tokenised with its space)."""
+    out: list[list[int]] = []
+    for word in words:
+        for text in (word, f" {word}"):
+            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if ids and ids not in out:
+                out.append(ids)
+    return out
 
 
 def _max_batch() -> int:
@@ -389,6 +411,7 @@ def generate_local(
     top_p: float | None = None,
     stop: list[str] | str | None = None,
     seed: int | None = None,
+    bad_words: list[str] | None = None,
 ) -> LocalGeneration:
     """Generate an answer to chat ``messages`` with the local checkpoint in ``path``.
 
@@ -401,6 +424,8 @@ def generate_local(
         stop: Stop strings: the text is cut at the first occurrence of any of them.
         seed: Seed for sampling (reproducible answers at temperature > 0); the global torch RNG
             is left untouched.
+        bad_words: Strings the answer never contains (vLLM's ``bad_words``): their tokens, as
+            :func:`bad_word_ids` writes them, are masked.
 
     Raises:
         ModelError: (not retryable) missing checkpoint, or a prompt longer than the model's
@@ -415,6 +440,7 @@ def generate_local(
         prompt, templated = format_prompt(tokenizer, messages)
         # A chat template already writes BOS and friends; a plain prompt gets the defaults.
         ids = list(tokenizer(prompt, add_special_tokens=not templated)["input_ids"])
+        banned = bad_word_ids(tokenizer, [w for w in bad_words or [] if w])
     prompt_tokens = len(ids)
     context = getattr(model.config, "max_position_embeddings", None)
     if context is not None and prompt_tokens >= context:
@@ -426,7 +452,8 @@ def generate_local(
         # The answer may use what the prompt leaves of the context (finish_reason "length"
         # tells when it was cut).
         max_tokens = min(max_tokens, context - prompt_tokens)
-    new_ids = loaded.batcher.submit(GenerationRequest(ids, max_tokens, temperature, top_p, seed))
+    new_ids = loaded.batcher.submit(GenerationRequest(ids, max_tokens, temperature, top_p, seed,
+                                                      banned=banned))
     completion_tokens = len(new_ids)
     with loaded.lock:
         text = tokenizer.decode(new_ids, skip_special_tokens=True)
@@ -480,6 +507,7 @@ def _build_provider() -> Any:
                 top_p=params.get("top_p"),
                 stop=params.get("stop"),
                 seed=params.get("seed"),
+                bad_words=params.get("bad_words"),
             )
             response = model_response if model_response is not None else ModelResponse()
             response.choices[0].message.content = result.text

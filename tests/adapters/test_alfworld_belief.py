@@ -91,5 +91,7 @@ def test_objects_are_listed_in_the_games_order():
     assert game_list(["egg 3"]) == "a egg 3" and game_list([]) == "nothing"
     assert in_game_order("On the desk 1, you see a tomato 1, and a egg 2.") == \
         "On the desk 1, you see a egg 2, and a tomato 1."
+    assert in_game_order("On the desk 1, you see a egg 2, a tomato 1, and a egg 2.") == \
+        "On the desk 1, you see a egg 2, and a tomato 1."  # an object is listed once
     assert in_game_order("You arrive at desk 1. On the desk 1, you see nothing.") == \
         "You arrive at desk 1. On the desk 1, you see nothing."

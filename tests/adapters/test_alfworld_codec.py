@@ -95,3 +95,19 @@ def test_only_a_step_that_may_reveal_is_sampled():
     assert c.sampling(rendered[2], "open fridge 1") == first  # closed, never opened
     assert c.sampling(rendered[7], "open fridge 1") == first  # closed again: a closed line
     assert c.sampling(rendered[3], "take apple 1 from fridge 1") == {}
+
+
+def test_seen_is_a_bad_word_where_the_state_knows_no_list():
+    rendered, c = states(), codec()
+    assert c.sampling(rendered[0], "go to countertop 1")["bad_words"] == [SEEN_REF]
+    assert c.sampling(rendered[0], "inventory") == {"bad_words": [SEEN_REF]}  # greedy still
+    assert "bad_words" not in c.sampling(rendered[7], "go to countertop 1")
+
+
+def test_a_written_list_is_read_in_the_game_order_each_object_once():
+    rendered, c = states(), codec()
+    back = "go to countertop 1"
+    sampled = (f"{FEEDBACK_REF}\nYou arrive at @1. On the @1, you see a spraybottle 1, "
+               "a soapbar 4, and a spraybottle 1.")
+    state = c.expand_state(sampled, rendered[0], [], None, back)
+    assert state == rendered[1]  # the game's sentence: a soapbar 4, and a spraybottle 1
