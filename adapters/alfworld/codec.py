@@ -43,6 +43,8 @@ FEEDBACK_REF = "@feedback"
 """The reference of a next state written as the game's feedback sentence."""
 SEEN_REF = "@seen"
 """The objects the state knows in the receptacle the action names last, as the game lists them."""
+MAX_NAMES = 3
+"""More names than a command has (two at most: ``heat egg 1 with microwave 1``)."""
 _NAME = re.compile(r"\b[a-z]+ \d+\b")
 _REF = re.compile(r"@(\d+)")
 
@@ -141,13 +143,17 @@ class AlfworldCodec(PlainCodec):
         state: greedy (sampled too, the model wrote a wrong sentence for 34 of the expert's 221
         such steps, ``You heat`` for ``cool``).
 
-        Where the state knows no list for the receptacle the action names, :data:`SEEN_REF`
-        cannot be read back, so it is a bad word of the step (``bad_words``: the gateway's
-        local provider never writes it; the shipped model wrote it at a first visit, three
-        samples running, in 28 of the searcher's 60 dream episodes)."""
+        What cannot be read back is a bad word of the step (``bad_words``: the gateway's local
+        provider never writes them): :data:`SEEN_REF` where the state knows no list for the
+        receptacle the action names (the shipped model wrote it at a first visit, three samples
+        running, in 28 of the searcher's 60 dream episodes), and a reference to a name the
+        action does not have (``@1`` answering ``help``)."""
         out: dict[str, Any] = dict(REVEAL_SAMPLING) if may_reveal(state, action) else {}
+        bad = [f"@{i}" for i in range(len(action_names(action)) + 1, MAX_NAMES + 1)]
         if known_list(state, action) is None:
-            out["bad_words"] = [SEEN_REF]
+            bad.append(SEEN_REF)
+        if bad:
+            out["bad_words"] = bad
         return out
 
     @staticmethod
