@@ -17,6 +17,7 @@ from dreamgym_agents.pipeline.run import (
     dream_tasks,
     preset_config,
 )
+from dreamgym_agents.policy.sft import PolicySFTConfig
 from dreamgym_agents.types import Task
 
 
@@ -104,6 +105,13 @@ def test_config_validation_says_what_to_fix():
         Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")
     with pytest.raises(ConfigError, match="dream_eval_types must list some of"):
         PipelineConfig(dream_eval_types=["string_match", "html"])
+    # LoRA adapts a checkpoint: --policy hf/… (which fills sft.base_model only later), the
+    # experience model's weights, or sft.base_model; never a policy trained from scratch
+    lora = PolicySFTConfig(lora_r=8)
+    with pytest.raises(ConfigError, match="sft.lora_r needs a checkpoint"):
+        PipelineConfig(policy_init="scratch", sft=lora)
+    assert PipelineConfig(policy="hf/some/checkpoint", policy_init="scratch", sft=lora)
+    assert PipelineConfig(sft=lora).policy_init == "experience"
 
 
 def test_the_dream_trains_on_the_task_kinds_it_can_judge():

@@ -81,8 +81,32 @@ def test_the_lines_a_task_mentions_are_marked():
 def test_policy_config_validates():
     with pytest.raises(ConfigError, match="max_action_tokens"):
         PolicyConfig(max_action_tokens=1)
-    with pytest.raises(ConfigError, match="lora_r needs sft.base_model"):
-        PolicySFTConfig(output_dir="x", lora_r=4)
+    with pytest.raises(ConfigError, match="lora_r must be >= 0"):
+        PolicySFTConfig(output_dir="x", lora_r=-1)
+
+
+def test_lora_sft_adapts_a_checkpoint_and_saves_it_merged(tmp_path, counter_env_factory):
+    import torch
+
+    from dreamgym_agents.gateway.local import load_causal_lm
+
+    demos = counter_demos(tmp_path, counter_env_factory, 4)
+    with pytest.raises(ConfigError, match="sft.lora_r needs a checkpoint"):
+        train_policy_sft(demos, PolicySFTConfig(output_dir=str(tmp_path / "x"), lora_r=4))
+    base = tiny_sft(tmp_path, demos, steps=1, name="base")
+    out = tmp_path / "lora"
+    result = train_policy_sft(demos, PolicySFTConfig(
+        output_dir=str(out), base_model=base, lora_r=4, max_steps=3, batch_size=4,
+        learning_rate=1e-2, max_length=256, seed=0))
+    assert result["lora_r"] == 4 and result["steps"] == 3 and not result["from_scratch"]
+    assert result["last_loss"] < result["first_loss"]
+    assert not (out / "adapter_config.json").exists()  # merged: a plain checkpoint
+    before, after = load_causal_lm(base)[1].state_dict(), load_causal_lm(out)[1].state_dict()
+    assert before.keys() == after.keys()
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    assert any(k.endswith("q_proj.weight") for k in moved)  # the adapted linear layers
+    assert not any("embed_tokens" in k or "norm" in k for k in moved)  # nothing else
+    assert PolicyModel.load(str(out)).eos_id is not None
 
 
 def test_sft_rows_train_action_tokens_only(tmp_path, counter_env_factory):

@@ -371,6 +371,13 @@ def native_bf16(device: str) -> bool:
     return cpu_has_native_bf16()
 
 
+def body_and_head(model: Any) -> tuple[Any, Any]:
+    """The transformer body (hidden states out) and the LM head of a causal LM, through a PEFT
+    wrapper (whose ``base_model_prefix`` names the whole causal LM, not its body)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, base.base_model_prefix), base.get_output_embeddings()
+
+
 def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu") -> type:
     """SFTTrainer with the token-weighted, completion-only loss (see the module docstring),
     its passes under bfloat16 autocast on ``device`` when ``bf16``."""
@@ -381,7 +388,7 @@ def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu"
                          num_items_in_batch: Any = None) -> Any:
             weights = inputs.pop("token_weights")[:, 1:]
             labels = inputs.pop("labels")[:, 1:]
-            backbone = getattr(model, model.base_model_prefix)
+            backbone, head = body_and_head(model)
             mask = labels != -100
             # The trainer's own mixed precision wraps model.forward, which this loss bypasses
             # (the LM head runs on completion positions only): autocast here instead.
@@ -389,7 +396,7 @@ def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu"
                 hidden = backbone(input_ids=inputs["input_ids"],
                                   attention_mask=inputs.get("attention_mask"),
                                   use_cache=False).last_hidden_state[:, :-1]
-                logits = model.get_output_embeddings()(hidden[mask])
+                logits = head(hidden[mask])
             nll = torch.nn.functional.cross_entropy(logits.float(), labels[mask],
                                                     reduction="none")
             w = weights[mask]

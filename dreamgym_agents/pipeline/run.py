@@ -154,6 +154,13 @@ class PipelineConfig:
                 raise ConfigError(f"dream_eval_types must list some of {', '.join(known)} "
                                   f"(or be null for every task, or family for the {self.task} "
                                   f"family's choice), got {chosen}")
+        if self.sft.lora_r and self.sft.base_model is None and not (
+                self.policy.startswith("hf/") or self.policy_init == "experience"):
+            # --policy fills sft.base_model only when the warm start runs: checked here, not
+            # where sft.* is parsed
+            from dreamgym_agents.policy.sft import LORA_NEEDS_A_BASE
+
+            raise ConfigError(LORA_NEEDS_A_BASE)
         if self.sim_to_real and self.s2r.real_transition_budget is None:
             raise ConfigError("s2r.real_transition_budget must be set: sim-to-real uses a "
                               "bounded number of real transitions")

@@ -109,12 +109,14 @@ class PolicySFTConfig:
             raise ConfigError(f"sft.env_loss_weight must be >= 0, got {self.env_loss_weight}")
         if self.lora_r < 0:
             raise ConfigError(f"sft.lora_r must be >= 0 (0: no LoRA), got {self.lora_r}")
-        if self.lora_r and self.base_model is None:
-            raise ConfigError("sft.lora_r needs sft.base_model: LoRA adapts an existing "
-                              "checkpoint; a model trained from scratch trains every weight")
         if self.base_model is not None and not Path(self.base_model).is_dir():
             raise ConfigError(f"sft.base_model not found: {self.base_model} (a local "
                               "checkpoint directory)")
+
+
+LORA_NEEDS_A_BASE = ("sft.lora_r needs a checkpoint to adapt (--policy hf/<checkpoint>, "
+                     "sft.base_model, or the embedded policy started from the experience "
+                     "model): a policy trained from scratch trains every weight")
 
 
 def successful(trajectories: list[Trajectory]) -> list[Trajectory]:
@@ -283,6 +285,8 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     if not wins:
         raise ConfigError("no successful episode to warm-start the policy from: collect "
                           "offline data with successes (e.g. dg-agents collect --agents oracle)")
+    if cfg.lora_r and cfg.base_model is None:
+        raise ConfigError(LORA_NEEDS_A_BASE)
     start = time.perf_counter()
     out = Path(cfg.output_dir)
     if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:

@@ -35,6 +35,7 @@ from typing import Any
 
 from dreamgym_agents.episodes.graph import EnvPool, play_episodes
 from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
+from dreamgym_agents.experience.sft import body_and_head
 from dreamgym_agents.policy.model import ASSISTANT, USER, PolicyAgent, PolicyConfig, PolicyModel
 from dreamgym_agents.rl.curriculum import Curriculum
 from dreamgym_agents.types import Task, Trajectory, append_trajectory
@@ -415,9 +416,7 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
             if e > first_completion:
                 rows.append((b, s, e))
     rows.sort(key=lambda r: r[2] - r[1])
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = getattr(base, base.base_model_prefix)
-    head = base.get_output_embeddings()
+    backbone, head = body_and_head(model)
     logps = torch.zeros((batch, logits_to_keep), dtype=torch.float32)
     entropies = torch.zeros((batch, logits_to_keep), dtype=torch.float32) \
         if compute_entropy else None
