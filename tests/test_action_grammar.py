@@ -38,6 +38,15 @@ def test_the_grammar_accepts_what_the_page_and_task_allow(grammar, action):
     assert grammar.accepts(action)
 
 
+def test_every_verb_the_grammar_writes_is_one_the_environment_runs(grammar):
+    from dreamgym_agents.adapters.webarena.actions import WebActionSet
+
+    runs = set(WebActionSet().action_names)
+    assert {v.decode() for v in grammar.verbs} <= runs
+    for action in ("dblclick(link 'Home')", "focus(button 'Search')", "clear(searchbox 'Search')"):
+        assert not grammar.accepts(action)
+
+
 @pytest.mark.parametrize("action", [
     "click(link 'Ergonix Harbor Chair, Oak')",  # not on the page
     "click(link 'Search')",  # wrong role

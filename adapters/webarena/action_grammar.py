@@ -7,7 +7,7 @@ training product's name instead of the task's, and clicked links the page did no
 is therefore constrained, like grammar-guided decoding in serving stacks (TRL's GRPO offers the
 same through vLLM's guided decoding), to the actions that make sense on the current page:
 
-- ``click`` / ``hover`` / ``dblclick`` / ``focus`` / ``clear``: an element on the page
+- ``click`` / ``hover``: an element on the page
   (``link 'Name'`` with name references, ``'84'`` with bids);
 - ``fill``: a field on the page and a text taken from the task's intent (every text the
   bundled tasks type — a product, a query, an address part, a quantity — is part of the
@@ -42,7 +42,9 @@ KEYS: tuple[str, ...] = ("Enter", "Tab", "Escape", "Backspace", "ArrowDown", "Ar
                          "PageDown", "PageUp")
 """Keys ``keyboard_press`` may press."""
 
-_REF_VERBS = ("click", "dblclick", "hover", "focus", "clear")
+_REF_VERBS = ("click", "hover")
+"""The element-only verbs: those of the environment's action set (BrowserGym's ``dblclick``,
+``focus`` and ``clear`` are not in it: the environment refuses them)."""
 _SELECT_ROLES = frozenset({"combobox", "listbox"})
 _FREE = "free"
 
