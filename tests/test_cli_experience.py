@@ -192,6 +192,10 @@ def test_dream_random_agent_with_a_mock_experience_model(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["real_transitions"] == 0 and summary["synthetic_transitions"] == len(steps)
     assert summary["em_failures"] == 0 and summary["experience_model"] == "openai/test"
+    # the experience model's calls are counted apart from the (random) agent's, which has none
+    assert summary["experience_usage"]["calls"] == len(steps)
+    assert summary["experience_usage"]["total_tokens"] > 0 and summary["usage"]["calls"] == 0
+    assert f"experience model: {len(steps)} calls" in err + stdout
     assert summary["use_history"] and summary["use_retrieval"] and summary["use_reasoning"]
     assert json.loads(stdout)["synthetic_transitions"] == len(steps)
 
@@ -210,6 +214,7 @@ def test_dream_counts_experience_model_failures_and_records_ablations(tmp_path, 
     assert "ground on" not in err  # the buffer is seeded
     summary = json.loads((out / "summary.json").read_text())
     assert summary["em_failures"] == 2 and summary["episodes"] == 2
+    assert summary["experience_usage"]["calls"] == 2  # one unreadable answer per episode
     assert not summary["use_history"] and not summary["use_reasoning"]
     assert summary["use_retrieval"]
     for traj in read_trajectories(out / "trajectories.jsonl"):

@@ -461,7 +461,9 @@ def dream_command(
         if hasattr(runner, "gateway"):  # an LLM agent
             runner.gateway.close()
     print_summary(console, result.summary, out)
-    console.print(f"em_failures={result.summary['em_failures']}")
+    em = result.summary["experience_usage"]
+    console.print(f"em_failures={result.summary['em_failures']}; experience model: "
+                  f"{em['calls']} calls, {em['total_tokens']} tokens, ${em['cost_usd']:.4f}")
     raise_if_failed(result, out)
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.episodes.env import Observation, StepResult, TaskFamily
@@ -169,7 +169,8 @@ class DreamEnv:
         prediction = self.model.predict(task, list(self._history), state, action)
         info: dict[str, Any] = {"reasoning": "", "em_failure": not prediction.ok,
                                 "demos": list(prediction.demos),
-                                "em_attempts": prediction.attempts}
+                                "em_attempts": prediction.attempts,
+                                "em_usage": asdict(prediction.usage)}
         if prediction.output is None:
             error = f"experience model failure: {prediction.failure}"
             self._record(action, state, 0.0, True, False, error=error, info=info)

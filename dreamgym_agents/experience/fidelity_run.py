@@ -26,7 +26,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ from dreamgym_agents.experience.model import (
     transition_id,
 )
 from dreamgym_agents.types import (
+    ModelUsage,
     Task,
     Trajectory,
     Transition,
@@ -85,6 +86,17 @@ _R = TypeVar("_R")
 # --------------------------------------------------------------------------------------------
 
 
+def experience_usage(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
+    """The experience model's calls, tokens and cost over dream episodes (each step records
+    its own: ``info["em_usage"]``)."""
+    usage = ModelUsage()
+    for traj in trajectories:
+        for t in traj.transitions:
+            if t.info.get("em_usage"):
+                usage.add(ModelUsage(**t.info["em_usage"]))
+    return {**asdict(usage), "total_tokens": usage.total_tokens}
+
+
 def count_em_failures(trajectories: Iterable[Trajectory]) -> int:
     """Transitions whose experience-model answer could not be read (``info["em_failure"]``)."""
     return sum(bool(t.info.get("em_failure")) for traj in trajectories for t in traj.transitions)
@@ -104,8 +116,9 @@ async def run_dream(
     """Play one episode per task in the dream, like ``dg-agents eval`` does in real environments.
 
     Same output folder as :func:`~dreamgym_agents.episodes.graph.run_episodes` (resumable,
-    transitions of provenance ``synthetic``); ``summary.json`` gains ``em_failures``, counted
-    over every episode in the folder (resumed ones included).
+    transitions of provenance ``synthetic``); ``summary.json`` gains ``em_failures`` and the
+    experience model's calls, tokens and cost (``experience_usage``; ``usage`` is the
+    agent's), counted over every episode in the folder (resumed ones included).
 
     Args:
         tasks: The tasks (one episode each).
@@ -124,6 +137,7 @@ async def run_dream(
     traj_file = run_cfg.out_dir / TRAJECTORIES_FILE
     trajectories = read_trajectories(traj_file) if traj_file.exists() else []
     result.summary["em_failures"] = count_em_failures(trajectories)
+    result.summary["experience_usage"] = experience_usage(trajectories)
     (run_cfg.out_dir / SUMMARY_FILE).write_text(
         json.dumps(result.summary, indent=2, sort_keys=True)
     )
