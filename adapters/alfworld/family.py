@@ -206,6 +206,14 @@ class AlfworldFamily:
         return ["goal"]
 
     @staticmethod
+    def state_success(task: Task, state: str) -> bool | None:
+        """Whether ``state`` satisfies the task's goal (:mod:`…alfworld.goals`: it agrees with
+        the game's reward on every recorded transition); None for a wording of no task type."""
+        from dreamgym_agents.adapters.alfworld.goals import goal_met
+
+        return goal_met(task.intent, state)
+
+    @staticmethod
     def state_format() -> Any:
         """Text-game states: no location, no ids; a task's start is its game."""
         from dreamgym_agents.adapters.alfworld.belief import AlfworldStateFormat

@@ -252,7 +252,10 @@ class TaskFamily(Protocol):
     :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
     feasibility check (default: the template generator, its values grounded in real tasks);
     ``rl_episode_steps``, an RL episode's step limit in the presets (default
-    :data:`~dreamgym_agents.pipeline.run.RL_EPISODE_STEPS`).
+    :data:`~dreamgym_agents.pipeline.run.RL_EPISODE_STEPS`);
+    ``state_success(task, state) -> bool | None``, whether a state satisfies the task when the
+    state alone tells (ALFWorld's goals; None: it cannot): the dream's rewards are measured
+    against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), never replaced.
     """
 
     name: str

@@ -219,6 +219,34 @@ def transition_metrics(
     return metrics
 
 
+StateCheck = Callable[[Any, str], "bool | None"]
+"""A family's check of whether a state satisfies a task (``TaskFamily.state_success``)."""
+
+
+def reward_check(trajectories: Sequence[Trajectory], check: StateCheck | None,
+                 ) -> dict[str, int] | None:
+    """The dream's rewards against the family's own check of each predicted state: how many of
+    the rewarded steps reach a state that does not satisfy the task (``rewarded_unmet``: the
+    experience model rewarded what the game would not) and how many unrewarded ones do
+    (``met_unrewarded``). Invalid and failed steps are left out; None without a check."""
+    if check is None:
+        return None
+    out = {"checked": 0, "rewarded": 0, "rewarded_unmet": 0, "met_unrewarded": 0}
+    for traj in trajectories:
+        for t in traj.transitions:
+            if not t.valid or t.info.get("em_failure"):
+                continue
+            met = check(traj.task, t.next_state)
+            if met is None:
+                continue
+            rewarded = t.reward > 0
+            out["checked"] += 1
+            out["rewarded"] += rewarded
+            out["rewarded_unmet"] += rewarded and not met
+            out["met_unrewarded"] += met and not rewarded
+    return out
+
+
 def episode_success_rate(trajectories: Sequence[Trajectory]) -> float:
     """Share of successful episodes (0.0 for none)."""
     return sum(t.success for t in trajectories) / len(trajectories) if trajectories else 0.0

@@ -46,6 +46,7 @@ from dreamgym_agents.experience.fidelity import (
     RUBRIC,
     episode_success_rate,
     judge_trajectories,
+    reward_check,
     state_f1,
     transition_metrics,
 )
@@ -116,9 +117,11 @@ async def run_dream(
     """Play one episode per task in the dream, like ``dg-agents eval`` does in real environments.
 
     Same output folder as :func:`~dreamgym_agents.episodes.graph.run_episodes` (resumable,
-    transitions of provenance ``synthetic``); ``summary.json`` gains ``em_failures`` and the
+    transitions of provenance ``synthetic``); ``summary.json`` gains ``em_failures``, the
     experience model's calls, tokens and cost (``experience_usage``; ``usage`` is the
-    agent's), counted over every episode in the folder (resumed ones included).
+    agent's) and, for a family that checks states (``state_success``), the dream's rewards
+    against that check (``reward_check``), counted over every episode in the folder (resumed
+    ones included).
 
     Args:
         tasks: The tasks (one episode each).
@@ -138,6 +141,9 @@ async def run_dream(
     trajectories = read_trajectories(traj_file) if traj_file.exists() else []
     result.summary["em_failures"] = count_em_failures(trajectories)
     result.summary["experience_usage"] = experience_usage(trajectories)
+    checked = reward_check(trajectories, getattr(family, "state_success", None))
+    if checked is not None:
+        result.summary["reward_check"] = checked
     (run_cfg.out_dir / SUMMARY_FILE).write_text(
         json.dumps(result.summary, indent=2, sort_keys=True)
     )

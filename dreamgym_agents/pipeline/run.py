@@ -679,6 +679,17 @@ class Pipeline:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(result["path"], target)
+        if not real:
+            from dreamgym_agents.experience.fidelity import reward_check
+            from dreamgym_agents.rl.grpo import ROLLOUTS_FILE
+            from dreamgym_agents.types import read_trajectories
+
+            rollouts = folder / ROLLOUTS_FILE
+            checked = reward_check(read_trajectories(rollouts) if rollouts.exists() else [],
+                                   getattr(family, "state_success", None))
+            if checked is not None:
+                # what the dream rewarded that the family's own check of the state would not
+                result["reward_check"] = checked
         return {**result, "path": str(target), "train_tasks": len(tasks),
                 "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)
                 + (curriculum.stats.held_out if curriculum is not None else 0)}

@@ -1,0 +1,94 @@
+"""ALFWorld's goals, read from a task's wording and checked on the abstract state.
+
+A game's goal is a PDDL condition on where objects are and what was done to them; its wording
+(``Your task is to: …``) names everything the condition needs, so the goal of each of ALFWorld's
+six task types is checked on the player's :class:`~dreamgym_agents.adapters.alfworld.belief.Belief`:
+
+- put (pick & place): an object of the kind in a receptacle of the kind;
+- clean / heat / cool, then put: such an object, with that property, in such a receptacle;
+- pick two: two objects of the kind in one receptacle of the kind;
+- examine in light: an object of the kind held while a lamp of the kind is on.
+
+What it is for: stating, for a transition, how far the task has come (the experience model's
+rationale can say it), and measuring what the dream rewards against what the game would
+(:func:`goal_met` agrees with the game's reward on every recorded transition: the tests and
+docs/RESULTS.md). The dream's reward stays the experience model's own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dreamgym_agents.adapters.alfworld.belief import PROPERTY, Belief, kind_of
+
+_ON = r"(?:in|on|in/on)(?: the)?"
+_SOME = r"(?:a|an|some|the)"
+_WORDINGS = (
+    (re.compile(rf"^(?:find|put) two (\w+)(?: and put them)? {_ON} (\w+)$"), "two"),
+    (re.compile(rf"^(clean|heat|cool) {_SOME} (\w+) and put it {_ON} (\w+)$"), "change"),
+    (re.compile(rf"^(?:put|place) {_SOME} (clean|hot|cool|cold) (\w+) {_ON} (\w+)$"), "state"),
+    (re.compile(rf"^(?:put|place) {_SOME} (\w+) {_ON} (\w+)$"), "put"),
+    (re.compile(rf"^(?:examine|look at) {_SOME}? ?(\w+) (?:with|under) the (\w+)$"), "light"),
+)
+_ADJECTIVE = {"clean": "clean", "hot": "hot", "cool": "cool", "cold": "cool"}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """What a task asks for.
+
+    Attributes:
+        kind: The object's kind (``apple``).
+        receptacle: The receptacle's kind (``fridge``); empty for examine-in-light.
+        needs: The property the object must have (``clean``, ``hot``, ``cool``), or ``""``.
+        count: How many such objects (2 for pick two).
+        lamp: The lamp's kind for examine-in-light (``desklamp``), else ``""``.
+    """
+
+    kind: str
+    receptacle: str = ""
+    needs: str = ""
+    count: int = 1
+    lamp: str = ""
+
+    @classmethod
+    def parse(cls, intent: str) -> Goal | None:
+        """The goal of a task's wording (None: a wording none of the six types uses)."""
+        text = " ".join(intent.lower().strip().rstrip(".").split())
+        for pattern, form in _WORDINGS:
+            m = pattern.match(text)
+            if not m:
+                continue
+            if form == "two":
+                return cls(m.group(1), m.group(2), count=2)
+            if form == "change":
+                return cls(m.group(2), m.group(3), needs=PROPERTY[m.group(1)])
+            if form == "state":
+                return cls(m.group(2), m.group(3), needs=_ADJECTIVE[m.group(1)])
+            if form == "put":
+                return cls(m.group(1), m.group(2))
+            return cls(m.group(1), lamp=m.group(2))
+        return None
+
+    def met(self, state: str | Belief) -> bool:
+        """Whether ``state`` satisfies the goal."""
+        belief = state if isinstance(state, Belief) else Belief.parse(state)
+        if self.lamp:
+            lit = any(kind_of(o) == self.lamp and "on" in props
+                      for o, props in belief.properties.items())
+            return bool(belief.holding) and kind_of(belief.holding) == self.kind and lit
+        for name, place in belief.places.items():
+            if kind_of(name) != self.receptacle or not place.items:
+                continue
+            fits = [o for o in place.items if kind_of(o) == self.kind
+                    and (not self.needs or self.needs in belief.properties.get(o, []))]
+            if len(fits) >= self.count:
+                return True
+        return False
+
+
+def goal_met(intent: str, state: str | Belief) -> bool | None:
+    """Whether ``state`` satisfies the goal of ``intent`` (None: the wording is not known)."""
+    goal = Goal.parse(intent)
+    return None if goal is None else goal.met(state)

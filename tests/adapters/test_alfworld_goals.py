@@ -1,0 +1,95 @@
+"""ALFWorld's goals read from a task's wording and checked on the abstract state, against the
+game's own reward on every recorded real transition the shipped bundle holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_alfworld_belief import states
+
+from dreamgym_agents.adapters.alfworld.belief import Belief
+from dreamgym_agents.adapters.alfworld.goals import Goal, goal_met
+
+EPISODES = Path(__file__).resolve().parents[2] / "bundles" / "alfworld" / "episodes"
+
+
+@pytest.mark.parametrize(("intent", "goal"), [
+    ("put a watch in shelf", Goal("watch", "shelf")),
+    ("put some keychain on sidetable", Goal("keychain", "sidetable")),
+    ("find two keychain and put them in armchair", Goal("keychain", "armchair", count=2)),
+    ("put two cd in desk.", Goal("cd", "desk", count=2)),
+    ("clean some cloth and put it in cabinet", Goal("cloth", "cabinet", needs="clean")),
+    ("put a hot egg in fridge", Goal("egg", "fridge", needs="hot")),
+    ("cool some mug and put it in cabinet", Goal("mug", "cabinet", needs="cool")),
+    ("examine the statue with the floorlamp", Goal("statue", lamp="floorlamp")),
+    ("look at pencil under the desklamp", Goal("pencil", lamp="desklamp")),
+])
+def test_each_task_type_s_wording_gives_its_goal(intent, goal):
+    assert Goal.parse(intent) == goal
+
+
+def test_a_wording_of_no_task_type_has_no_goal():
+    assert Goal.parse("make me a sandwich") is None and goal_met("sing", states()[0]) is None
+
+
+def test_the_goal_needs_the_object_its_property_and_the_receptacle():
+    rendered = states()  # put a cool apple in countertop; the last step moves it there
+    assert [goal_met("put a cool apple in countertop", s) for s in rendered] == \
+        [False] * (len(rendered) - 1) + [True]
+    last = rendered[-1]
+    assert goal_met("put a apple in countertop", last)
+    assert not goal_met("put a hot apple in countertop", last)  # cool, not hot
+    assert not goal_met("put a apple in fridge", last)
+    assert not goal_met("find two apple and put them in countertop", last)  # one apple
+
+
+def test_examine_in_light_needs_the_object_held_under_a_lamp_that_is_on():
+    belief = Belief.parse("Task: examine the statue with the desklamp\nRoom: desk 1\nAt: desk 1\n"
+                          "Holding: statue 2\nFeedback: x\nSeen desk 1: desklamp 1, pen 1")
+    assert not goal_met(belief.task, belief)
+    belief.update("use desklamp 1", "You turn on the desklamp 1.")
+    assert goal_met(belief.task, belief)
+    belief.holding = "pen 1"
+    assert not goal_met(belief.task, belief)
+
+
+def test_the_goal_agrees_with_the_game_on_every_recorded_transition():
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
+    files = sorted(EPISODES.glob("*.jsonl.gz"))
+    assert files, f"no recorded episodes in {EPISODES}"
+    checked = rewarded = 0
+    for path in files:
+        for traj in read_episodes(path):
+            for t in traj.transitions:
+                met = goal_met(traj.task.intent, t.next_state)
+                assert met is not None, traj.task.intent
+                assert met == (t.reward > 0), (traj.task.intent, t.action, t.next_state)
+                checked += 1
+                rewarded += t.reward > 0
+    assert checked > 3000 and rewarded > 300  # the shipped collection, demos and test episodes
+
+
+def test_the_dream_s_rewards_are_checked_against_the_goal_of_the_state_it_predicts():
+    from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+    from dreamgym_agents.experience.fidelity import reward_check
+    from dreamgym_agents.types import Task, Trajectory, Transition
+
+    rendered = states()
+    task = Task(task_id="t", family="alfworld", intent="put a cool apple in countertop")
+
+    def step(i: int, reward: float, **kw) -> Transition:
+        return Transition(episode_id="e", step=i, task_id="t", state=rendered[i],
+                          action="x", next_state=rendered[i + 1], reward=reward,
+                          provenance="synthetic", **kw)
+
+    # rewarded too early (step 3: the apple only taken), the goal state left unrewarded, a
+    # failed prediction and an invalid step left out
+    steps = [step(0, 0.0), step(3, 1.0), step(8, 0.0), step(1, 1.0, valid=False),
+             step(2, 1.0, info={"em_failure": True})]
+    dream = Trajectory(episode_id="e", task=task, agent="a", transitions=steps)
+    check = AlfworldFamily().state_success
+    assert reward_check([dream], check) == {"checked": 3, "rewarded": 1, "rewarded_unmet": 1,
+                                            "met_unrewarded": 1}
+    assert reward_check([dream], None) is None
