@@ -170,3 +170,31 @@ def test_a_family_adds_its_own_commands(capsys):
         assert main(["site", "--port", str(port)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"cannot serve on 127.0.0.1:{port}" in err[0]
+
+
+def test_ctrl_c_interrupts_local_generation_and_the_handler_is_restored():
+    import signal
+
+    from dreamgym_agents.cli import main as cli_main
+    from dreamgym_agents.gateway import local
+
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    original = cli_main._main
+
+    def spy(argv):
+        seen.append(signal.getsignal(signal.SIGINT))
+        return 0
+
+    cli_main._main = spy
+    try:
+        assert cli_main.main(["--help"]) == 0
+    finally:
+        cli_main._main = original
+    assert seen == [cli_main._on_sigint] and signal.getsignal(signal.SIGINT) is before
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli_main._on_sigint(signal.SIGINT, None)
+        assert local._INTERRUPTED.is_set()
+    finally:
+        local.resume_local_generation()

@@ -266,3 +266,54 @@ def test_bad_words_are_never_written_and_reach_the_provider_through_the_gateway(
     assert gw.complete(messages, bad_words=[word]).text == masked.text
     hosted = Gateway(LLMConfig(model="openai/gpt-4o-mini", mock_response="ok"))
     assert hosted.complete(messages, bad_words=[word]).text == "ok"
+
+
+def test_an_interrupt_stops_local_generation_until_resumed(checkpoint: str) -> None:
+    from dreamgym_agents.gateway.local import (
+        interrupt_local_generation,
+        resume_local_generation,
+    )
+
+    interrupt_local_generation()
+    try:
+        with pytest.raises(ModelError, match="interrupted") as caught:
+            generate_local(checkpoint, MESSAGES, max_tokens=64)
+        assert not caught.value.retryable
+    finally:
+        resume_local_generation()
+    assert generate_local(checkpoint, MESSAGES, max_tokens=4).completion_tokens >= 1
+
+
+def test_a_running_generation_stops_at_its_next_token_when_interrupted(
+    checkpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dreamgym_agents.gateway.local import (
+        _get_loaded,
+        interrupt_local_generation,
+        resume_local_generation,
+    )
+
+    loaded = _get_loaded(checkpoint)
+    generate, steps = loaded.model.generate, []
+
+    def counting(*args, **kwargs):
+        stop = kwargs["stopping_criteria"]
+
+        class Interrupting:  # interrupts after the third token, as Ctrl-C would
+            def __call__(self, input_ids, scores, **kw):
+                steps.append(1)
+                if len(steps) == 3:
+                    interrupt_local_generation()
+                return stop[0](input_ids, scores, **kw)
+
+        kwargs["stopping_criteria"] = [Interrupting()]
+        kwargs.update(min_new_tokens=200)  # no early end of sequence
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(loaded.model, "generate", counting)
+    try:
+        with pytest.raises(ModelError, match="interrupted"):
+            generate_local(checkpoint, MESSAGES, max_tokens=200)
+    finally:
+        resume_local_generation()
+    assert len(steps) == 3  # it stopped at once, not 200 tokens later

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -227,8 +229,27 @@ from dreamgym_agents.cli.build import register as _register_build_commands  # no
 _register_build_commands(app)
 
 
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: stop local generations at their next token (the process would otherwise wait at
+    exit for a long answer to finish), then interrupt as Python does."""
+    from dreamgym_agents.gateway.local import interrupt_local_generation
+
+    interrupt_local_generation()
+    signal.default_int_handler(signum, frame)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app and turn every error into one line and an exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)  # signal handlers belong to the main thread
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         result = app(args=argv, standalone_mode=False)
     except (typer.Exit, click.exceptions.Exit) as exc:

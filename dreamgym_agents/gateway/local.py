@@ -107,6 +107,27 @@ class GenerationRequest:
                 self.top_p if self.temperature > 0 else None)
 
 
+_INTERRUPTED = threading.Event()
+
+
+def interrupt_local_generation() -> None:
+    """Stop every local generation at its next token; each running or later request fails with
+    a non-retryable :class:`~dreamgym_agents.errors.ModelError` until
+    :func:`resume_local_generation`. ``dg-agents`` calls it on Ctrl-C, so the process does not
+    wait for a long answer to finish before it exits (its worker threads are joined at exit)."""
+    _INTERRUPTED.set()
+
+
+def resume_local_generation() -> None:
+    """Let local generations run again after :func:`interrupt_local_generation`."""
+    _INTERRUPTED.clear()
+
+
+def _check_interrupted() -> None:
+    if _INTERRUPTED.is_set():
+        raise ModelError("local generation interrupted", retryable=False)
+
+
 class Batcher:
     """Runs one model's generations in a worker thread, in batches of the requests waiting.
 
@@ -186,6 +207,7 @@ class Batcher:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if any(r.constraint is not None or r.banned for r in batch):
             kwargs["logits_processor"] = _constrained(batch, width)
+        kwargs["stopping_criteria"] = _interruptible()
         traced = any(r.trace for r in batch)
         if traced:
             kwargs.update(output_scores=True, return_dict_in_generate=True)
@@ -193,7 +215,9 @@ class Batcher:
         with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seeded):
             if seeded:
                 torch.manual_seed(int(first.seed))
+            _check_interrupted()
             output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        _check_interrupted()  # a cut answer is no answer
         sequences = output.sequences if traced else output
         self.batches += 1
         self.rows += len(batch)
@@ -210,6 +234,19 @@ class Batcher:
                 r.allowed = (r.allowed + [None] * len(new))[: len(new)]
             rows.append(new)
         return rows
+
+
+def _interruptible() -> Any:
+    """Stopping criteria that end a generation at the next token once interrupted."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Interrupted(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), _INTERRUPTED.is_set(), dtype=torch.bool,
+                              device=input_ids.device)
+
+    return StoppingCriteriaList([Interrupted()])
 
 
 def _constrained(batch: list[GenerationRequest], width: int) -> Any:
