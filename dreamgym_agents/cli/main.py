@@ -228,6 +228,10 @@ from dreamgym_agents.cli.build import register as _register_build_commands  # no
 
 _register_build_commands(app)
 
+from dreamgym_agents.cli.models import register as _register_model_commands  # noqa: E402
+
+_register_model_commands(app)
+
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: stop local generations at their next token (the process would otherwise wait at
