@@ -7,7 +7,7 @@ six task types is checked on the player's :class:`~dreamgym_agents.adapters.alfw
 - put (pick & place): an object of the kind in a receptacle of the kind;
 - clean / heat / cool, then put: such an object, with that property, in such a receptacle;
 - pick two: two objects of the kind in one receptacle of the kind;
-- examine in light: an object of the kind held while a lamp of the kind is on.
+- examine in light: an object of the kind held where a lamp of the kind is on.
 
 What it is for: stating, for a transition, how far the task has come (the experience model's
 rationale can say it), and measuring what the dream rewards against what the game would
@@ -75,8 +75,10 @@ class Goal:
         """Whether ``state`` satisfies the goal."""
         belief = state if isinstance(state, Belief) else Belief.parse(state)
         if self.lamp:
-            lit = any(kind_of(o) == self.lamp and "on" in props
-                      for o, props in belief.properties.items())
+            here = belief.places.get(belief.at)
+            lit = here is not None and any(
+                kind_of(o) == self.lamp and "on" in belief.properties.get(o, [])
+                for o in here.items or [])
             return bool(belief.holding) and kind_of(belief.holding) == self.kind and lit
         for name, place in belief.places.items():
             if kind_of(name) != self.receptacle or not place.items:

@@ -44,11 +44,16 @@ def test_the_goal_needs_the_object_its_property_and_the_receptacle():
     assert not goal_met("find two apple and put them in countertop", last)  # one apple
 
 
-def test_examine_in_light_needs_the_object_held_under_a_lamp_that_is_on():
+def test_examine_in_light_needs_the_object_held_where_a_lamp_is_on():
     belief = Belief.parse("Task: examine the statue with the desklamp\nRoom: desk 1\nAt: desk 1\n"
                           "Holding: statue 2\nFeedback: x\nSeen desk 1: desklamp 1, pen 1")
     assert not goal_met(belief.task, belief)
     belief.update("use desklamp 1", "You turn on the desklamp 1.")
+    assert goal_met(belief.task, belief)
+    belief.update("go to shelf 1", "You arrive at shelf 1. On the shelf 1, you see nothing.")
+    assert not goal_met(belief.task, belief)  # the lamp is on where the player is not
+    belief.update("go to desk 1", "You arrive at desk 1. On the desk 1, you see a desklamp 1, "
+                                  "and a pen 1.")
     assert goal_met(belief.task, belief)
     belief.holding = "pen 1"
     assert not goal_met(belief.task, belief)
