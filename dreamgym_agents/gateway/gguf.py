@@ -96,9 +96,8 @@ def import_gguf(source: str, out: str | Path) -> dict[str, Any]:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ConfigError(f"{path.name} could not be read as a causal LM ({first})") from exc
         config = loaded.config
-        for attr in ("quantization_config",):  # the GGUF's: the saved weights are plain
-            if hasattr(config, attr):
-                delattr(config, attr)
+        if hasattr(config, "quantization_config"):  # the GGUF's: the saved weights are plain
+            delattr(config, "quantization_config")
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         tied = {k for k in missing if k.endswith("lm_head.weight")} \
