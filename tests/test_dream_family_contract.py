@@ -12,6 +12,7 @@ from test_experience import ScriptedModel
 from test_family_contract import GARBAGE
 
 from dreamgym_agents.episodes.env import Environment, make_family
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
 from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
 
@@ -75,3 +76,40 @@ def test_a_terminal_action_ends_the_dream_episode_whatever_the_model_says(dream)
     result = env.step(TERMINAL[name])
     assert result.done and not result.success and result.reward == 0
     assert result.info["forced_done"]
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_state_rewards_come_from_the_familys_check_of_the_predicted_state(name):
+    family = make_family(name)
+    task = family.load_tasks("test")[0]
+    model = ScriptedModel([WON, UNCHANGED, WON])
+    experience = ExperienceModel(ExperienceConfig(prompt_style="compact", max_parse_retries=0),
+                                 model, None, codec=family.experience_codec())
+    cfg = DreamConfig(invalid_action_ends_episode=False, reward="state")
+    try:
+        if getattr(family, "state_success", None) is None:
+            with pytest.raises(ConfigError, match="state_success"):
+                DreamEnv(cfg, experience, None, family)
+            return
+        env = DreamEnv(cfg, experience, None, family)
+        start = env.reset(task)
+        assert family.state_success(task, start.state) is False
+        # the model claims a win on a state that does not meet the goal: no reward, no end
+        claimed = env.step(VALID[name])
+        assert (claimed.reward, claimed.done, claimed.success) == (0.0, False, False)
+        assert claimed.info["model_reward"] == {"reward": 1.0, "done": True, "success": True}
+        assert env.history[-1].reward == 0.0
+        # a state the check accepts is a win whatever the model says
+        family.state_success = lambda task, state: True
+        env = DreamEnv(cfg, experience, None, family)
+        env.reset(task)
+        met = env.step(VALID[name])
+        assert (met.reward, met.done, met.success) == (1.0, True, True)
+        assert met.info["model_reward"]["reward"] == 0.0
+    finally:
+        family.close()
+
+
+def test_an_unknown_dream_reward_source_is_refused():
+    with pytest.raises(ConfigError, match="choose from model, state"):
+        DreamConfig(reward="oracle")

@@ -88,6 +88,24 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
         Stubbed(other, tmp_path, calls=[]).run()
 
 
+def test_a_run_resumes_across_a_setting_added_since_at_its_default(tmp_path):
+    with pytest.raises(Killed):
+        Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["dream_reward"]  # the run began before this setting existed
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    calls: list[str] = []
+    with pytest.raises(Killed):
+        Stubbed(preset_config("quick"), tmp_path, calls=calls, kill_at="eval_sft").run()
+    assert calls == ["sft", "eval_sft"]  # resumed where it stopped
+    assert json.loads((tmp_path / "config.json").read_text())["dream_reward"] == "model"
+    other = preset_config("quick")
+    other.dream_reward = "state"  # a new setting away from its default is another run
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"other settings \(dream_reward: None → 'state'\)"):
+        Stubbed(other, tmp_path, calls=[]).run()
+
+
 def test_without_sim_to_real_the_stages_skip_it(tmp_path):
     cfg = preset_config("quick")
     cfg.sim_to_real = False
@@ -164,6 +182,14 @@ def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
     every = bench.variants(base, bench.BenchConfig(), seed=0)
     assert not every["no_retrieval"].use_retrieval and every["no_retrieval"].use_reasoning
     assert not every["no_reasoning"].use_reasoning and every["no_reasoning"].curriculum.enabled
+    assert "state_reward" not in every  # a declared variant runs only when asked for
+    asked = bench.variants(base, bench.BenchConfig(ablations=(), variants=("state_reward",)),
+                           seed=2)
+    assert sorted(asked) == ["dreamgym", "grpo_real", "state_reward"]
+    assert asked["state_reward"].dream_reward == "state" and not asked["state_reward"].sim_to_real
+    assert asked["dreamgym"].dream_reward == "model"
+    with pytest.raises(ConfigError, match="unknown variant 'x': choose from state_reward"):
+        bench.BenchConfig(variants=("x",))
 
 
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):

@@ -89,6 +89,12 @@ def bench_command(
                                        help="Run only this ablation row (repeatable): "
                                             "no_retrieval, no_reasoning, no_task_generation.")
     ] = None,
+    variant: Annotated[
+        list[str] | None, typer.Option("--variant",
+                                       help="Also run this declared variant (repeatable): "
+                                            "state_reward (the dream's rewards from the "
+                                            "family's check of the predicted state).")
+    ] = None,
     shared_warm_start: Annotated[
         bool, typer.Option("--shared-warm-start/--own-warm-start",
                            help="Every seed starts from seed 0's warm start (the seeds vary "
@@ -111,7 +117,7 @@ def bench_command(
         raise ConfigError("--no-ablations and --ablation contradict each other: give one")
     chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
     bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
-                            shared_warm_start=shared_warm_start)
+                            variants=tuple(variant or ()), shared_warm_start=shared_warm_start)
     with progress_reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)
         reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from dreamgym_agents.episodes.env import Observation, StepResult, TaskFamily
+from dreamgym_agents.errors import ConfigError, EnvError
 from dreamgym_agents.experience.model import ExperienceModel, Retriever
 from dreamgym_agents.types import Task, Transition
 
@@ -69,11 +70,27 @@ class DreamConfig:
             game's first observation; a reset, no transition).
         synthesise_start: When there is neither, start from the family's minimal state for
             the task (``StateFormat.initial_state``). False makes ``reset`` raise instead.
+        reward: Who gives each step's reward and success. ``model`` (the paper): the
+            experience model. ``state``: the family's check of the state the model predicted
+            (``TaskFamily.state_success``); the model's own verdict is kept in the step's
+            ``info["model_reward"]``, and a done it claimed with its success stands only where
+            the check agrees. A declared variant that isolates the predicted dynamics from the
+            predicted rewards, not the method.
     """
 
     invalid_action_ends_episode: bool = True
     real_openings: bool = True
     synthesise_start: bool = True
+    reward: str = "model"
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARD_SOURCES:
+            raise ConfigError(f"dream reward {self.reward!r}: choose from "
+                              f"{', '.join(REWARD_SOURCES)}")
+
+
+REWARD_SOURCES = ("model", "state")
+"""Who gives the dream's rewards (:attr:`DreamConfig.reward`)."""
 
 
 class DreamEnv:
@@ -102,6 +119,10 @@ class DreamEnv:
         self.family = family
         self.action_set = family.action_set()
         self.format = family.state_format()
+        self._check = getattr(family, "state_success", None) if cfg.reward == "state" else None
+        if cfg.reward == "state" and self._check is None:
+            raise ConfigError(f"dream reward 'state' needs a family that checks states "
+                              f"(TaskFamily.state_success); {family.name!r} has none")
         self._lock = threading.Lock()
         self._task: Task | None = None
         self._state = ""
@@ -132,8 +153,6 @@ class DreamEnv:
             state, source = opening(task), "opening"
         if not state:
             if not self.cfg.synthesise_start:
-                from dreamgym_agents.errors import EnvError
-
                 raise EnvError(
                     f"no recorded start state for task {task.task_id} in the buffer: add real "
                     "episodes of it, or set dream.synthesise_start: true"
@@ -179,6 +198,13 @@ class DreamEnv:
         out = prediction.output
         info["reasoning"] = out.reasoning
         reward, done, success = out.reward, out.done, out.success
+        if self._check is not None:
+            met = self._check(task, out.next_state)
+            if met is not None:
+                info["model_reward"] = {"reward": reward, "done": done, "success": success}
+                # the model's done stands where it claimed no success (a failure end)
+                done = bool(met) or (done and not success)
+                reward, success = (1.0, True) if met else (0.0, False)
         if any(a.is_terminal for a in parsed) and not done:
             # The agent has stopped: nothing more can happen, whatever the model thinks.
             reward, done, success = 0.0, True, False

@@ -30,6 +30,13 @@ ABLATIONS = {
 }
 """The ablation runs by name (``--ablation NAME`` picks some; each is one table row), with what
 each changes in the DreamGym run (sim-to-real off)."""
+VARIANTS = {
+    "state_reward": {"dream_reward": "state"},
+}
+"""Declared variants of the method, run only when asked (``--variant NAME``), one row each, with
+what each changes in the DreamGym run (sim-to-real off). ``state_reward``: the dream's rewards
+come from the family's check of the predicted state, not the experience model (what the
+predicted dynamics alone give)."""
 
 
 @dataclass
@@ -41,6 +48,7 @@ class BenchConfig:
         real_budget: N, the real transitions of GRPO-real (None: the preset's
             ``dream.max_steps`` batches' worth, measured as 5 steps per episode).
         ablations: The ablation runs (names from :data:`ABLATIONS`; empty: none).
+        variants: The declared variants' runs (names from :data:`VARIANTS`; default none).
         shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
@@ -49,6 +57,7 @@ class BenchConfig:
     seeds: int = 3
     real_budget: int | None = None
     ablations: tuple[str, ...] = tuple(ABLATIONS)
+    variants: tuple[str, ...] = ()
     shared_warm_start: bool = True
 
     def __post_init__(self) -> None:
@@ -61,6 +70,10 @@ class BenchConfig:
         if unknown:
             raise ConfigError(f"unknown ablation {unknown[0]!r}: choose from "
                               f"{', '.join(ABLATIONS)}")
+        unknown = [name for name in self.variants if name not in VARIANTS]
+        if unknown:
+            raise ConfigError(f"unknown variant {unknown[0]!r}: choose from "
+                              f"{', '.join(VARIANTS)}")
 
 
 def default_real_budget(base: PipelineConfig) -> int:
@@ -93,6 +106,9 @@ def variants(base: PipelineConfig, cfg: BenchConfig, seed: int) -> dict[str, Pip
     for name, changes in ABLATIONS.items():
         if name in cfg.ablations:
             runs[name] = make(sim_to_real=False, **changes)
+    for name, changes in VARIANTS.items():
+        if name in cfg.variants:
+            runs[name] = make(sim_to_real=False, **changes)
     return runs
 
 
@@ -104,6 +120,7 @@ ROWS = (
     ("DreamGym w/o replay retrieval", "no_retrieval", "eval_dream", ("dream_rl",)),
     ("DreamGym w/o reasoning", "no_reasoning", "eval_dream", ("dream_rl",)),
     ("DreamGym w/o task generation", "no_task_generation", "eval_dream", ("dream_rl",)),
+    ("DreamGym, rewards by the state check", "state_reward", "eval_dream", ("dream_rl",)),
 )
 """(row, run, evaluation stage, training stages whose real transitions the row used)."""
 

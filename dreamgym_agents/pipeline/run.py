@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, PartialBuildError
+from dreamgym_agents.experience.dream import REWARD_SOURCES
 from dreamgym_agents.policy.model import PolicyConfig
 from dreamgym_agents.policy.sft import PolicySFTConfig
 from dreamgym_agents.rl.curriculum import CurriculumConfig
@@ -88,6 +89,9 @@ class PipelineConfig:
             same step limit and view: the same episodes, measured again identical), when the
             run's warm start is the bundle's and every evaluated task is among them; False
             plays them again.
+        dream_reward: Who rewards the dream's steps (``DreamConfig.reward``): ``model``, the
+            experience model (the method), or ``state``, the family's check of the predicted state
+            (a declared variant; the bench's ``state_reward`` row).
         sim_to_real: Run the sim-to-real stages.
         real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
             ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
@@ -114,6 +118,7 @@ class PipelineConfig:
     eval_max_steps: int = 15
     dream_eval_types: list[str] | str | None = "family"
     reuse_bundle_eval: bool = True
+    dream_reward: str = "model"
     sim_to_real: bool = True
     real_rl: bool = False
     sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
@@ -129,6 +134,9 @@ class PipelineConfig:
         if self.eval_split not in ("validation", "test"):
             raise ConfigError(f"eval_split must be validation (while tuning) or test (reported "
                               f"figures), got {self.eval_split!r}")
+        if self.dream_reward not in REWARD_SOURCES:
+            raise ConfigError(f"dream_reward must be one of {', '.join(REWARD_SOURCES)}, got "
+                              f"{self.dream_reward!r}")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
         if self.policy_init not in ("experience", "scratch"):
@@ -274,9 +282,19 @@ class Pipeline:
         if path.exists():
             previous = json.loads(path.read_text())
             if previous != config:
-                diff = _diff(previous, config)
-                raise ConfigError(f"{self.out} holds a run with other settings ({diff}): rerun "
-                                  "with the same ones to resume, or use another --out folder")
+                # a setting added to the code after the run began resumes at its default
+                default = _flat(json.loads(json.dumps(asdict(type(self.cfg)()))))
+                now, before = _flat(config), _flat(previous)
+                added = {k: v for k, v in now.items()
+                         if k not in before and k in default and v == default[k]}
+                if {**before, **added} != now:
+                    diff = _diff(previous, config)
+                    raise ConfigError(f"{self.out} holds a run with other settings ({diff}): "
+                                      "rerun with the same ones to resume, or use another --out "
+                                      "folder")
+                logger.info("%s: settings added since the run began, at their defaults: %s",
+                            self.out, ", ".join(sorted(added)))
+                _write_json(path, config)
         else:
             _write_json(path, config)
         state = self.out / STATE_FILE
@@ -656,7 +674,7 @@ class Pipeline:
         else:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
-            dream_cfg = DreamConfig()
+            dream_cfg = DreamConfig(reward=self.cfg.dream_reward)
             pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
             if self.cfg.curriculum.enabled:
                 hook = getattr(family, "task_generator", None)
