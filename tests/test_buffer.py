@@ -162,6 +162,9 @@ def test_start_state(buffer):
     assert buffer.start_state("shop.2") is None  # synthetic states are not real start pages
     assert buffer.start_state("shop.9", start="__SHOPPING__/dream") is None
     assert buffer.start_state(None) is None
+    # a start recorded after a lookup missed it is found (the lookups are cached meanwhile)
+    buffer.add_trajectories([make_traj("e3", "shop.9", "shop 9 home")])
+    assert buffer.start_state("shop.9", start="__SHOPPING__/category/laptops") == "shop 9 home"
     meta = buffer._collection.get(ids=["e1:0"], include=["metadatas"])["metadatas"][0]
     assert meta["intent"] == "buy something (shop.1)" and meta["family"] == "webarena"
 

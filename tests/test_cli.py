@@ -138,6 +138,26 @@ def test_config_file_then_flags_then_set(tmp_path):
     assert overridden.max_steps == 11
 
 
+def test_a_gateways_requests_in_flight_follow_the_runs_concurrency_unless_set(tmp_path):
+    import yaml
+
+    from dreamgym_agents.cli.common import Sections
+
+    def limit(config=None, overrides=None, concurrency=None):
+        gateway = Sections(config, overrides, ("llm",)).gateway("openai/m", "llm", concurrency)
+        try:
+            return gateway.cfg.max_concurrency
+        finally:
+            gateway.close()
+
+    assert limit() == 4  # no run to follow: the gateway's own default
+    assert limit(concurrency=64) == 64
+    assert limit(overrides=["llm.max_concurrency=8"], concurrency=64) == 8
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump({"llm": {"max_concurrency": 2}}))
+    assert limit(config=cfg_file, concurrency=64) == 2
+
+
 def test_set_overrides_are_checked_together():
     """Fields checked jointly (micro_batch divides tasks × generations) see every --set, so
     their order on the command line does not matter."""

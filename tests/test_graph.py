@@ -116,5 +116,37 @@ def test_kill_9_then_rerun_resumes_with_each_episode_once(tmp_path):
     assert all(t.success for t in trajs)
 
 
+def test_every_episode_steps_at_once_beyond_the_default_thread_pool(tmp_path):
+    """A run brings one thread per episode: 24 environments whose step blocks (a dream's step
+    waits on the experience model) all wait at once, not the loop's default 6 or so."""
+    import threading
+
+    from conftest import CounterEnv
+
+    lock, waiting, most = threading.Lock(), [0], [0]
+    everyone = threading.Barrier(24, timeout=10)
+
+    class Blocking(CounterEnv):
+        def step(self, action):
+            with lock:
+                waiting[0] += 1
+                most[0] = max(most[0], waiting[0])
+            try:
+                if not getattr(self, "waited", False):
+                    self.waited = True
+                    everyone.wait()  # first steps: passes only when all 24 wait at once
+            except threading.BrokenBarrierError:
+                pass
+            finally:
+                with lock:
+                    waiting[0] -= 1
+            return super().step(action)
+
+    cfg = RunConfig(out_dir=tmp_path, concurrency=24, max_steps=4)
+    result = asyncio.run(run_episodes(counter_tasks(24), Blocking, CounterSolver(), cfg))
+    assert most[0] == 24 and not everyone.broken
+    assert result.summary["episodes"] == 24 and result.summary["success_rate"] == 1.0
+
+
 def test_summarize_empty():
     assert summarize([])["episodes"] == 0

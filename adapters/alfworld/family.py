@@ -10,6 +10,8 @@ them (every ``game.tw-pddl`` below the folder).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -55,6 +57,7 @@ class AlfworldFamily:
     def __init__(self) -> None:
         self._openings: dict[str, str | None] = {}
         self._openings_lock = threading.Lock()
+        self._opening_locks: dict[str, threading.Lock] = {}
 
     def load_tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
@@ -141,21 +144,35 @@ class AlfworldFamily:
     def opening(self, task: Task) -> str | None:
         """The task's real opening state (the game's first observation: the room's
         receptacles and the goal), read without playing a step: the dream starts a task no
-        recorded episode starts from here rather than in a room it must invent. Cached per
-        game; None when the game cannot be made."""
+        recorded episode starts from here rather than in a room it must invent. Kept per game,
+        in memory and beside the game file (for the code that renders it: a changed renderer
+        reads the game again); None when the game cannot be made."""
         key = json.dumps(task.config.get("game") or task.config.get("game_file"),
                          sort_keys=True)
-        with self._openings_lock:
-            if key not in self._openings:
+        with self._openings_lock:  # one lock per game: other games load meanwhile
+            lock = self._opening_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key in self._openings:
+                return self._openings[key]
+            opening: str | None = None
+            try:
+                kept = self.game_path(task).parent / f"opening-{_renderer_key()}.txt"
+            except (ConfigError, EnvError):
+                kept = None
+            if kept is not None and kept.is_file():
+                opening = kept.read_text(encoding="utf-8")
+            else:
                 env = self.make_env(EnvConfig(max_steps=1))
                 try:
-                    self._openings[key] = env.reset(task).state
+                    opening = env.reset(task).state
                 except EnvError as exc:
                     logger.warning("no opening for %s: %s", task.task_id, exc)
-                    self._openings[key] = None
                 finally:
                     env.close()
-            return self._openings[key]
+                if opening is not None and kept is not None:
+                    _write_quietly(kept, opening)
+            self._openings[key] = opening
+            return opening
 
     def action_set(self) -> Any:
         from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet
@@ -283,3 +300,25 @@ class AlfworldFamily:
 
     def close(self) -> None:
         return None
+
+
+@functools.cache
+def _renderer_key() -> str:
+    """A digest of the code that renders a game's states (a kept opening is valid for it)."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for name in ("env.py", "belief.py", "games.py"):
+        digest.update((here / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _write_quietly(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically; a folder that cannot be written (official games
+    on a read-only mount) just keeps nothing."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        logger.debug("opening not kept at %s: %s", path, exc)
+        tmp.unlink(missing_ok=True)

@@ -163,6 +163,8 @@ class ReplayBuffer:
     def __init__(self, cfg: BufferConfig) -> None:
         self.cfg = cfg
         self._lock = threading.RLock()
+        # start states looked up, while the collection keeps its size (every reset asks)
+        self._starts: dict[tuple[Any, ...], str | None] = {}
         self._last_seq = 0
         self._closed = False
         self._start_keys: dict[str, Callable[[Task], str]] = {}
@@ -409,22 +411,26 @@ class ReplayBuffer:
             raise ConfigError(f"retrieve: k must be >= 1, got {k}")
         exclude = {"episode_id": {"$ne": exclude_episode}} if exclude_episode else None
         query = self._ef([transition_key_text(state, action)])
-        with self._guard():
-            try:  # k larger than the collection (or the filtered set) returns what there is
-                result = self._collection.query(
-                    query_embeddings=query, n_results=k, where=_and(where, exclude),
-                    include=["metadatas", "distances"],
-                )
-            except ValueError as exc:
-                raise ConfigError(f"bad buffer filter {where!r}: {exc}") from None
+        try:  # k larger than the collection (or the filtered set) returns what there is
+            rows = self._query(query, k, _and(where, exclude))
+        except ValueError as exc:
+            raise ConfigError(f"bad buffer filter {where!r}: {exc}") from None
         found: list[Transition] = []
-        for meta, distance in zip(result["metadatas"][0], result["distances"][0], strict=True):
+        for meta, distance in rows:
             t = record_transition(meta)
             t.info["similarity"] = 1.0 - float(distance)  # cosine space: distance = 1 - cos
             t.info["intent"] = str(meta.get("intent", ""))
             t.info["task_params"] = json.loads(meta.get("params") or "{}")
             found.append(t)
         return found
+
+    def _query(self, embeddings: Any, n: int,
+               where: dict[str, Any] | None) -> list[tuple[dict[str, Any], float]]:
+        """The ``n`` nearest records (metadata, cosine distance) that pass ``where``."""
+        with self._guard():
+            result = self._collection.query(query_embeddings=embeddings, n_results=n,
+                                            where=where, include=["metadatas", "distances"])
+        return list(zip(result["metadatas"][0], result["distances"][0], strict=True))
 
     def _scan(self, where: dict[str, Any] | None = None,
               include: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -453,6 +459,11 @@ class ReplayBuffer:
         Returns:
             The state of step 0 of such an episode, or None when the buffer has none.
         """
+        with self._guard():
+            cache_key = (self._collection.count(), task_id, start, family)
+            if cache_key in self._starts:
+                return self._starts[cache_key]
+        state = None
         base = {"$and": [{"step": 0}, {"provenance": {"$in": _START_PROVENANCES}}]
                 + ([{"family": family}] if family else [])}
         # "start_url": the start key of a collection written before families had their own
@@ -463,8 +474,13 @@ class ReplayBuffer:
             rows = list(self._scan({"$and": [*base["$and"], {key: value}]}))
             if rows:
                 newest = max(rows, key=lambda row: row[1].get("seq", 0))[1]
-                return record_transition(newest).state
-        return None
+                state = record_transition(newest).state
+                break
+        with self._lock:
+            if any(k[0] != cache_key[0] for k in self._starts):  # the collection changed
+                self._starts.clear()
+            self._starts[cache_key] = state
+        return state
 
     def count(self) -> int:
         """Number of stored transitions."""

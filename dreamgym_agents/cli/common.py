@@ -116,22 +116,31 @@ class Sections:
             apply_mapping(obj, flags, prefix)
         return load_config(obj, None, self.overrides[section], prefix=prefix)
 
-    def gateway(self, model: str, section: str) -> Any:
-        """A gateway for ``model`` configured by ``section`` (``llm``, ``agent``, ``judge``)."""
+    def gateway(self, model: str, section: str, concurrency: int | None = None) -> Any:
+        """A gateway for ``model`` configured by ``section`` (``llm``, ``agent``, ``judge``).
+
+        ``concurrency``: the run's episodes at once; the gateway's requests in flight follow it
+        (each episode waits on one answer at a time) unless the section sets
+        ``max_concurrency``.
+        """
         from dreamgym_agents.gateway.llm import Gateway, LLMConfig, check_model_string
 
-        cfg = self.configure(LLMConfig(model=model), section, {"model": model})
+        flags: dict[str, Any] = {"model": model}
+        if concurrency is not None and "max_concurrency" not in (self.data.get(section) or {}):
+            flags["max_concurrency"] = max(1, concurrency)
+        cfg = self.configure(LLMConfig(model=model), section, flags)
         check_model_string(cfg.model)
         return Gateway(cfg)
 
 
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
-                section: str = "llm") -> Any:
+                section: str = "llm", concurrency: int | None = None) -> Any:
     """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
-    gateway configured by the ``section`` section) → an agent
-    (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
+    gateway configured by the ``section`` section, its requests in flight following the run's
+    ``concurrency`` unless set) → an agent (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
     from dreamgym_agents.episodes.agent import make_agent
 
     if agent in family.offline_agents(seed):
         return make_agent(agent, family, seed=seed)
-    return make_agent(agent, family, seed=seed, gateway=sections.gateway(agent, section))
+    return make_agent(agent, family, seed=seed,
+                      gateway=sections.gateway(agent, section, concurrency))

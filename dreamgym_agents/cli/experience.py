@@ -338,10 +338,11 @@ def buffer_import(
 def _build_experience(
     sections: Sections, family: Any, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
-    model_buffer: str | None = None,
+    model_buffer: str | None = None, concurrency: int | None = None,
 ) -> tuple[Any, Any, Any]:
     """(experience model, its gateway, the replay buffer) of the task ``family``, configured
-    from flags and sections.
+    from flags and sections; the gateway's requests in flight follow ``concurrency`` (the
+    run's episodes at once) unless ``llm.max_concurrency`` is set.
 
     ``model_buffer`` is the buffer that comes with the model (the embedded default's), used when
     no buffer is named.
@@ -357,7 +358,7 @@ def _build_experience(
     buf_flags = {k: v for k, v in (("path", str(buffer_path) if buffer_path else model_buffer),
                                    ("url", buffer_url)) if v}
     buf_cfg = sections.configure(BufferConfig(family=family.name), "buffer", buf_flags)
-    gateway = sections.gateway(experience_model, "llm")
+    gateway = sections.gateway(experience_model, "llm", concurrency)
     try:
         buffer = ReplayBuffer(buf_cfg)
     except BaseException:
@@ -429,10 +430,10 @@ def dream_command(
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
-                             section="agent")
+                         section="agent", concurrency=concurrency)
     model, gateway, buffer = _build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
-                                               model_buffer)
+                                               model_buffer, concurrency)
     console = make_console()
     try:
         meta = {"command": "dream", "task": task, "agent": agent,
@@ -542,7 +543,7 @@ def fidelity_command(
     try:
         model, gateway, buffer = _build_experience(
             sections, family, experience_model, buffer_path, buffer_url, no_history,
-            no_retrieval, no_reasoning, model_buffer)
+            no_retrieval, no_reasoning, model_buffer, fid_cfg.concurrency)
     except BaseException:
         if judge_gateway is not None:
             judge_gateway.close()

@@ -98,7 +98,8 @@ def eval_command(
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
-    runner = build_agent(agent, seed=seed, family=family, sections=sections)
+    runner = build_agent(agent, seed=seed, family=family, sections=sections,
+                         concurrency=concurrency)
     meta = {
         "command": "eval", "task": task, "agent": agent,
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),

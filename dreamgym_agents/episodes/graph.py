@@ -16,6 +16,8 @@ cut off mid-way is played again from its start (a live page cannot be rewound to
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import json
 import logging
 import operator
@@ -71,11 +73,23 @@ class EpisodeContext:
     env: Environment
     agent: Agent
     max_steps: int
+    executor: concurrent.futures.Executor | None = None
+    """Where the environment's blocking calls run (None: the event loop's default pool)."""
+
+
+async def in_thread(executor: concurrent.futures.Executor | None, fn: Callable[..., Any],
+                    *args: Any) -> Any:
+    """``fn(*args)`` in ``executor``'s threads (None: ``asyncio.to_thread``'s default pool)."""
+    if executor is None:
+        return await asyncio.to_thread(fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(executor,
+                                                            functools.partial(fn, *args))
 
 
 async def reset_node(state: EpisodeState, runtime: Runtime[EpisodeContext]) -> dict[str, Any]:
     task = Task.from_dict(state["task"])
-    obs = await asyncio.to_thread(runtime.context.env.reset, task)
+    ctx = runtime.context
+    obs = await in_thread(ctx.executor, ctx.env.reset, task)
     return {"observation": asdict(obs), "step": 0, "done": False, "success": False,
             "termination": "", "decision": None}
 
@@ -98,7 +112,7 @@ async def environment_node(
     decision = state["decision"] or {}
     before = Observation(**state["observation"])
     start = time.perf_counter()
-    result = await asyncio.to_thread(ctx.env.step, decision.get("action", ""))
+    result = await in_thread(ctx.executor, ctx.env.step, decision.get("action", ""))
     env_seconds = time.perf_counter() - start
     step = state["step"]
     out_of_steps = not result.done and step + 1 >= ctx.max_steps
@@ -264,10 +278,15 @@ async def run_episodes(
     envs: asyncio.Queue[Environment] = asyncio.Queue()
     created: list[Environment] = []
     wall_start = time.perf_counter()
+    # Each episode holds a thread while its environment steps (a dream's step waits on the
+    # experience model): the loop's default pool (min(32, CPUs + 4) threads) would cap the
+    # episodes in flight, so the run brings its own, one thread per episode and a few spare.
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=cfg.concurrency + 4,
+                                                     thread_name_prefix="episode")
 
     async def acquire_env() -> Environment:
         if envs.empty() and len(created) < cfg.concurrency:
-            env = await asyncio.to_thread(make_env)
+            env = await in_thread(executor, make_env)
             created.append(env)
             return env
         return await envs.get()
@@ -294,7 +313,8 @@ async def run_episodes(
                             {"episode_id": episode_id, "task": task.to_dict(),
                              "transitions": [], "started_at": time.time()},
                             config,
-                            context=EpisodeContext(env=env, agent=agent, max_steps=cfg.max_steps),
+                            context=EpisodeContext(env=env, agent=agent, max_steps=cfg.max_steps,
+                                                   executor=executor),
                         )
                     except ModelError as exc:
                         envs.put_nowait(env)
@@ -313,7 +333,7 @@ async def run_episodes(
                     envs.put_nowait(env)
                     traj = trajectory_from_state(state, agent.name)
                 async with write_lock:
-                    await asyncio.to_thread(append_trajectory, traj_file, traj)
+                    await in_thread(executor, append_trajectory, traj_file, traj)
             if on_episode:
                 on_episode(traj)
 
@@ -321,7 +341,8 @@ async def run_episodes(
             results = await asyncio.gather(*(play(t) for t in pending), return_exceptions=True)
         finally:
             for env in created:
-                await asyncio.to_thread(env.close)
+                await in_thread(executor, env.close)
+            executor.shutdown(wait=False)
         for res in results:
             if isinstance(res, BaseException):
                 raise res

@@ -150,3 +150,26 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
     monkeypatch.setattr(family, "make_env", lambda cfg: calls.append(cfg))
     assert dream.reset(task).state == real and not calls  # cached: no second reset
 
+
+
+def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    first = make_family("alfworld")
+    task = first.load_tasks("train")[0]
+    try:
+        opening = first.opening(task)
+        env = first.make_env(EnvConfig(max_steps=1))
+        try:
+            assert opening == env.reset(task).state  # the game's first observation
+        finally:
+            env.close()
+    finally:
+        first.close()
+    kept = list(first.game_path(task).parent.glob("opening-*.txt"))
+    assert len(kept) == 1 and kept[0].read_text() == opening
+    second = make_family("alfworld")  # another process: reads it, plays nothing
+    monkeypatch.setattr(second, "make_env", lambda cfg: pytest.fail("the game was loaded"))
+    try:
+        assert second.opening(task) == opening
+    finally:
+        second.close()
