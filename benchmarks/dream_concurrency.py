@@ -123,7 +123,7 @@ def main() -> None:
                 row = run_level(args, base_url, level, root / f"c{level}")
                 rows.append(row)
                 print(f"| {level} | {row['steps']} | {row['wall_s']:.1f} | "
-                      f"{row['steps_per_s']:.1f} | {row['ideal']:.0f} | "
+                      f"{row['steps_per_s']:.1f} | {row['ideal']:.1f} | "
                       f"{100 * row['steps_per_s'] / row['ideal']:.0f} % | {row['em_calls']} | "
                       f"{row['em_failures']} | {row['process_cpu_s']:.1f} |", flush=True)
     finally:

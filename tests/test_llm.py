@@ -406,3 +406,22 @@ def test_import_touches_no_network(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
+
+
+def test_a_priced_models_answers_are_counted_at_its_price(server_factory, api_key) -> None:
+    """A model LiteLLM knows the price of: each answer's cost at that price (LiteLLM's own
+    figure for the answer, not priced twice); an unpriced model's answers count 0."""
+    litellm = import_litellm()
+    server = server_factory([(200, "one two three four")])
+    gw = Gateway(LLMConfig(model="openai/gpt-4o-mini", api_base=server.base_url,
+                           api_key_env=api_key))
+    first = gw.complete(MESSAGES)
+    second = gw.complete(MESSAGES)
+    prompt, completion = litellm.cost_per_token(
+        model="gpt-4o-mini", prompt_tokens=first.usage.prompt_tokens,
+        completion_tokens=first.usage.completion_tokens)
+    assert first.usage.cost_usd == pytest.approx(prompt + completion) and first.usage.cost_usd > 0
+    assert gw.usage.cost_usd == pytest.approx(first.usage.cost_usd + second.usage.cost_usd)
+    unpriced = Gateway(_http_cfg(server.base_url, api_key))  # openai/test-model
+    assert unpriced.complete(MESSAGES).usage.cost_usd == 0.0
+    assert unpriced.complete(MESSAGES).usage.cost_usd == 0.0

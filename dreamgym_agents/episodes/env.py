@@ -255,7 +255,8 @@ class TaskFamily(Protocol):
     :data:`~dreamgym_agents.pipeline.run.RL_EPISODE_STEPS`);
     ``state_success(task, state) -> bool | None``, whether a state satisfies the task when the
     state alone tells (ALFWorld's goals; None: it cannot): the dream's rewards are measured
-    against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), never replaced.
+    against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), replaced by it only
+    in the declared variant ``DreamConfig.reward = "state"``.
     """
 
     name: str

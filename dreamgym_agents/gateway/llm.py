@@ -567,6 +567,14 @@ class Gateway:
         )
 
     def _cost(self, response: Any) -> float:
+        # LiteLLM prices each answer as it arrives (``_hidden_params["response_cost"]``);
+        # pricing it again cost ~4 ms a call, and a model with no known price is not priced
+        # again after its first answer
+        hidden = getattr(response, "_hidden_params", None) or {}
+        if hidden.get("response_cost") is not None:
+            return float(hidden["response_cost"])
+        if self._unpriced_logged:
+            return 0.0
         try:
             return float(import_litellm().completion_cost(completion_response=response) or 0.0)
         except Exception as exc:  # unknown price: the cost is not known, never a failure
