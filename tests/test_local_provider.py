@@ -317,3 +317,23 @@ def test_a_running_generation_stops_at_its_next_token_when_interrupted(
     finally:
         resume_local_generation()
     assert len(steps) == 3  # it stopped at once, not 200 tokens later
+
+
+def test_torch_threads_leave_the_cores_other_processes_keep_busy(monkeypatch):
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.gateway import local
+
+    monkeypatch.delenv("DG_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(local.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(local.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert local.torch_threads() == 3  # one core busy elsewhere
+    monkeypatch.setattr(local.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert local.torch_threads() == 1  # at least one
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert local.torch_threads() == 2  # the user's setting
+    monkeypatch.setenv("DG_TORCH_THREADS", "4")
+    assert local.torch_threads() == 4
+    monkeypatch.setenv("DG_TORCH_THREADS", "many")
+    with pytest.raises(ConfigError, match="DG_TORCH_THREADS='many'"):
+        local.torch_threads()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.errors import ConfigError, MissingExtraError
+from dreamgym_agents.gateway.local import configure_torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -359,7 +360,10 @@ def training_device() -> str:
     device; a GPU's arithmetic differs from a CPU's in the last bits."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    configure_torch_threads()
+    return "cpu"
 
 
 def native_bf16(device: str) -> bool:
