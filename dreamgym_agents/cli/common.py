@@ -135,12 +135,17 @@ class Sections:
 
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                 section: str = "llm", concurrency: int | None = None) -> Any:
-    """One of the family's offline agents (``oracle``, ``random`` …) or a model string (its
-    gateway configured by the ``section`` section, its requests in flight following the run's
-    ``concurrency`` unless set) → an agent (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
+    """One of the family's offline agents (``oracle``, ``random`` …), a policy this toolkit
+    trained (``hf/<checkpoint>`` with its settings beside it: played in the layout, view and
+    decoding it was trained with, greedily) or a model string (its gateway configured by the
+    ``section`` section, its requests in flight following the run's ``concurrency`` unless
+    set) → an agent (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
     from dreamgym_agents.episodes.agent import make_agent
+    from dreamgym_agents.policy.model import PolicyAgent, PolicyModel, trained_policy_settings
 
     if agent in family.offline_agents(seed):
         return make_agent(agent, family, seed=seed)
+    if agent.startswith("hf/") and trained_policy_settings(agent[3:]) is not None:
+        return PolicyAgent(PolicyModel.load(agent[3:]), keep_tokens=False)
     return make_agent(agent, family, seed=seed,
                       gateway=sections.gateway(agent, section, concurrency))

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,6 +74,12 @@ class PolicyConfig:
         extractive_answers: With constrained decoding, an answer is a span of the page's
             text or the task, or ``done`` (the bundled site's answers are, but for sums over
             several orders): a small model copies an answer instead of making up a number.
+        turn_format: How a turn is laid out in tokens, in SFT, RL and evaluation alike:
+            ``compact`` (``<|user|>`` turn ``<|assistant|>`` action ``<|endoftext|>``: the
+            from-scratch policy's own markers), ``chat`` (the checkpoint's chat template: one
+            user message, the action as the assistant's answer, ended by the template's end
+            of turn; a pretrained chat model keeps the format it was tuned on) or ``auto``
+            (compact when the tokenizer has the markers, else chat when it has a template).
     """
 
     max_action_tokens: int = 48
@@ -85,6 +92,7 @@ class PolicyConfig:
     constrained_decoding: bool = True
     mark_task_terms: bool = True
     extractive_answers: bool = True
+    turn_format: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -104,6 +112,31 @@ class PolicyConfig:
         if self.element_refs not in ("name", "bid"):
             raise ConfigError(f"policy.element_refs must be name or bid, got "
                               f"{self.element_refs!r}")
+        if self.turn_format not in TURN_FORMATS:
+            raise ConfigError(f"policy.turn_format must be one of {', '.join(TURN_FORMATS)}, "
+                              f"got {self.turn_format!r}")
+
+
+TURN_FORMATS = ("auto", "compact", "chat")
+"""The policy's turn layouts (:attr:`PolicyConfig.turn_format`)."""
+
+
+def turn_format(tokenizer: Any, asked: str = "auto") -> str:
+    """``compact`` or ``chat`` for ``tokenizer`` (``asked``: a :data:`TURN_FORMATS` value).
+
+    Raises:
+        ConfigError: ``chat`` asked of a tokenizer without a chat template.
+    """
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if asked == "chat" and not has_template:
+        raise ConfigError("policy.turn_format chat: the checkpoint's tokenizer has no chat "
+                          "template (use compact)")
+    if asked != "auto":
+        return asked
+    marker = tokenizer.convert_tokens_to_ids(USER)
+    if isinstance(marker, int) and marker != tokenizer.unk_token_id:
+        return "compact"
+    return "chat" if has_template else "compact"
 
 
 class PolicyView(Protocol):
@@ -187,17 +220,24 @@ def view_of(task: Task | str) -> PolicyView:
     return family_view(task.family.split(".", 1)[0]) if isinstance(task, Task) else PlainView()
 
 
-def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
-                   error: str = "", cfg: PolicyConfig | None = None) -> str:
-    """The environment's segment of one turn: page, task, last actions (as the policy writes
-    them, :func:`written_actions`), error."""
+def turn_text(task: Task | str, state: str, actions: list[str] | None = None,
+              error: str = "", cfg: PolicyConfig | None = None) -> str:
+    """What the policy reads in one turn, in any layout: page, task, last actions (as the
+    policy writes them, :func:`written_actions`), error."""
     cfg = cfg or PolicyConfig()
     intent = task.intent if isinstance(task, Task) else task
     recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
     page = view_of(task).page(state, intent, cfg)
-    return f"{USER}{page}\nTask: {intent}\nSteps: {steps}\n{note}{ASSISTANT}"
+    return f"{page}\nTask: {intent}\nSteps: {steps}\n{note}"
+
+
+def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
+                   error: str = "", cfg: PolicyConfig | None = None) -> str:
+    """The environment's segment of one turn in the compact layout (:func:`turn_text` between
+    the turn markers)."""
+    return f"{USER}{turn_text(task, state, actions, error, cfg)}{ASSISTANT}"
 
 
 def written_actions(task: Task | str, history: list[Transition],
@@ -277,6 +317,30 @@ class Generated:
     """Per new token, its log-probability under the distribution it was sampled from."""
 
 
+POLICY_FILE = "policy.json"
+"""A trained policy's settings beside its checkpoint (:meth:`PolicyModel.save_settings`)."""
+
+
+def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig | None:
+    """The settings a policy checkpoint was trained with (None: not a policy checkpoint of
+    ours, or one written before they were kept)."""
+    path = Path(directory, POLICY_FILE)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    known = {f.name for f in fields(PolicyConfig)}
+    return PolicyConfig(**{k: v for k, v in data.items() if k in known})
+
+
+def save_policy_settings(directory: str | os.PathLike[str], cfg: PolicyConfig,
+                         layout: str) -> None:
+    """Write a trained policy's settings beside its checkpoint (:data:`POLICY_FILE`: its
+    layout, ``compact`` or ``chat``, its view and decoding), so ``eval --agent
+    hf/<checkpoint>`` plays it as it was trained."""
+    settings = {**asdict(cfg), "turn_format": layout}
+    Path(directory, POLICY_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True))
+
+
 class PolicyModel:
     """A causal LM (a checkpoint directory, or a live model and tokenizer) as a policy.
 
@@ -298,18 +362,26 @@ class PolicyModel:
         self.pad_id = int(pad or 0)
         self.eos_id = int(tokenizer.eos_token_id)
         self.eos = eos_ids(model, tokenizer) | {self.eos_id}
-        user = tokenizer.convert_tokens_to_ids(USER)
-        if not isinstance(user, int) or user == tokenizer.unk_token_id:
-            raise ConfigError(f"the policy's tokenizer has no {USER} token: train the policy "
-                              "with dg-agents (its SFT adds it) or add it as a special token")
-        self.user_id = int(user)
-        self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch)
         self._lock = threading.Lock()  # fast tokenizers are not safe to share between threads
+        self.format = turn_format(tokenizer, self.cfg.turn_format)
+        self.user_id = -1  # the compact layout's turn marker (none in the chat layout)
+        self.turn_end = [self.eos_id]
+        if self.format == "compact":
+            user = tokenizer.convert_tokens_to_ids(USER)
+            if not isinstance(user, int) or user == tokenizer.unk_token_id:
+                raise ConfigError(f"the policy's tokenizer has no {USER} token: train the "
+                                  "policy with dg-agents (its SFT adds it), add it as a special "
+                                  "token, or use policy.turn_format chat")
+            self.user_id = int(user)
+        else:
+            self.turn_end = self._chat_turn_end()
+        self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch)
         self._vocab: Any = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None) -> PolicyModel:
-        """Load a checkpoint directory written by ``save_pretrained``."""
+        """Load a checkpoint directory written by ``save_pretrained``; with no ``cfg``, in the
+        settings it was trained with (its :data:`POLICY_FILE`) when it says them."""
         from dreamgym_agents.gateway.local import load_local_model
 
         directory = Path(path).expanduser()
@@ -317,7 +389,13 @@ class PolicyModel:
             raise ConfigError(f"policy checkpoint not found: {path} (a directory written by "
                               "save_pretrained, e.g. a run's checkpoints/sft)")
         tokenizer, model = load_local_model(directory)
-        return cls(model, tokenizer, cfg, name=f"policy-{directory.name}")
+        return cls(model, tokenizer, cfg or trained_policy_settings(directory),
+                   name=f"policy-{directory.name}")
+
+    def save_settings(self, directory: str | os.PathLike[str]) -> None:
+        """Write the settings this policy plays with beside its checkpoint
+        (:func:`save_policy_settings`)."""
+        save_policy_settings(directory, self.cfg, self.format)
 
     def encode(self, text: str) -> list[int]:
         with self._lock:
@@ -327,13 +405,32 @@ class PolicyModel:
         with self._lock:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _chat(self, messages: list[dict[str, str]], prompt: bool) -> str:
+        with self._lock:
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                          add_generation_prompt=prompt))
+
+    def _chat_turn_end(self) -> list[int]:
+        """The tokens the chat template closes an assistant's answer with, up to the first
+        end token (what the policy writes after its action)."""
+        mark = "\u2402ACTION\u2402"
+        text = self._chat([{"role": "user", "content": "u"},
+                           {"role": "assistant", "content": mark}], prompt=False)
+        after = self.encode(text.split(mark, 1)[1]) if mark in text else []
+        ends = [i for i, t in enumerate(after) if t in self.eos]
+        return after[:ends[0] + 1] if ends else [self.eos_id]
+
     def segment_ids(self, task: Task | str, state: str, actions: list[str] | None = None,
                     error: str = "") -> list[int]:
-        return self.encode(render_segment(task, state, actions, error, self.cfg))
+        """The environment's segment of one turn, in the policy's layout (``format``)."""
+        if self.format == "compact":
+            return self.encode(render_segment(task, state, actions, error, self.cfg))
+        text = turn_text(task, state, actions, error, self.cfg)
+        return self.encode(self._chat([{"role": "user", "content": text}], prompt=True))
 
     def action_ids(self, action: str) -> list[int]:
-        """A recorded action as the policy would have written it (with the end token)."""
-        return [*self.encode(action), self.eos_id]
+        """A recorded action as the policy would have written it (with its end of turn)."""
+        return [*self.encode(action), *self.turn_end]
 
     def constraint(self, task: Task | str, state: str) -> Any:
         """The decoding constraint of one turn (None when decoding is unconstrained): the

@@ -32,6 +32,7 @@ from dreamgym_agents.policy.model import (
     PolicyModel,
     episode_tokens,
     render_segment,
+    turn_format,
 )
 from dreamgym_agents.types import Trajectory
 
@@ -299,7 +300,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     else:
         source = cfg.base_model
     tokenizer, model = load_causal_lm(source)
-    _add_turn_tokens(tokenizer, model)
+    _add_turn_tokens(tokenizer, model, turn_format(tokenizer, policy_cfg.turn_format))
     if cfg.lora_r:
         model = _with_lora(model, cfg.lora_r)
     policy = PolicyModel(model, tokenizer, policy_cfg)
@@ -316,6 +317,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
         trained = trained.merge_and_unload()
     trained.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    policy.save_settings(out)
     return {"path": str(out), "episodes": len(wins), "swapped_episodes": len(examples) - len(wins),
             "turns": len(rows), "dropped_too_long": cut,
             "steps": result.steps,
@@ -327,10 +329,11 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
             "resumed_from_step": result.resumed_from_step}
 
 
-def _add_turn_tokens(tokenizer: Any, model: Any) -> None:
-    """Give a foreign checkpoint the policy's turn markers (and a pad token) if it lacks them."""
+def _add_turn_tokens(tokenizer: Any, model: Any, layout: str) -> None:
+    """Give a checkpoint a pad token and, in the compact layout, the policy's turn markers if
+    it lacks them (a chat model in the chat layout keeps its vocabulary)."""
     missing = [t for t in (USER, ASSISTANT) if t not in tokenizer.get_vocab()]
-    if missing:
+    if missing and layout == "compact":
         tokenizer.add_special_tokens({"additional_special_tokens": missing})
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -36,7 +36,15 @@ from typing import Any
 from dreamgym_agents.episodes.graph import EnvPool, play_episodes
 from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
 from dreamgym_agents.experience.sft import body_and_head
-from dreamgym_agents.policy.model import ASSISTANT, USER, PolicyAgent, PolicyConfig, PolicyModel
+from dreamgym_agents.policy.model import (
+    ASSISTANT,
+    USER,
+    PolicyAgent,
+    PolicyConfig,
+    PolicyModel,
+    save_policy_settings,
+    turn_format,
+)
 from dreamgym_agents.rl.curriculum import Curriculum
 from dreamgym_agents.types import Task, Trajectory, append_trajectory
 
@@ -277,7 +285,7 @@ class EpisodeRollout:
                 rewards.append(1.0 if outcome.success else 0.0)
             else:  # kept out of the loss: every token masked, a neutral reward (below)
                 self.counters.masked_episodes += 1
-                head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.user_id]
+                head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.eos_id]
                 out["prompt_ids"].append(head)
                 out["completion_ids"].append([policy.eos_id])
                 out["env_mask"].append([0])
@@ -354,24 +362,35 @@ def run_async(coro: Any, workers: int) -> Any:
 
 
 class ConstraintBook:
-    """The tokens each sampled action token was allowed (its decoding constraint), by the
-    episode's whole token sequence: the trainer finds a batch row's constraints by its tokens,
-    whatever order and padding TRL gives the rows."""
+    """Each rollout's layout, by the episode's whole token sequence: where its turns start,
+    which tokens are the policy's actions, and the tokens each sampled action token was
+    allowed (its decoding constraint). The trainer finds a batch row's by its tokens, whatever
+    order and padding TRL gives the rows, so a turn is scored from its own segment in any
+    layout (the chat template's turns have no marker token of their own)."""
 
     def __init__(self) -> None:
         self._rows: dict[tuple[int, ...], list[list[int] | None]] = {}
+        self._layouts: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
 
     def clear(self) -> None:
         self._rows.clear()
+        self._layouts.clear()
 
     def add(self, tokens: Any) -> None:
+        key = tuple(tokens.ids)
+        self._layouts[key] = (list(tokens.turns), list(tokens.mask))
         if tokens.constrained:
-            self._rows[tuple(tokens.ids)] = list(tokens.allowed)
+            self._rows[key] = list(tokens.allowed)
 
     def row(self, ids: list[int]) -> list[list[int] | None] | None:
         """Per token of ``ids`` (a row's tokens, padding removed), the allowed tokens; None
         for a row decoded unconstrained."""
         return self._rows.get(tuple(ids))
+
+    def layout(self, ids: list[int]) -> tuple[list[int], list[int]] | None:
+        """``(turn starts, action mask)`` of a row's tokens (padding removed); None for a row
+        not recorded."""
+        return self._layouts.get(tuple(ids))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -383,8 +402,10 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
                rows_per_pass: int = 16,
                constraints: ConstraintBook | None = None) -> tuple[Any, Any]:
     """Log-probabilities (and entropies) of the completion tokens, each turn scored from its own
-    ``<|user|>`` token; only action tokens (after the turn's ``<|assistant|>``) are scored, the
-    others get 0 (they are masked out of the loss).
+    segment; only action tokens are scored, the others get 0 (they are masked out of the loss).
+    A row the ``constraints`` book recorded says where its turns start and which tokens are
+    actions; another row is split at ``user_id`` (the compact layout's ``<|user|>``) and scored
+    after each turn's ``assistant_id``.
 
     With ``constraints``, a token sampled under a decoding constraint is scored under the same
     constraint (the softmax over the tokens it allowed), so the log-probabilities, the ratio and
@@ -400,16 +421,24 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
     first_completion = length - logits_to_keep
     rows: list[tuple[int, int, int]] = []
     allowed_of: dict[int, tuple[int, list[list[int] | None]]] = {}  # row → (its start, allowed)
+    acts_of: dict[int, tuple[int, list[int]]] = {}  # row → (its start, action mask)
     for b in range(batch):
         present = attention_mask[b].nonzero().flatten()
         if not len(present):
             continue
         lo, hi = int(present[0]), int(present[-1]) + 1
-        if constraints is not None and len(constraints):
-            found = constraints.row(input_ids[b, lo:hi].tolist())
+        laid = None
+        if constraints is not None:
+            row_ids = input_ids[b, lo:hi].tolist()
+            laid = constraints.layout(row_ids)
+            found = constraints.row(row_ids) if len(constraints) else None
             if found is not None:
                 allowed_of[b] = (lo, found)
-        starts = [lo + int(i) for i in (input_ids[b, lo:hi] == user_id).nonzero().flatten()]
+        if laid is not None:
+            starts = [lo + t for t in laid[0]]
+            acts_of[b] = (lo, laid[1])
+        else:
+            starts = [lo + int(i) for i in (input_ids[b, lo:hi] == user_id).nonzero().flatten()]
         if not starts or starts[0] != lo:
             starts = [lo, *starts]
         for s, e in zip(starts, [*starts[1:], hi], strict=True):
@@ -429,9 +458,14 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
         for i, (b, s, e) in enumerate(chunk):
             ids[i, :e - s] = input_ids[b, s:e]
             mask[i, :e - s] = 1
-            marks = (ids[i, :e - s] == assistant_id).nonzero().flatten()
-            first_action = int(marks[0]) + 1 if len(marks) else e - s
-            for j in range(max(first_action, 1), e - s):
+            if b in acts_of:
+                row_lo, acts = acts_of[b]
+                scored = [j for j in range(1, e - s) if acts[s + j - row_lo]]
+            else:
+                marks = (ids[i, :e - s] == assistant_id).nonzero().flatten()
+                first_action = int(marks[0]) + 1 if len(marks) else e - s
+                scored = list(range(max(first_action, 1), e - s))
+            for j in scored:
                 if s + j >= first_completion:
                     src_r.append(i)
                     src_c.append(j)
@@ -529,8 +563,10 @@ def train_grpo(
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     tokenizer, model = load_causal_lm(policy_path)
-    user_id = tokenizer.convert_tokens_to_ids(USER)
-    assistant_id = tokenizer.convert_tokens_to_ids(ASSISTANT)
+    # the compact layout's markers (the rollouts' book says where every turn starts anyway)
+    compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
+    user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
+    assistant_id = tokenizer.convert_tokens_to_ids(ASSISTANT) if compact else -1
     bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
     rollout = EpisodeRollout(tasks, pool, cfg, policy_cfg, out, curriculum=curriculum,
                              stage=stage, on_batch=on_batch)
@@ -588,6 +624,7 @@ def train_grpo(
     save = out / "policy"
     trainer.model.save_pretrained(str(save))
     tokenizer.save_pretrained(str(save))
+    save_policy_settings(save, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format))
     c = rollout.counters
     return {"stage": stage, "path": str(save), "steps": int(result.global_step),
             "batches": c.batches, "episodes": c.episodes,
