@@ -42,6 +42,27 @@ def test_bad_run_input_gets_one_clear_line(tmp_path, capsys, args, message):
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and message in err, err
 
 
+def test_a_pretrained_policy_trains_at_its_own_rates_unless_set():
+    from dreamgym_agents.cli.policy import _pipeline_config
+    from dreamgym_agents.pipeline.run import (
+        PRETRAINED_RL_LR,
+        PRETRAINED_SFT_LR,
+        PRETRAINED_SFT_STEPS,
+        RL_LR,
+        WARM_START_LR,
+    )
+
+    embedded = _pipeline_config("quick", 0, "embedded", None, None, None, "webarena")
+    assert embedded.sft.learning_rate == WARM_START_LR and embedded.dream.learning_rate == RL_LR
+    hf = _pipeline_config("quick", 0, "hf/some/checkpoint", None, None, None, "webarena")
+    assert hf.sft.learning_rate == PRETRAINED_SFT_LR and hf.sft.max_steps == PRETRAINED_SFT_STEPS
+    assert hf.dream.learning_rate == hf.s2r.learning_rate == PRETRAINED_RL_LR
+    assert hf.sft.entity_swaps == 0
+    chosen = _pipeline_config("quick", 0, "hf/some/checkpoint", None, None,
+                              ["sft.learning_rate=3e-4", "dream.learning_rate=1e-5"], "webarena")
+    assert chosen.sft.learning_rate == 3e-4 and chosen.dream.learning_rate == 1e-5
+
+
 def test_bad_bench_input_gets_one_clear_line(tmp_path, capsys):
     assert main(["bench", "--out", str(tmp_path), "--seeds", "0"]) == 2
     assert "--seeds" in capsys.readouterr().err

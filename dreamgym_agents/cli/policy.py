@@ -22,7 +22,7 @@ PolicyOpt = Annotated[
 def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
                      config: Path | None, overrides: list[str] | None, task: str) -> Any:
     from dreamgym_agents.config import load_config
-    from dreamgym_agents.pipeline.run import is_hosted, preset_config
+    from dreamgym_agents.pipeline.run import is_hosted, preset_config, pretrained_defaults
 
     if is_hosted(policy):
         raise ConfigError(f"--policy {policy} is a hosted model: run cannot update its weights, "
@@ -30,6 +30,8 @@ def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | No
                           f"`dg-agents eval --agent {policy}` (or train embedded / hf/<path>)")
     cfg = preset_config(preset, seed, task)
     cfg.policy = policy
+    if policy.startswith("hf/"):  # per-model defaults, below the config file and --set
+        pretrained_defaults(cfg)
     if sim_to_real is not None:
         cfg.sim_to_real = sim_to_real
     return load_config(cfg, config, overrides)

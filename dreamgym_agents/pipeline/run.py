@@ -183,6 +183,28 @@ RL_LR = 2e-4
 """GRPO's learning rate for the embedded policy (its SFT peaks at ``WARM_START_LR``)."""
 
 
+PRETRAINED_SFT_LR = 1e-4
+"""SFT's learning rate for a pretrained checkpoint (``--policy hf/…``): the embedded policy's
+1e-3, tuned for 2M parameters trained from nearly nothing, would wreck what it knows."""
+PRETRAINED_SFT_STEPS = 300
+"""SFT steps for a pretrained checkpoint: it knows language, and learns the action format from
+a few hundred batches (``benchmarks/pretrained_policy.py`` measures it)."""
+PRETRAINED_RL_LR = 5e-6
+"""GRPO's learning rate for a pretrained checkpoint (full or LoRA)."""
+
+
+def pretrained_defaults(cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with the settings a pretrained checkpoint trains at (its policy ``hf/…``),
+    before a config file and ``--set`` apply: learning rates and SFT steps, no entity swaps
+    (a pretrained model copies from its context already)."""
+    cfg.sft.learning_rate = PRETRAINED_SFT_LR
+    cfg.sft.max_steps = PRETRAINED_SFT_STEPS
+    cfg.sft.entity_swaps = 0
+    for stage in (cfg.dream, cfg.s2r):
+        stage.learning_rate = PRETRAINED_RL_LR
+    return cfg
+
+
 RL_EPISODE_STEPS = 10
 """Step limit of an RL episode in the presets, unless the family says (``rl_episode_steps``)."""
 
