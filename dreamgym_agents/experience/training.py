@@ -175,8 +175,11 @@ def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
 def trained_settings(model: str) -> dict[str, Any]:
     """The experience settings a checkpoint trained by this pipeline must be prompted with
     (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``);
-    empty for other model strings."""
-    manifest = (read_manifest(model[3:]) if model.startswith("hf/") else None) or {}
+    empty for other model strings. The checkpoint is ``hf/<dir>``, or the same directory served
+    by an OpenAI-compatible server under its path (``openai/<dir>``: vLLM and ``transformers
+    serve`` name a model by the path they loaded it from)."""
+    path = model[3:] if model.startswith("hf/") else model.partition("/")[2]
+    manifest = (read_manifest(path) if path and Path(path).is_dir() else None) or {}
     trained = manifest.get("example_config", {})
     out = {k: trained[k] for k in ("top_k", "use_history", "use_retrieval", "use_reasoning",
                                    "exclude_same_task") if k in trained}

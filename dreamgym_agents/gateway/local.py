@@ -464,6 +464,15 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
+ROLE_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+"""The plain ``<|role|>`` layout of :func:`format_prompt` as a Jinja chat template: stored with
+the checkpoints this toolkit makes, so an OpenAI-compatible server (vLLM, ``transformers
+serve``) prompts them exactly as the in-process provider does."""
+
+
 def format_prompt(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[str, bool]:
     """Render chat messages as the prompt text.
 
