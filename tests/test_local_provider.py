@@ -15,6 +15,7 @@ from dreamgym_agents.errors import MissingExtraError, ModelError  # noqa: E402
 from dreamgym_agents.gateway.llm import Gateway, LLMConfig, import_litellm  # noqa: E402
 from dreamgym_agents.gateway.local import (  # noqa: E402
     LOCAL_PROVIDER,
+    ROLE_CHAT_TEMPLATE,
     format_prompt,
     generate_local,
     get_local_provider,
@@ -103,12 +104,16 @@ def test_stop_strings_cut_the_text(checkpoint: str) -> None:
 
 
 def test_prompt_format_plain_and_chat_template(checkpoint: str, tmp_path: Path) -> None:
+    plain = "<|system|>\nYou act in a web page.\n<|user|>\nClick the buy button.\n<|assistant|>\n"
     tokenizer, _ = load_local_model(checkpoint)
-    prompt, templated = format_prompt(tokenizer, MESSAGES)
-    assert not templated
-    assert prompt == (
-        "<|system|>\nYou act in a web page.\n<|user|>\nClick the buy button.\n<|assistant|>\n"
-    )
+    # a checkpoint made here carries its plain layout as its chat template: the same prompt
+    assert tokenizer.chat_template == ROLE_CHAT_TEMPLATE
+    assert format_prompt(tokenizer, MESSAGES) == (plain, True)
+    tokenizer.chat_template = None  # one made before it did: the provider's plain layout
+    try:
+        assert format_prompt(tokenizer, MESSAGES) == (plain, False)
+    finally:
+        tokenizer.chat_template = ROLE_CHAT_TEMPLATE  # the loaded model is shared
     templated_ckpt = make_tiny_checkpoint(tmp_path / "tpl", chat_template=CHAT_TEMPLATE)
     tokenizer, _ = load_local_model(templated_ckpt)
     prompt, templated = format_prompt(tokenizer, MESSAGES)

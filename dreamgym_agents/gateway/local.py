@@ -659,7 +659,7 @@ def make_tiny_checkpoint(
     path: str | os.PathLike[str],
     vocab_texts: list[str] | None = None,
     *,
-    chat_template: str | None = None,
+    chat_template: str | None = ROLE_CHAT_TEMPLATE,
     vocab_size: int = 512,
     hidden_size: int = 64,
     num_layers: int = 2,
@@ -676,8 +676,9 @@ def make_tiny_checkpoint(
     Args:
         path: Output directory (created if needed).
         vocab_texts: Texts to train the tokenizer on; defaults to :data:`DEFAULT_VOCAB_TEXTS`.
-        chat_template: Optional Jinja chat template stored with the tokenizer; without one the
-            local provider uses its plain ``<|role|>`` format.
+        chat_template: Jinja chat template stored with the tokenizer: by default the plain
+            ``<|role|>`` layout the local provider prompts with (:data:`ROLE_CHAT_TEMPLATE`), so
+            a server prompts the checkpoint alike; None stores none.
         vocab_size: Target vocabulary size (256 byte tokens plus merges plus special tokens).
         hidden_size: Model width (the intermediate size is twice this).
         num_layers: Number of transformer layers.
