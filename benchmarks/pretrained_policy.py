@@ -8,7 +8,9 @@ SFT on the family's shipped oracle demonstrations::
 
 Decoding is unconstrained (``--constrained`` adds a run under the family's grammar after SFT):
 under a grammar every action is valid by construction, so the valid-action share would not
-say whether the model learnt the format. Prints one JSON object; every stage is kept in
+say whether the model learnt the format. Two shares: turns the environment accepted, and turns
+written as a command of the family's action set at all (a text game refuses a well-formed
+command that is not possible where the player is). Prints one JSON object; every stage is kept in
 ``--out`` (a rerun resumes the evaluations, and reuses a finished SFT).
 """
 
@@ -27,11 +29,23 @@ from dreamgym_agents.policy.model import PolicyConfig
 from dreamgym_agents.policy.sft import PolicySFTConfig, train_policy_sft
 
 
-def measured(result: dict) -> dict:
+def measured(result: dict, action_set) -> dict:
+    """Success; the share of turns the environment accepted (``valid_action_share``: for a
+    text game, admissible where the player is) and the share written as a command of the
+    family's action set at all (``well_formed_share``: the format learnt)."""
     steps = int(result.get("eval_real_transitions", 0))
     invalid = int(result.get("invalid_actions", 0))
+    formed = 0
+    for line in Path(result["folder"], "trajectories.jsonl").read_text().splitlines():
+        for step in json.loads(line)["transitions"]:
+            try:
+                action_set.parse(step["action"])
+                formed += 1
+            except ValueError:
+                pass
     return {"success": result["success"], "episodes": result.get("episodes"), "turns": steps,
-            "valid_action_share": round(1 - invalid / steps, 4) if steps else None}
+            "valid_action_share": round(1 - invalid / steps, 4) if steps else None,
+            "well_formed_share": round(formed / steps, 4) if steps else None}
 
 
 def main() -> None:
@@ -69,8 +83,9 @@ def main() -> None:
                                  concurrency=2, max_steps=steps,
                                  meta={"benchmark": "pretrained_policy", "name": name},
                                  name=name)
-        print(f"{name}: {measured(result)} ({time.perf_counter() - started:.0f} s)", flush=True)
-        return {**measured(result), "max_steps": steps}
+        figures = measured(result, family.action_set())
+        print(f"{name}: {figures} ({time.perf_counter() - started:.0f} s)", flush=True)
+        return {**figures, "max_steps": steps}
 
     try:
         report["before"] = evaluate(args.checkpoint, "before", args.before_steps, view)
