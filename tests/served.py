@@ -24,10 +24,40 @@ from pathlib import Path
 import pytest
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running(command: list[str], ready_url: str, log: Path, *, timeout_s: float = 60.0,
+            env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Run a server ``command`` (its output to ``log``) until ``ready_url`` answers 200; yield
+    the process; stop it on exit (terminate, then kill)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(ready_url, timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{Path(command[0]).name} could not start: {log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @contextlib.contextmanager
@@ -36,34 +66,11 @@ def transformers_serve(checkpoint: str | Path, log: Path | None = None,
     """Serve ``checkpoint`` on a free port; yield its base URL; stop it on exit."""
     pytest.importorskip("fastapi", reason="transformers serve needs the serve extra "
                                           "(pip install 'transformers[serving]')")
-    port = _free_port()
-    log = log or Path(checkpoint).parent / f"serve-{port}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "transformers.cli.transformers", "serve", str(checkpoint),
-             "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"})
+    port = free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited: {log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base_url}/models", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"transformers serve did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    command = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(checkpoint),
+               "--host", "127.0.0.1", "--port", str(port)]
+    with running(command, f"{base_url}/models", log or Path(checkpoint).parent / "serve.log",
+                 timeout_s=timeout_s,
+                 env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}):
         yield base_url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -10,11 +10,10 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from served import free_port, running
 
 from dreamgym_agents.buffer.embedding import HashEmbeddingFunction, split_key_text
 from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer, transition_key_text
@@ -526,12 +525,6 @@ def test_adds_survive_sigkill(tmp_path):
         assert buf.retrieve("page 7", "click('7')", k=1)[0].step == 7
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_server_is_an_env_error():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(EnvError, match=re.escape(url)) as info:
@@ -545,31 +538,11 @@ def chroma_server(tmp_path):
     # chromadb (the buffer extra) installs its CLI: its absence is a broken install, not a skip
     assert chroma.exists(), f"no chroma CLI next to {sys.executable}"
     port = free_port()
-    log = open(tmp_path / "chroma.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(chroma), "run", "--path", str(tmp_path / "server"),
-                             "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    tail = (tmp_path / "chroma.log").read_text()[-500:]
-                    pytest.fail(f"the chroma server could not start: {tail}")
-                time.sleep(0.3)
+    with running([str(chroma), "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1",
+                  "--port", str(port)], f"{url}/api/v2/heartbeat",
+                 tmp_path / "chroma.log") as proc:
         yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.mark.slow
