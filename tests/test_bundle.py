@@ -43,10 +43,9 @@ SHIPPED = [pytest.param("webarena"),
 def test_the_shipped_bundle_is_this_codes(monkeypatch, family):
     """Fails when the recipe's code changed and the bundle was not rebuilt (it is stale): run
     dg-agents build-embedded --task FAMILY --out DIR and copy DIR/bundle to bundles/FAMILY/."""
-    from dataclasses import asdict
-
     from dreamgym_agents.episodes.env import make_family, spread_tasks
     from dreamgym_agents.pipeline.bundle import read_episodes
+    from dreamgym_agents.policy.model import view_record
 
     monkeypatch.delenv("DG_BUNDLE", raising=False)
     bundle = shipped_bundle(family)
@@ -68,7 +67,7 @@ def test_the_shipped_bundle_is_this_codes(monkeypatch, family):
     # the warm start's test episodes cover the quick preset's evaluation (make run reuses them)
     played = m["figures"]["warm_start"]["episodes"]
     assert played["max_steps"] == preset.eval_max_steps
-    assert played["view"] == asdict(preset.policy_view)
+    assert view_record(played["view"]) == view_record(preset.policy_view)
     tasks = {str(t.task.task_id) for t in read_episodes(bundle.root / played["file"])}
     made = make_family(family)
     quick = spread_tasks(made.load_tasks("test"), preset.eval_limit)

@@ -74,7 +74,7 @@ from dreamgym_agents.pipeline.run import (
     read_offline,
     warm_start_key,
 )
-from dreamgym_agents.policy.model import PolicyConfig
+from dreamgym_agents.policy.model import PolicyConfig, view_record
 from dreamgym_agents.policy.sft import PolicySFTConfig
 
 PHASES = ("collect", "experience", "demos", "warm_start", "package", "measure")
@@ -336,7 +336,7 @@ class _Build:
             "warm_start": {"key": key, "version": WARM_START_VERSION,
                            "sft": {k: v for k, v in asdict(self.cfg.warm_start).items()
                                    if k not in ("output_dir", "base_model")},
-                           "view": asdict(self.cfg.policy_view), "result": warm,
+                           "view": view_record(self.cfg.policy_view), "result": warm,
                            "offline_episodes": warm.get("offline_episodes"),
                            "offline_transitions": warm.get("offline_transitions")},
             "weights_dtype": self.cfg.weights_dtype,
@@ -392,7 +392,7 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
         write_episodes(bundle.root / WARM_START_TEST_FILE, (("warm_start", t) for t in played))
         figures["warm_start"]["episodes"] = {
             "file": WARM_START_TEST_FILE, "tasks": len(played), "greedy": True,
-            "max_steps": cfg.eval_max_steps, "view": asdict(cfg.policy_view)}
+            "max_steps": cfg.eval_max_steps, "view": view_record(cfg.policy_view)}
     finally:
         family.close()
     return figures

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.experience.dream import REWARD_SOURCES
-from dreamgym_agents.policy.model import PolicyConfig
+from dreamgym_agents.policy.model import PolicyConfig, view_record
 from dreamgym_agents.policy.sft import PolicySFTConfig
 from dreamgym_agents.rl.curriculum import CurriculumConfig
 from dreamgym_agents.rl.grpo import GRPOStageConfig
@@ -649,7 +649,7 @@ class Pipeline:
             return None
         measured = bundle.manifest.get("figures", {}).get("warm_start", {}).get("episodes")
         if not measured or measured.get("max_steps") != self.cfg.eval_max_steps or \
-                measured.get("view") != asdict(self.cfg.policy_view) or \
+                view_record(measured.get("view") or {}) != view_record(self.cfg.policy_view) or \
                 not (bundle.root / measured["file"]).is_file():
             return None
         played = {str(t.task.task_id): t for t in read_episodes(bundle.root / measured["file"])}
@@ -800,7 +800,7 @@ def warm_start_key(sft_cfg: PolicySFTConfig, view: PolicyConfig, *, init: str, c
 
     sft = {k: v for k, v in asdict(sft_cfg).items()
            if k not in ("output_dir", "base_model", "time_budget_s", "checkpoint_every")}
-    spec = {"version": WARM_START_VERSION, "sft": sft, "view": asdict(view), "init": init,
+    spec = {"version": WARM_START_VERSION, "sft": sft, "view": view_record(view), "init": init,
             "collect": collect, "demos": demos}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 

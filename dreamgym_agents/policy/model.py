@@ -121,6 +121,16 @@ TURN_FORMATS = ("auto", "compact", "chat")
 """The policy's turn layouts (:attr:`PolicyConfig.turn_format`)."""
 
 
+def view_record(view: PolicyConfig | dict[str, Any]) -> dict[str, Any]:
+    """A policy view as records compare it (a warm start's key, a bundle's measured episodes):
+    ``turn_format`` left out at ``auto`` or ``compact``, the layout the embedded policy (which
+    has the markers) always had, so records made before the setting existed still match."""
+    shown = dict(asdict(view) if isinstance(view, PolicyConfig) else view)
+    if shown.get("turn_format") in ("auto", "compact"):
+        del shown["turn_format"]
+    return shown
+
+
 def turn_format(tokenizer: Any, asked: str = "auto") -> str:
     """``compact`` or ``chat`` for ``tokenizer`` (``asked``: a :data:`TURN_FORMATS` value).
 
