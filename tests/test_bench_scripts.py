@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
+
+import pytest
 
 from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
 
@@ -46,3 +50,21 @@ def test_dream_answers_scores_the_dreams_verdicts_with_the_sites_check(tmp_path,
     assert dream_answers.main([str(run)]) == 0
     assert "| **all** | 1 | 0 | 2 | 1 | 0.33 |" in capsys.readouterr().out
     assert dream_answers.main([str(tmp_path / "none")]) == 2
+
+
+@pytest.mark.slow
+def test_dream_concurrency_plays_the_dream_against_the_latency_server(tmp_path, monkeypatch):
+    pytest.importorskip("alfworld")
+    pytest.importorskip("aiohttp")
+    out = tmp_path / "curve.json"
+    monkeypatch.setattr(sys, "argv", ["dream_concurrency", "--task", "alfworld", "--latency",
+                                      "0.05", "--levels", "1", "3", "--max-steps", "2",
+                                      "--json", str(out)])
+    load("dream_concurrency").main()
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["concurrency"] for r in rows] == [1, 3]
+    for row in rows:
+        # every step asked the (latency) server once and read its answer back
+        assert row["steps"] == row["episodes"] * 2 == row["em_calls"]
+        assert row["em_failures"] == 0 and row["steps_per_s"] > 0
+        assert row["ideal"] == row["concurrency"] / 0.05
