@@ -192,3 +192,21 @@ def test_the_template_generator_alone_would_propose_test_questions():
     proposed = [c for t in train[:120] for c in generator.generate(t, 4)[0] if c]
     leaks = [c for c in proposed if held_out.matches(Task("x", "webarena", c["intent"]))]
     assert len(leaks) >= 5  # verbatim held-out questions among the proposals
+
+
+def test_a_model_named_as_the_generator_proposes_through_its_gateway():
+    assert CurriculumConfig().llm_generator() is None  # the family's generator
+    cfg = CurriculumConfig(generator="openai/some-model",
+                           generator_llm={"api_base": "http://127.0.0.1:9/v1",
+                                          "temperature": 0.7})
+    gen = cfg.llm_generator()
+    assert isinstance(gen, LLMTaskGenerator)
+    assert gen.gateway.cfg.model == "openai/some-model" and gen.gateway.cfg.temperature == 0.7
+    assert gen.gateway.cfg.api_base == "http://127.0.0.1:9/v1"
+    with pytest.raises(ConfigError, match="unknown key.s. tempo"):
+        CurriculumConfig(generator="openai/some-model", generator_llm={"tempo": 1})
+    with pytest.raises(ConfigError, match="the model is curriculum.generator"):
+        CurriculumConfig(generator="openai/m", generator_llm={"model": "openai/other"})
+    with pytest.raises(ConfigError, match="empty model string"):
+        CurriculumConfig(generator=" ")
+

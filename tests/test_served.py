@@ -80,3 +80,24 @@ def test_eval_with_a_served_model_as_the_agent_counts_its_usage(served, tmp_path
     assert summary["usage"]["calls"] == 2 and summary["usage"]["prompt_tokens"] > 0
     traj = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
     assert "not-a-real-key" not in json.dumps(traj) + json.dumps(summary)  # no secret recorded
+
+
+def test_the_curriculums_llm_generator_asks_a_served_model(served, monkeypatch):
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.rl.curriculum import CurriculumConfig
+
+    checkpoint, _, base_url = served
+    monkeypatch.setenv("DG_SERVED_KEY", "not-a-real-key")
+    cfg = CurriculumConfig(generator=f"openai/{checkpoint}",
+                           generator_llm={"api_base": base_url, "api_key_env": "DG_SERVED_KEY",
+                                          "max_tokens": 32})
+    generator = cfg.llm_generator()
+    seed = make_family("alfworld").load_tasks("train")[0]
+    try:
+        candidates, _ = generator.generate(seed, 2)
+    finally:
+        generator.gateway.close()
+    # an experience model is no task generator: its answer is read as malformed, and counted
+    assert isinstance(candidates, list) and candidates
+    usage = generator.gateway.usage
+    assert usage.calls == 1 and usage.prompt_tokens > 0 and usage.completion_tokens > 0

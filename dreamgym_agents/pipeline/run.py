@@ -690,6 +690,7 @@ class Pipeline:
         held_out = self.held_out()
         tasks = held_out.keep(family.load_tasks("train"), f"{stage}_tasks")
         curriculum = None
+        llm_generator = None
         if real:
             env_cfg = self.env_cfg()
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
@@ -703,6 +704,10 @@ class Pipeline:
                 generator, feasible = (hook(tasks, self.cfg.seed) if hook is not None else
                                        (TemplateTaskGenerator(tasks, self.cfg.seed),
                                         grounded_in("", tasks)))
+                # a model named as the generator proposes instead; feasibility still the family's
+                llm_generator = self.cfg.curriculum.llm_generator(
+                    family.state_format().start_key)
+                generator = llm_generator or generator
                 curriculum = Curriculum(self.cfg.curriculum, generator, tasks,
                                         feasible=feasible, seed=self.cfg.seed,
                                         held_out=held_out,
@@ -715,6 +720,10 @@ class Pipeline:
                                 on_batch=lambda figures: tick(1, figures))
         finally:
             pool.close()
+            if llm_generator is not None:
+                llm_generator.gateway.close()
+        if llm_generator is not None:  # what the generator's model calls cost
+            result["curriculum_llm_usage"] = asdict(llm_generator.gateway.usage)
         target = self.out / "checkpoints" / stage
         if target.exists():
             shutil.rmtree(target)

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.gateway.llm import Gateway, LLMConfig, check_model_string
 from dreamgym_agents.prompts import load_prompt
 from dreamgym_agents.types import Task
 
 if TYPE_CHECKING:
-    from dreamgym_agents.gateway.llm import Gateway
     from dreamgym_agents.heldout import HeldOut
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,12 @@ class CurriculumConfig:
         candidates: Variants the generator proposes per seed (it selects one).
         min_variance: A task is a seed only if its group's reward variance exceeds this.
         pool_size: Synthetic tasks kept (the oldest leave first).
+        generator: Who proposes the variants: ``family`` (the family's own generator, else
+            the seed's template filled with other values) or a LiteLLM model string (the
+            paper's LLM generator, :class:`LLMTaskGenerator`, through the gateway; the
+            family's feasibility check still applies).
+        generator_llm: Gateway settings of that model (``LLMConfig`` fields: ``api_base``,
+            ``api_key_env``, ``temperature`` …).
     """
 
     enabled: bool = True
@@ -72,6 +78,8 @@ class CurriculumConfig:
     candidates: int = 4
     min_variance: float = 0.0
     pool_size: int = 64
+    generator: str = "family"
+    generator_llm: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.synthetic_share <= 1.0:
@@ -82,6 +90,21 @@ class CurriculumConfig:
                               "least 1")
         if self.min_variance < 0:
             raise ConfigError(f"curriculum.min_variance must be >= 0, got {self.min_variance}")
+        if self.generator != "family":
+            check_model_string(self.generator)
+        unknown = sorted(set(self.generator_llm) - set(LLMConfig.__dataclass_fields__) - {"model"})
+        if unknown or "model" in self.generator_llm:
+            raise ConfigError(f"curriculum.generator_llm: unknown key(s) "
+                              f"{', '.join(unknown or ['model'])} (the model is "
+                              "curriculum.generator; the others are llm settings)")
+
+    def llm_generator(self, start_key: Callable[[Task], str] | None = None) -> Any:
+        """The LLM task generator :attr:`generator` names (None for ``family``)."""
+        if self.generator == "family":
+            return None
+        check_model_string(self.generator)
+        cfg = LLMConfig(model=self.generator, **self.generator_llm)
+        return LLMTaskGenerator(Gateway(cfg), start_key=start_key)
 
 
 def reward_variance(rewards: list[float]) -> float:
