@@ -146,7 +146,8 @@ class AlfworldFamily:
         receptacles and the goal), read without playing a step: the dream starts a task no
         recorded episode starts from here rather than in a room it must invent. Kept per game,
         in memory and beside the game file (for the code that renders it: a changed renderer
-        reads the game again); None when the game cannot be made."""
+        reads the game again; the official games' folder is never written); None when the game
+        cannot be made."""
         key = json.dumps(task.config.get("game") or task.config.get("game_file"),
                          sort_keys=True)
         with self._openings_lock:  # one lock per game: other games load meanwhile
@@ -156,9 +157,12 @@ class AlfworldFamily:
                 return self._openings[key]
             opening: str | None = None
             try:
-                kept = self.game_path(task).parent / f"opening-{_renderer_key()}.txt"
+                game = self.game_path(task)
             except (ConfigError, EnvError):
-                kept = None
+                game = None
+            # kept beside the games generated here only, never in a user's official games
+            kept = game.parent / f"opening-{_renderer_key()}.txt" \
+                if game is not None and _generated_here(game) else None
             if kept is not None and kept.is_file():
                 opening = kept.read_text(encoding="utf-8")
             else:
@@ -310,6 +314,13 @@ def _renderer_key() -> str:
     for name in ("env.py", "belief.py", "games.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _generated_here(game: Path) -> bool:
+    """Whether ``game`` is one of the games this family generated (under its cache)."""
+    from dreamgym_agents.adapters.alfworld.games import games_root
+
+    return game.resolve().is_relative_to(games_root().resolve())
 
 
 def _write_quietly(path: Path, text: str) -> None:

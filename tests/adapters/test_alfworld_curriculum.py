@@ -3,10 +3,13 @@ never a train or held-out game, and the curriculum tells them apart by game, not
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from dreamgym_agents.episodes.env import EnvConfig, make_family
 from dreamgym_agents.rl.curriculum import Curriculum, CurriculumConfig
+from dreamgym_agents.types import Task
 
 pytest.importorskip("alfworld")
 
@@ -173,3 +176,17 @@ def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkey
         assert second.opening(task) == opening
     finally:
         second.close()
+    # a game of the user's own (the official games' folder): read, and nothing written there
+    game = first.game_path(task)
+    official = tmp_path / "official" / game.parent.name
+    shutil.copytree(game.parent, official)
+    for kept_file in official.glob("opening-*.txt"):
+        kept_file.unlink()
+    theirs = Task(task_id="mine", family="alfworld", intent=task.intent, split="train",
+                  config={"game_file": str(official / game.name)})
+    third = make_family("alfworld")
+    try:
+        assert third.opening(theirs) == opening
+    finally:
+        third.close()
+    assert not list(official.glob("opening-*.txt"))
