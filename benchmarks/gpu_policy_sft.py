@@ -28,18 +28,19 @@ DEMOS = Path(__file__).resolve().parents[1] / "bundles" / "alfworld" / "episodes
     "demos.jsonl.gz"
 
 
-def chat_checkpoint(out: Path) -> str:
-    base = make_tiny_checkpoint(out / "base", hidden_size=256, num_layers=4, vocab_size=2000)
-    tokenizer, model = load_causal_lm(base)
+def as_chat_checkpoint(source: str | Path, out: Path) -> str:
+    """``source`` saved to ``out`` as a chat model: a ChatML template whose end of turn,
+    ``<|im_end|>``, is its end token (the tests' small stand-in for a pretrained chat model)."""
+    tokenizer, model = load_causal_lm(source)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.chat_template = CHATML
     model.resize_token_embeddings(len(tokenizer))
     model.config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(str(out / "chat"))
-    tokenizer.save_pretrained(str(out / "chat"))
-    return str(out / "chat")
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return str(out)
 
 
 def main() -> None:
@@ -49,7 +50,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=40, help="Turns checked after SFT.")
     args = parser.parse_args()
     demos = read_episodes(DEMOS, collectors=("oracle",))
-    base = chat_checkpoint(args.out)
+    base = as_chat_checkpoint(
+        make_tiny_checkpoint(args.out / "base", hidden_size=256, num_layers=4, vocab_size=2000),
+        args.out / "chat")
     view = PolicyConfig(turn_format="chat", constrained_decoding=False, max_action_tokens=24)
     for lora in (0, 8):
         result = train_policy_sft(demos, PolicySFTConfig(

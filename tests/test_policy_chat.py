@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 from conftest import counter_tasks
+from test_bench_scripts import load
 from test_policy import counter_demos, tiny_sft
 
 from dreamgym_agents.cli.common import Sections, build_agent
@@ -26,9 +27,7 @@ from dreamgym_agents.policy.model import (
 from dreamgym_agents.policy.sft import PolicySFTConfig, sft_rows, train_policy_sft
 from dreamgym_agents.rl.grpo import ConstraintBook, turn_logps
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
-          "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = load("gpu_policy_sft").CHATML
 CHAT = PolicyConfig(turn_format="chat", max_action_tokens=16)
 
 
@@ -59,17 +58,8 @@ def test_the_turn_format_is_the_checkpoints_own():
 def chat_base(tmp_path, counter_env_factory):
     """A tiny checkpoint with a ChatML template whose end of turn is its end token."""
     demos = counter_demos(tmp_path, counter_env_factory, 12)
-    tokenizer, model = load_causal_lm(tiny_sft(tmp_path, demos, steps=1, name="tiny"))
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tokenizer.eos_token = "<|im_end|>"
-    tokenizer.chat_template = CHATML
-    model.resize_token_embeddings(len(tokenizer))
-    model.config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    out = tmp_path / "chat-base"
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
-    return str(out), demos
+    tiny = tiny_sft(tmp_path, demos, steps=1, name="tiny")
+    return load("gpu_policy_sft").as_chat_checkpoint(tiny, tmp_path / "chat-base"), demos
 
 
 @pytest.mark.slow
