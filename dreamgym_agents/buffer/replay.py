@@ -163,8 +163,9 @@ class ReplayBuffer:
     def __init__(self, cfg: BufferConfig) -> None:
         self.cfg = cfg
         self._lock = threading.RLock()
-        # start states looked up, while the collection keeps its size (every reset asks)
+        # start states looked up while the collection keeps the size they were read at
         self._starts: dict[tuple[Any, ...], str | None] = {}
+        self._starts_size = -1
         self._last_seq = 0
         self._closed = False
         self._start_keys: dict[str, Callable[[Task], str]] = {}
@@ -460,7 +461,10 @@ class ReplayBuffer:
             The state of step 0 of such an episode, or None when the buffer has none.
         """
         with self._guard():
-            cache_key = (self._collection.count(), task_id, start, family)
+            size = self._collection.count()
+            if size != self._starts_size:  # the collection changed: look again
+                self._starts, self._starts_size = {}, size
+            cache_key = (task_id, start, family)
             if cache_key in self._starts:
                 return self._starts[cache_key]
         state = None
@@ -477,9 +481,8 @@ class ReplayBuffer:
                 state = record_transition(newest).state
                 break
         with self._lock:
-            if any(k[0] != cache_key[0] for k in self._starts):  # the collection changed
-                self._starts.clear()
-            self._starts[cache_key] = state
+            if size == self._starts_size:
+                self._starts[cache_key] = state
         return state
 
     def count(self) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import threading
@@ -336,10 +337,6 @@ def _import_torch_transformers() -> tuple[Any, Any]:
     return torch, transformers
 
 
-_THREADS: list[int] = []
-_THREADS_LOCK = threading.Lock()
-
-
 def torch_threads() -> int:
     """The CPU threads torch should compute with in this process.
 
@@ -360,20 +357,18 @@ def torch_threads() -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, min(cores, cores - busy))
+    return max(1, cores - busy)
 
 
+@functools.cache
 def configure_torch_threads() -> int:
     """Set torch's CPU thread count once per process (:func:`torch_threads`); returns it."""
-    with _THREADS_LOCK:
-        if not _THREADS:
-            import torch
+    import torch
 
-            _THREADS.append(torch_threads())
-            torch.set_num_threads(_THREADS[0])
-            logger.info("torch computes with %d CPU thread(s) (DG_TORCH_THREADS sets it)",
-                        _THREADS[0])
-        return _THREADS[0]
+    threads = torch_threads()
+    torch.set_num_threads(threads)
+    logger.info("torch computes with %d CPU thread(s) (DG_TORCH_THREADS sets it)", threads)
+    return threads
 
 
 def _checkpoint_signature(path: Path) -> tuple[float, ...]:

@@ -102,7 +102,6 @@ class CurriculumConfig:
         """The LLM task generator :attr:`generator` names (None for ``family``)."""
         if self.generator == "family":
             return None
-        check_model_string(self.generator)
         cfg = LLMConfig(model=self.generator, **self.generator_llm)
         return LLMTaskGenerator(Gateway(cfg), start_key=start_key)
 
