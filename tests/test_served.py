@@ -101,3 +101,39 @@ def test_the_curriculums_llm_generator_asks_a_served_model(served, monkeypatch):
     assert isinstance(candidates, list) and candidates
     usage = generator.gateway.usage
     assert usage.calls == 1 and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+
+
+def test_optimize_a_served_agent_in_the_dream_and_play_its_program(served, tmp_path,
+                                                                   monkeypatch):
+    """``dg-agents optimize`` against the served model (agent and reflection model), then
+    ``eval --program``: the saved program's worked example reaches the server."""
+    checkpoint, _, base_url = served
+    monkeypatch.setenv("DG_SERVED_KEY", "not-a-real-key")
+    model = f"openai/{checkpoint}"
+    hosted = [f"{section}.{k}" for section in ("agent", "reflection")
+              for k in (f"api_base={base_url}", "api_key_env=DG_SERVED_KEY", "max_tokens=24")]
+    out = tmp_path / "opt"
+    code = main(["optimize", "--task", "alfworld", "--model", model, "--out", str(out),
+                 "--budget", "4", "--confirm", "1", "--set", "optimize.val_tasks=2",
+                 "--set", "optimize.train_tasks=2", "--set", "optimize.max_steps=2",
+                 "--set", "optimize.demos=1", *[a for h in hosted for a in ("--set", h)]])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dream_episodes"] >= 2 and summary["real_transitions"] == 4
+    agent = summary["usage"]["agent"]
+    assert agent["calls"] == summary["synthetic_transitions"] + 4 and agent["prompt_tokens"] > 0
+    assert summary["usage"]["reflection"]["calls"] >= 0
+    text = (out / "program.json").read_text() + json.dumps(summary)
+    assert "not-a-real-key" not in text
+
+    def played(*extra):
+        folder = tmp_path / f"eval{len(extra)}"
+        assert main(["eval", "--task", "alfworld", "--agent", model, "--split", "test",
+                     "--limit", "1", "--max-steps", "1", "--out", str(folder),
+                     "--set", f"llm.api_base={base_url}", "--set", "llm.max_tokens=8",
+                     *KEY, *extra]) == 0
+        return json.loads((folder / "summary.json").read_text())["usage"]
+
+    plain, with_program = played(), played("--program", str(out / "program.json"))
+    assert plain["calls"] == with_program["calls"] == 1
+    assert with_program["prompt_tokens"] > plain["prompt_tokens"]  # its worked example

@@ -30,6 +30,10 @@ TaskOpt = Annotated[str, typer.Option("--task", help="Task family, e.g. webarena
 AgentOpt = Annotated[
     str, typer.Option("--agent", help="oracle, random, or a LiteLLM model string.")
 ]
+ProgramOpt = Annotated[
+    str | None, typer.Option("--program", help="A saved prompt program for a model agent "
+                             "(a name from `dg-agents optimize`, or a .json file).")
+]
 SplitOpt = Annotated[Split, typer.Option("--split", help="Task split.")]
 TasksFileOpt = Annotated[
     Path | None, typer.Option("--tasks", help="A WebArena-format JSON file of task configs.")
@@ -134,18 +138,27 @@ class Sections:
 
 
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
-                section: str = "llm", concurrency: int | None = None) -> Any:
+                section: str = "llm", concurrency: int | None = None,
+                program: str | None = None) -> Any:
     """One of the family's offline agents (``oracle``, ``random`` …), a policy this toolkit
     trained (``hf/<checkpoint>`` with its settings beside it: played in the layout, view and
     decoding it was trained with, greedily) or a model string (its gateway configured by the
     ``section`` section, its requests in flight following the run's ``concurrency`` unless
-    set) → an agent (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
+    set; prompted by the saved prompt ``program`` when given) → an agent
+    (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
     from dreamgym_agents.episodes.agent import make_agent
     from dreamgym_agents.policy.model import PolicyAgent, PolicyModel, trained_policy_settings
 
     if agent in family.offline_agents(seed):
-        return make_agent(agent, family, seed=seed)
+        return make_agent(agent, family, seed=seed, program=program)
     if agent.startswith("hf/") and trained_policy_settings(agent[3:]) is not None:
+        if program:
+            raise ConfigError("--program prompts a model through a template; a trained policy "
+                              "plays in its own layout")
         return PolicyAgent(PolicyModel.load(agent[3:]), keep_tokens=False)
-    return make_agent(agent, family, seed=seed,
+    if program:
+        from dreamgym_agents.prompts.programs import load_program
+
+        load_program(program).check("agent", family.name)  # before a gateway is made
+    return make_agent(agent, family, seed=seed, program=program,
                       gateway=sections.gateway(agent, section, concurrency))

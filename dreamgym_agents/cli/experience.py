@@ -40,6 +40,7 @@ from dreamgym_agents.cli.common import (
     NoReasoningOpt,
     NoRetrievalOpt,
     OutOpt,
+    ProgramOpt,
     Sections,
     SeedOpt,
     SetOpt,
@@ -335,7 +336,7 @@ def buffer_import(
 
 
 
-def _build_experience(
+def build_experience(
     sections: Sections, family: Any, experience_model: str, buffer_path: Path | None,
     buffer_url: str | None, no_history: bool, no_retrieval: bool, no_reasoning: bool,
     model_buffer: str | None = None, concurrency: int | None = None,
@@ -395,6 +396,7 @@ def dream_command(
     experience_model: ExperienceModelOpt = None,
     task: TaskOpt = "webarena",
     agent: AgentOpt = "oracle",
+    program: ProgramOpt = None,
     split: SplitOpt = Split.train,
     tasks_file: TasksFileOpt = None,
     limit: LimitOpt = None,
@@ -430,13 +432,14 @@ def dream_command(
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
-                         section="agent", concurrency=concurrency)
-    model, gateway, buffer = _build_experience(sections, family, experience_model, buffer_path,
+                         section="agent", concurrency=concurrency, program=program)
+    model, gateway, buffer = build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer, concurrency)
     console = make_console()
     try:
         meta = {"command": "dream", "task": task, "agent": agent,
+                **({"program": program} if program else {}),
                 "split": split.value if not tasks_file else "",
                 "tasks_file": str(tasks_file or ""), "limit": limit, "max_steps": max_steps,
                 "seed": seed, "buffer": _where(buffer), **_ablation_meta(model)}
@@ -541,7 +544,7 @@ def fidelity_command(
     judge_gateway = sections.gateway(judge, "judge") if judge else None
     console = make_console()
     try:
-        model, gateway, buffer = _build_experience(
+        model, gateway, buffer = build_experience(
             sections, family, experience_model, buffer_path, buffer_url, no_history,
             no_retrieval, no_reasoning, model_buffer, fid_cfg.concurrency)
     except BaseException:

@@ -30,6 +30,7 @@ from dreamgym_agents.cli.common import (
     LimitOpt,
     MaxStepsOpt,
     OutOpt,
+    ProgramOpt,
     Sections,
     SeedOpt,
     SetOpt,
@@ -66,6 +67,7 @@ def eval_command(
     out: OutOpt,
     task: TaskOpt = "webarena",
     agent: AgentOpt = "oracle",
+    program: ProgramOpt = None,
     split: SplitOpt = Split.test,
     tasks_file: TasksFileOpt = None,
     limit: LimitOpt = None,
@@ -99,9 +101,10 @@ def eval_command(
     if limit is not None:
         tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
-                         concurrency=concurrency)
+                         concurrency=concurrency, program=program)
     meta = {
         "command": "eval", "task": task, "agent": agent,
+        **({"program": program} if program else {}),
         "split": split.value if not tasks_file else "", "tasks_file": str(tasks_file or ""),
         "limit": limit, "max_steps": env_cfg.max_steps, "seed": seed,
     }
@@ -230,8 +233,10 @@ from dreamgym_agents.cli.build import register as _register_build_commands  # no
 _register_build_commands(app)
 
 from dreamgym_agents.cli.models import register as _register_model_commands  # noqa: E402
+from dreamgym_agents.cli.optimize import register as _register_optimize_commands  # noqa: E402
 
 _register_model_commands(app)
+_register_optimize_commands(app)
 
 
 def _on_sigint(signum: int, frame: Any) -> None:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dreamgym_agents.episodes.env import Observation
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.prompts import load_prompt
+from dreamgym_agents.prompts.programs import PromptProgram, load_program
 from dreamgym_agents.types import ModelUsage, Task, Transition
 
 if TYPE_CHECKING:
@@ -86,18 +88,68 @@ def render_history(history: list[Transition], last: int = 5) -> str:
     return "\n".join(lines)
 
 
+_HOW_TO_ACT = re.compile(r"^# How to act\n(.+?)\n\n", re.S | re.M)
+DEMO_STATE_LINES = 30
+"""A worked example's state is cut to this many lines (a prompt holds several)."""
+
+
+def template_instruction(template: str) -> str:
+    """The instruction of an agent template: the paragraph under its ``# How to act`` heading
+    (what ``dg-agents optimize`` rewrites).
+
+    Raises:
+        ConfigError: The template has no such paragraph.
+    """
+    found = _HOW_TO_ACT.search(template)
+    if not found:
+        raise ConfigError("the agent template has no '# How to act' paragraph to optimise")
+    return found.group(1)
+
+
+def render_demo(demo: dict[str, str]) -> str:
+    """One worked example: the task, the state, and the answer given there."""
+    state = "\n".join(demo.get("state", "").strip().splitlines()[:DEMO_STATE_LINES])
+    history = demo.get("history") or "(none: this is the first step)"
+    return (f"Task: {demo.get('intent', '')}\nPrevious steps:\n{history}\nState:\n{state}\n"
+            f"Answer:\n<think>{demo.get('reasoning', '')}</think>\n"
+            f"<action>{demo.get('action', '')}</action>")
+
+
+def render_agent_prompt(template: str, fields: dict[str, str], *, instruction: str | None = None,
+                        demos: list[dict[str, str]] | tuple = ()) -> str:
+    """An agent template filled with ``fields`` (``intent``, ``action_space``, ``options``,
+    ``history``, ``state``), its instruction replaced by ``instruction`` when given, and
+    ``demos`` shown as worked examples before the task. The one renderer of the agent's
+    prompt: the agent plays with it and the DSPy adapter optimises through it.
+    """
+    text = template
+    if instruction is not None:
+        old = template_instruction(template)
+        text = text.replace(old, instruction.strip(), 1)
+    if demos:
+        examples = "\n\n".join(f"## Example {i}\n{render_demo(d)}"
+                                 for i, d in enumerate(demos, 1))
+        head, sep, rest = text.partition("# Task\n")
+        # literal braces in the examples must survive str.format
+        examples = examples.replace("{", "{{").replace("}", "}}")
+        text = f"{head}# Worked examples\n{examples}\n\n{sep}{rest}" if sep else text
+    return text.format(**fields)
+
+
 class LLMAgent:
     """A model through the gateway, prompted from a template (``prompts/agent.md``, or the
     family's ``agent_prompt``: the web's ``web_agent.md``) with ``{intent}``,
     ``{action_space}``, ``{options}``, ``{history}`` and ``{state}``. ``{options}`` lists the
     commands the environment accepts now when it says (``Observation.info["admissible"]``: a
-    text game's), else it is empty.
+    text game's), else it is empty. A saved prompt program (``dg-agents optimize``) replaces
+    the template's instruction and adds its worked examples.
 
     Args:
         gateway: The model gateway.
         action_space: Description of the action grammar (from the environment's action set).
         prompt: Template name (:func:`~dreamgym_agents.prompts.load_prompt`).
         history_steps: How many previous steps the prompt shows.
+        program: An optimised prompt program for this agent (None: the template as written).
     """
 
     def __init__(
@@ -106,27 +158,33 @@ class LLMAgent:
         action_space: str,
         prompt: str = "agent.md",
         history_steps: int = 5,
+        program: PromptProgram | None = None,
     ) -> None:
         self.gateway = gateway
         self.name = gateway.cfg.model
         self.action_space = action_space
         self.template = load_prompt(prompt)
         self.history_steps = history_steps
+        self.program = program
 
-    def messages(self, task: Task, observation: Observation, history: list[Transition]) -> list:
+    def fields(self, task: Task, observation: Observation, history: list[Transition]
+               ) -> dict[str, str]:
+        """The template's fields at this step."""
         state = observation.state
         if observation.error:
             state += f"\n\nError from the last action: {observation.error}"
         admissible = observation.info.get("admissible") or []
         options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
                    if admissible else "")
-        content = self.template.format(
-            intent=task.intent,
-            action_space=self.action_space,
-            options=options,
-            history=render_history(history, self.history_steps),
-            state=state,
-        )
+        return {"intent": task.intent, "action_space": self.action_space, "options": options,
+                "history": render_history(history, self.history_steps), "state": state}
+
+    def messages(self, task: Task, observation: Observation, history: list[Transition]) -> list:
+        program = self.program
+        content = render_agent_prompt(
+            self.template, self.fields(task, observation, history),
+            instruction=program.instruction if program else None,
+            demos=program.demos if program else ())
         return [{"role": "user", "content": content}]
 
     async def act(
@@ -145,21 +203,26 @@ class LLMAgent:
 
 
 def make_agent(name: str, family: Any, *, seed: int = 0,
-               gateway: Gateway | None = None) -> Agent:
+               gateway: Gateway | None = None, program: str | None = None) -> Agent:
     """The agent ``name``: one of the family's offline agents (``oracle``, ``random`` …), else
     an :class:`LLMAgent` of that model string (through ``gateway``, or a default one for it),
-    prompted in the family's terms (its ``agent_prompt`` and action set).
+    prompted in the family's terms (its ``agent_prompt`` and action set), or by the saved
+    prompt ``program`` (:func:`~dreamgym_agents.prompts.programs.load_program`).
 
     Raises:
-        ConfigError: Not an offline agent and not a valid model string.
+        ConfigError: Not an offline agent and not a valid model string; a program given to an
+            offline agent, or made for another family.
     """
     offline = family.offline_agents(seed)
     if name in offline:
+        if program:
+            raise ConfigError(f"--program prompts a model; {name!r} is an offline agent")
         return offline[name]
+    saved = load_program(program).check("agent", family.name) if program else None
     if gateway is None:
         from dreamgym_agents.gateway import llm
 
         llm.check_model_string(name)
         gateway = llm.Gateway(llm.LLMConfig(model=name))
     return LLMAgent(gateway, action_space=family.action_set().describe(),
-                    prompt=getattr(family, "agent_prompt", "agent.md"))
+                    prompt=getattr(family, "agent_prompt", "agent.md"), program=saved)

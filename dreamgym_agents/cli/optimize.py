@@ -1,0 +1,145 @@
+"""``dg-agents optimize``: DSPy prompt optimisation (the hosted-API mode)."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dreamgym_agents.cli.common import (
+    BufferPathOpt,
+    ConfigOpt,
+    ExperienceModelOpt,
+    OutOpt,
+    Sections,
+    SetOpt,
+    TaskOpt,
+    VerboseOpt,
+)
+from dreamgym_agents.cli.experience import build_experience, resolve_experience_model
+from dreamgym_agents.cli.output import make_console, setup_logging
+from dreamgym_agents.errors import ConfigError
+
+OPTIMIZE_SECTIONS = ("llm", "agent", "reflection", "experience", "buffer", "dream", "optimize")
+
+
+class Target(StrEnum):
+    agent = "agent"
+    experience = "experience"
+    task_generator = "task-generator"
+
+
+def optimize_command(
+    out: OutOpt,
+    model: Annotated[str, typer.Option(
+        "--model", help="The model whose prompt is optimised (a LiteLLM model string).")],
+    target: Annotated[Target, typer.Option("--target", help="Which prompt program.")] = (
+        Target.agent),
+    task: TaskOpt = "webarena",
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Also save the program as prompts/programs/NAME.json (load it by NAME)."
+    )] = None,
+    reflection_model: Annotated[str | None, typer.Option(
+        "--reflection-model", help="The model GEPA asks for new instructions [--model].")] = None,
+    experience_model: ExperienceModelOpt = None,
+    buffer_path: BufferPathOpt = None,
+    demos_file: Annotated[Path | None, typer.Option(
+        "--demos", exists=True, dir_okay=False,
+        help="Real demonstrations (trajectories.jsonl) for the worked examples [the embedded "
+             "bundle's oracle episodes].")] = None,
+    budget: Annotated[int | None, typer.Option(
+        "--budget", min=1, help="Dream episodes the optimiser may play [24].")] = None,
+    confirm: Annotated[int | None, typer.Option(
+        "--confirm", min=0, help="Real test tasks played before and after (0: none) [5].")] = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Optimise a prompt program with DSPy (GEPA) against the dream, then confirm on real tasks.
+
+    --target agent: the agent's instruction (GEPA, scored by success in the dream: 0 real
+    transitions) and worked examples (dspy.LabeledFewShot from real demonstrations), then the
+    prompt before and after on --confirm real test tasks. Writes OUT/program.json,
+    OUT/summary.json, every dream episode (OUT/dream_trajectories.jsonl) and real episode, and
+    GEPA's log. --set agent.* configures the model's gateway, reflection.* the reflection
+    model's, llm.* the experience model's, optimize.* the budget and task counts.
+    """
+    from dreamgym_agents.episodes.env import EnvConfig, make_family
+    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+    from dreamgym_agents.optimize.agent import OptimizeConfig, optimize_agent
+    from dreamgym_agents.prompts.programs import save_program
+
+    setup_logging(verbose)
+    if target is not Target.agent:
+        raise ConfigError(f"--target {target.value} is not implemented yet: only --target agent "
+                          "optimises today (see README, 'Prompt optimisation')")
+    console = make_console()
+    sections = Sections(config, overrides, OPTIMIZE_SECTIONS)
+    flags = {k: v for k, v in (("budget", budget), ("confirm_tasks", confirm)) if v is not None}
+    cfg = sections.configure(OptimizeConfig(), "optimize", flags)
+    family = make_family(task)
+    demos = _demonstrations(task, demos_file) if cfg.demos else []
+    em_name, model_buffer = resolve_experience_model(experience_model, task, say=console.print)
+    gateway = sections.gateway(model, "agent")
+    reflection = sections.gateway(reflection_model or model, "reflection")
+    em, em_gateway, buffer = build_experience(sections, family, em_name, buffer_path, None,
+                                              False, False, False, model_buffer)
+    dream_cfg = sections.configure(DreamConfig(), "dream")
+    env_cfg = EnvConfig(max_steps=cfg.max_steps, seed=cfg.seed)
+    try:
+        if cfg.confirm_tasks:
+            from dreamgym_agents.episodes.env import spread_tasks
+
+            console.print(family.prepare(env_cfg, spread_tasks(family.load_tasks("test"),
+                                                               cfg.confirm_tasks)))
+        console.print(f"[bold]optimize[/] the {target.value} prompt of {model} on {task}: "
+                      f"experience model {em_name} → {out}")
+        result = optimize_agent(
+            cfg, family=family, gateway=gateway, reflection=reflection,
+            make_dream_env=lambda: DreamEnv(dream_cfg, em, buffer, family),
+            make_real_env=(lambda: family.make_env(env_cfg)) if cfg.confirm_tasks else None,
+            demos=demos, out=out, say=console.print)
+    finally:
+        for closeable in (buffer, em_gateway, gateway, reflection, family):
+            closeable.close()
+    path = save_program(result.program, str(out / "program.json"))
+    summary = {"command": "optimize", "target": target.value, "task": task, "model": model,
+               "experience_model": em_name, "dream_episodes": result.dream_episodes,
+               "synthetic_transitions": result.synthetic_transitions,
+               "real_transitions": result.real_transitions, "scores": result.scores,
+               "usage": {"agent": _usage(gateway), "reflection": _usage(reflection),
+                         "experience_model": _usage(em_gateway)}}
+    if name:
+        summary["saved_as"] = str(save_program(result.program, name))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    console.print(f"dream episodes {result.dream_episodes}, real transitions "
+                  f"{result.real_transitions}; scores {json.dumps(result.scores)}")
+    console.print(f"program → {path}" + (f" (load it with --program {name})" if name else ""))
+
+
+def _usage(gateway: object) -> dict[str, float]:
+    from dataclasses import asdict
+
+    return asdict(gateway.usage)  # type: ignore[attr-defined]
+
+
+def _demonstrations(task: str, path: Path | None) -> list:
+    """Real demonstrations: the file given, else the shipped bundle's oracle episodes."""
+    from dreamgym_agents.pipeline.bundle import read_episodes, shipped_bundle
+    from dreamgym_agents.types import read_trajectories
+
+    if path is not None:
+        return (read_episodes(path) if path.suffix == ".gz" else read_trajectories(path))
+    bundle = shipped_bundle(task.split(".", 1)[0])
+    if bundle is None:
+        raise ConfigError(f"no embedded bundle for {task!r} to take worked examples from: give "
+                          "--demos trajectories.jsonl, or --set optimize.demos=0")
+    return read_episodes(bundle.demos_file)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``optimize`` to ``dg-agents``."""
+    app.command("optimize")(optimize_command)

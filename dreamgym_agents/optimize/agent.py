@@ -1,0 +1,353 @@
+"""Prompt learning for a hosted agent: DSPy optimises its instruction and worked examples,
+scored by success in the dream, then confirmed on real tasks.
+
+The program (:class:`DreamEpisodes`) plays one whole episode in the dream per example: each
+step is one call of its ``step`` predictor (the agent's template, :mod:`.dspy_bridge`), the
+episode runs through the same episode graph as every other agent, and the example's score is
+the episode's success (with feedback naming what went wrong, for GEPA's reflection). Worked
+examples are chosen by ``dspy.LabeledFewShot`` from real demonstrations (the embedded bundle's
+oracle episodes on the train split, or a file); the instruction by ``dspy.GEPA``: train tasks
+feed its reflective minibatches, validation tasks score each candidate (its Pareto set).
+Baseline and optimised prompts are then played on real test tasks, if asked. Every episode,
+dream or real, is written to the output folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dreamgym_agents.episodes.agent import Decision, render_history
+from dreamgym_agents.episodes.graph import EnvPool, in_thread, play_episodes
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.optimize.dspy_bridge import (
+    agent_adapter,
+    agent_signature,
+    dspy_lm,
+)
+from dreamgym_agents.prompts import load_prompt
+from dreamgym_agents.prompts.programs import PromptProgram
+from dreamgym_agents.types import Task, Trajectory, Transition, append_trajectory
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.env import Environment, Observation
+    from dreamgym_agents.gateway.llm import Gateway
+
+DREAM_FILE = "dream_trajectories.jsonl"
+
+
+@dataclass
+class OptimizeConfig:
+    """Settings of ``dg-agents optimize``.
+
+    Attributes:
+        budget: Dream episodes GEPA may play to score candidates (its ``max_metric_calls``).
+        demos: Worked examples put in the prompt (0: none), from the demonstrations.
+        train_tasks: Train tasks GEPA's reflective minibatches draw from.
+        val_tasks: Validation tasks every candidate is scored on in the dream.
+        minibatch: Episodes per reflective minibatch.
+        max_steps: Steps of a dream episode.
+        confirm_tasks: Real test tasks played by the baseline and the optimised prompt
+            (0: no real confirmation).
+        seed: Seed of the optimiser and the demo choice.
+    """
+
+    budget: int = 24
+    demos: int = 2
+    train_tasks: int = 6
+    val_tasks: int = 4
+    minibatch: int = 2
+    max_steps: int = 10
+    confirm_tasks: int = 5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("budget", "train_tasks", "val_tasks", "minibatch", "max_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"optimize.{name} must be at least 1, got {getattr(self, name)}")
+        if self.demos < 0 or self.confirm_tasks < 0:
+            raise ConfigError("optimize.demos and optimize.confirm_tasks must be 0 or more")
+        if self.budget < self.val_tasks:
+            raise ConfigError(f"optimize.budget ({self.budget}) must cover one scoring of the "
+                              f"{self.val_tasks} validation tasks; raise it or lower val_tasks")
+
+
+@dataclass
+class OptimizeResult:
+    """What one optimisation did and measured."""
+
+    program: PromptProgram
+    dream_episodes: int
+    synthetic_transitions: int
+    real_transitions: int
+    scores: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# The program
+# --------------------------------------------------------------------------------------------
+
+
+class StepAgent:
+    """An agent whose every step is one call of a DSPy predictor (run in a thread, so DSPy's
+    trace, a context variable, follows the call)."""
+
+    def __init__(self, predictor: Any, action_space: str, name: str,
+                 history_steps: int = 5) -> None:
+        self.predictor = predictor
+        self.action_space = action_space
+        self.name = name
+        self.history_steps = history_steps
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        state = observation.state
+        if observation.error:
+            state += f"\n\nError from the last action: {observation.error}"
+        admissible = observation.info.get("admissible") or []
+        options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
+                   if admissible else "")
+        call = functools.partial(self.predictor, intent=task.intent,
+                                 action_space=self.action_space, options=options,
+                                 history=render_history(history, self.history_steps),
+                                 state=state)
+        pred = await in_thread(None, call)
+        return Decision(action=str(pred.action or ""), reasoning=str(pred.reasoning or ""))
+
+
+def episode_feedback(traj: Trajectory, max_steps: int) -> str:
+    """What an episode tells the reflection model: the outcome and its invalid actions."""
+    steps = len(traj.transitions)
+    if traj.success:
+        return f"Success: the task was accomplished in {steps} step(s)."
+    invalid = [t for t in traj.transitions if not t.valid]
+    lines = [f"Failure: the task was not accomplished after {steps} step(s)"
+             + (" (the step limit)" if steps >= max_steps else "") + "."]
+    if invalid:
+        lines.append(f"{len(invalid)} action(s) were refused, e.g. {invalid[0].action!r}: "
+                     f"{invalid[0].error}")
+    if traj.transitions:
+        lines.append("Actions taken: " + "; ".join(t.action for t in traj.transitions[-6:]))
+    return "\n".join(lines)
+
+
+def make_program(template: str, play: Callable[[str, Any], Trajectory], action_space: str,
+                 agent_name: str, max_steps: int) -> Any:
+    """A DSPy module playing one dream episode per call (``task_id`` → success)."""
+    import dspy
+
+    class DreamEpisodes(dspy.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.step = dspy.Predict(agent_signature(template))
+
+        def forward(self, task_id: str) -> Any:
+            agent = StepAgent(self.step, action_space, agent_name)
+            traj = play(task_id, agent)
+            return dspy.Prediction(success=traj.success, reward=traj.reward,
+                                   steps=len(traj.transitions),
+                                   feedback=episode_feedback(traj, max_steps))
+
+    return DreamEpisodes()
+
+
+def metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
+           pred_trace: Any = None) -> Any:
+    """GEPA's metric: the episode's success, with its feedback."""
+    import dspy
+
+    return dspy.Prediction(score=1.0 if pred.success else 0.0, feedback=pred.feedback)
+
+
+# --------------------------------------------------------------------------------------------
+# Worked examples
+# --------------------------------------------------------------------------------------------
+
+
+def demo_examples(demos: list[Trajectory], family: str, seed: int) -> list[Any]:
+    """Step examples from the successful episodes of ``demos``: one from each episode, taken
+    at a step chosen by ``seed`` (so the examples show different moments of a task)."""
+    import random
+
+    import dspy
+
+    rng = random.Random(seed)
+    out = []
+    for traj in demos:
+        steps = [t for t in traj.transitions if t.valid]
+        if not traj.success or not steps:
+            continue
+        t = rng.choice(steps)
+        before = traj.transitions[:t.step]
+        out.append(dspy.Example(intent=traj.task.intent, history=render_history(before),
+                                state=t.state, reasoning=t.reasoning or "", action=t.action,
+                                ).with_inputs("intent", "history", "state"))
+    if not out:
+        raise ConfigError(f"the demonstrations hold no successful {family} episode to take "
+                          "worked examples from (or set optimize.demos=0)")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Optimisation
+# --------------------------------------------------------------------------------------------
+
+
+def optimize_agent(
+    cfg: OptimizeConfig,
+    *,
+    family: Any,
+    gateway: Gateway,
+    reflection: Gateway,
+    make_dream_env: Callable[[], Environment],
+    make_real_env: Callable[[], Environment] | None,
+    demos: list[Trajectory],
+    out: Path,
+    say: Callable[[str], None] = lambda _: None,
+) -> OptimizeResult:
+    """Optimise the agent prompt of ``gateway``'s model on ``family`` (see the module doc).
+
+    Args:
+        cfg: Budget, task counts and seed.
+        family: The task family (its train, validation and test tasks).
+        gateway: The agent's model.
+        reflection: The model GEPA asks for new instructions (may be the agent's).
+        make_dream_env: A new dream environment (the experience model's).
+        make_real_env: A new real environment, for the confirmation (None: no confirmation).
+        demos: Real demonstrations the worked examples come from.
+        out: Output folder: the dream episodes, GEPA's log, the real episodes, the program.
+        say: Progress lines.
+    """
+    import dspy
+
+    from dreamgym_agents.rl.grpo import run_async
+
+    template_name = getattr(family, "agent_prompt", "agent.md")
+    template = load_prompt(template_name)
+    action_space = family.action_set().describe()
+    out.mkdir(parents=True, exist_ok=True)
+    train = family.load_tasks("train")[:cfg.train_tasks]
+    val = family.load_tasks("validation")[:cfg.val_tasks]
+    if not train or not val:
+        raise ConfigError(f"{family.name} needs train and validation tasks to optimise on")
+    tasks = {t.task_id: t for t in train + val}
+    lock = threading.Lock()
+    counter = itertools.count()
+    played = {"episodes": 0, "transitions": 0}
+    failures: list[BaseException] = []
+
+    def play(task_id: str, agent: Any) -> Trajectory:
+        with lock:
+            episode_id = f"opt-{next(counter):05d}-{task_id}"
+        pool = EnvPool(make_dream_env, 1)
+        try:
+            [outcome] = run_async(play_episodes([(episode_id, tasks[task_id])], pool, agent,
+                                                max_steps=cfg.max_steps), 2)
+        except Exception as exc:  # DSPy scores a failed example 0 and goes on: keep it
+            outcome = exc
+        finally:
+            pool.close()
+        if not isinstance(outcome, Trajectory):
+            with lock:
+                failures.append(outcome)
+            raise outcome
+        with lock:
+            played["episodes"] += 1
+            played["transitions"] += len(outcome.transitions)
+            append_trajectory(out / DREAM_FILE, outcome)
+        return outcome
+
+    student = make_program(template, play, action_space, gateway.cfg.model, cfg.max_steps)
+    chosen_demos: list[dict[str, str]] = []
+    if cfg.demos:
+        examples = demo_examples(demos, family.name, cfg.seed)
+        student = dspy.LabeledFewShot(k=cfg.demos).compile(student, trainset=examples,
+                                                           sample=True)
+        chosen_demos = [_demo_dict(d) for d in student.step.demos]
+        say(f"worked examples: {len(chosen_demos)} of {len(examples)} demonstration steps")
+    trainset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in train]
+    valset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in val]
+    say(f"GEPA: {cfg.budget} dream episodes at most, {len(train)} train and {len(val)} "
+        f"validation tasks")
+    optimizer = dspy.GEPA(
+        metric=metric, max_metric_calls=cfg.budget, reflection_lm=dspy_lm(reflection),
+        reflection_minibatch_size=min(cfg.minibatch, len(train)), num_threads=1,
+        track_stats=True, use_merge=False, seed=cfg.seed, log_dir=str(out / "gepa"),
+        warn_on_score_mismatch=False)
+    with dspy.context(lm=dspy_lm(gateway), adapter=agent_adapter(template)):
+        compiled = optimizer.compile(student, trainset=trainset, valset=valset)
+    if failures:
+        # an episode the infrastructure ended is no score of the prompt: nothing is kept
+        raise _as_error(failures[0], len(failures))
+    instruction = compiled.step.signature.instructions
+    scores: dict[str, Any] = {}
+    details = getattr(compiled, "detailed_results", None)
+    if details is not None:
+        val_scores = list(details.val_aggregate_scores)
+        scores["dream_validation_before"] = round(float(val_scores[0]), 4)
+        scores["dream_validation_after"] = round(float(val_scores[details.best_idx]), 4)
+        scores["candidates"] = len(details.candidates)
+    program = PromptProgram(
+        target="agent", family=family.name, template=template_name, instruction=instruction,
+        demos=chosen_demos, model=gateway.cfg.model,
+        optimizer={"name": "dspy.GEPA + dspy.LabeledFewShot", "budget": cfg.budget,
+                   **asdict(cfg)},
+        scores=scores)
+    real = 0
+    if make_real_env is not None and cfg.confirm_tasks:
+        real = _confirm(program, gateway, family, make_real_env, cfg, out, scores, say)
+    program.scores = scores
+    return OptimizeResult(program=program, dream_episodes=played["episodes"],
+                          synthetic_transitions=played["transitions"], real_transitions=real,
+                          scores=scores)
+
+
+def _as_error(first: BaseException, count: int) -> BaseException:
+    from dreamgym_agents.errors import DreamGymError
+
+    if isinstance(first, DreamGymError):
+        first.args = (f"{count} dream episode(s) failed, the first: {first}",)
+        return first
+    return RuntimeError(f"{count} dream episode(s) failed, the first: {first!r}")
+
+
+def _demo_dict(example: Any) -> dict[str, str]:
+    return {k: str(example.get(k) or "") for k in ("intent", "history", "state", "reasoning",
+                                                   "action")}
+
+
+def _confirm(program: PromptProgram, gateway: Gateway, family: Any,
+             make_real_env: Callable[[], Environment], cfg: OptimizeConfig, out: Path,
+             scores: dict[str, Any], say: Callable[[str], None]) -> int:
+    """Play the baseline and the optimised prompt on real test tasks; returns the real
+    transitions used."""
+    import asyncio
+
+    from dreamgym_agents.episodes.agent import LLMAgent
+    from dreamgym_agents.episodes.env import spread_tasks
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    tests = spread_tasks(family.load_tasks("test"), cfg.confirm_tasks)
+    used = 0
+    for label, prog in (("before", None), ("after", program)):
+        agent = LLMAgent(gateway, family.action_set().describe(), prompt=program.template,
+                         program=prog)
+        run_cfg = RunConfig(out_dir=out / f"real-{label}", concurrency=1,
+                            max_steps=cfg.max_steps,
+                            meta={"command": "optimize-confirm", "program": label})
+        result = asyncio.run(run_episodes(tests, make_real_env, agent, run_cfg))
+        if result.failed:
+            raise ConfigError(f"{len(result.failed)} real episode(s) failed (see "
+                              f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
+        summary = result.summary
+        scores[f"real_test_{label}"] = summary["success_rate"]
+        used += summary["real_transitions"]
+        say(f"real test tasks, {label}: {summary['successes']}/{summary['episodes']} succeeded")
+    (out / "confirm.json").write_text(json.dumps(scores, indent=1, sort_keys=True))
+    return used
