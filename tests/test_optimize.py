@@ -133,7 +133,7 @@ def test_optimize_plays_the_dream_confirms_on_real_games_and_saves_a_loadable_pr
                  "--set", f"reflection.mock_response={proposal}"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    dream = (out / "dream_trajectories.jsonl").read_text().splitlines()
+    dream = (out / "dream" / "trajectories.jsonl").read_text().splitlines()
     # every scoring episode was played in the dream and kept; none cost a real step
     assert summary["dream_episodes"] == len(dream) >= 2
     assert all(json.loads(line)["provenance"] == "synthetic" for line in dream)

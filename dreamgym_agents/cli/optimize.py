@@ -63,7 +63,7 @@ def optimize_command(
     --target agent: the agent's instruction (GEPA, scored by success in the dream: 0 real
     transitions) and worked examples (dspy.LabeledFewShot from real demonstrations), then the
     prompt before and after on --confirm real test tasks. Writes OUT/program.json,
-    OUT/summary.json, every dream episode (OUT/dream_trajectories.jsonl) and real episode, and
+    OUT/summary.json, every dream episode (OUT/dream/trajectories.jsonl) and real episode, and
     GEPA's log. --set agent.* configures the model's gateway, reflection.* the reflection
     model's, llm.* the experience model's, optimize.* the budget and task counts.
     """

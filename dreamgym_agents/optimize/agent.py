@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dreamgym_agents.episodes.agent import Decision, render_history
+from dreamgym_agents.episodes.agent import Decision, render_history, template_instruction
 from dreamgym_agents.episodes.graph import EnvPool, in_thread, play_episodes
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.optimize.dspy_bridge import (
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from dreamgym_agents.episodes.env import Environment, Observation
     from dreamgym_agents.gateway.llm import Gateway
 
-DREAM_FILE = "dream_trajectories.jsonl"
 
 
 @dataclass
@@ -199,6 +197,164 @@ def demo_examples(demos: list[Trajectory], family: str, seed: int) -> list[Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def choose_demos(demos: list[Trajectory], family: str, k: int, seed: int) -> list[dict[str, str]]:
+    """``k`` worked examples chosen by ``dspy.LabeledFewShot`` from the steps of the
+    successful ``demos`` (:func:`demo_examples`); none for ``k`` 0."""
+    import dspy
+
+    if not k:
+        return []
+    holder = dspy.Module()
+    holder.step = dspy.Predict("intent, history, state -> reasoning, action")
+    chosen = dspy.LabeledFewShot(k=k).compile(holder, trainset=demo_examples(demos, family,
+                                                                              seed), sample=True)
+    return [_demo_dict(d) for d in chosen.step.demos]
+
+
+def baseline_program(family: Any, model: str, demos: list[dict[str, str]] | None = None,
+                     ) -> PromptProgram:
+    """The family's agent template as written (its own instruction), with ``demos``."""
+    name = getattr(family, "agent_prompt", "agent.md")
+    return PromptProgram(target="agent", family=family.name, template=name,
+                         instruction=template_instruction(load_prompt(name)),
+                         demos=list(demos or []), model=model)
+
+
+@dataclass
+class SearchResult:
+    """What one GEPA search did: the best program and the episodes it played."""
+
+    program: PromptProgram
+    episodes: int
+    transitions: int
+    provenance: str
+    scores: dict[str, Any] = field(default_factory=dict)
+
+
+def search_instruction(
+    start: PromptProgram,
+    *,
+    family: Any,
+    gateway: Gateway,
+    reflection: Gateway,
+    make_env: Callable[[], Environment],
+    train: list[Task],
+    val: list[Task],
+    budget: int,
+    max_steps: int,
+    minibatch: int,
+    seed: int,
+    out: Path,
+    transition_budget: int | None = None,
+) -> SearchResult:
+    """``dspy.GEPA`` on ``start``'s instruction (its worked examples kept), every candidate
+    scored by the success of whole episodes in the environments ``make_env`` makes (dream
+    environments: 0 real transitions; real ones: sim-to-real), at most ``budget`` episodes
+    and, when given, ``transition_budget`` steps (an episode that would pass it is not
+    started). Every episode is appended to ``out/trajectories.jsonl``, GEPA's log is in
+    ``out/gepa``.
+
+    Raises:
+        ConfigError: No train or validation tasks.
+        DreamGymError: Episodes failed on infrastructure (nothing is kept).
+    """
+    import dspy
+
+    from dreamgym_agents.rl.grpo import run_async
+
+    if not train or not val:
+        raise ConfigError(f"{family.name} needs train and validation tasks to optimise on")
+    template = load_prompt(start.template)
+    action_space = family.action_set().describe()
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = {t.task_id: t for t in train + val}
+    lock = threading.Lock()
+    counter = itertools.count()
+    played = {"episodes": 0, "transitions": 0, "provenance": ""}
+    failures: list[BaseException] = []
+    file = out / "trajectories.jsonl"
+
+    def play(task_id: str, agent: Any) -> Trajectory:
+        with lock:
+            episode_id = f"opt-{next(counter):05d}-{task_id}"
+            if transition_budget is not None and \
+                    played["transitions"] + max_steps > transition_budget:
+                # out of real steps: scored as a failure, with no step taken
+                return Trajectory(episode_id=episode_id, task=tasks[task_id],
+                                  termination="budget")
+        pool = EnvPool(make_env, 1)
+        try:
+            [outcome] = run_async(play_episodes([(episode_id, tasks[task_id])], pool, agent,
+                                                max_steps=max_steps), 2)
+        except Exception as exc:  # DSPy scores a failed example 0 and goes on: keep it
+            outcome = exc
+        finally:
+            pool.close()
+        with lock:
+            if not isinstance(outcome, Trajectory):
+                failures.append(outcome)
+                raise outcome
+            played["episodes"] += 1
+            played["transitions"] += len(outcome.transitions)
+            played["provenance"] = outcome.provenance
+            append_trajectory(file, outcome)
+        return outcome
+
+    student = make_program(template, play, action_space, gateway.cfg.model, max_steps)
+    student.step.signature = student.step.signature.with_instructions(start.instruction)
+    student.step.demos = [dspy.Example(**d) for d in start.demos]
+    optimizer = dspy.GEPA(
+        metric=metric, max_metric_calls=budget, reflection_lm=dspy_lm(reflection),
+        reflection_minibatch_size=min(minibatch, len(train)), num_threads=1,
+        track_stats=True, use_merge=False, seed=seed, log_dir=str(out / "gepa"),
+        warn_on_score_mismatch=False)
+    trainset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in train]
+    valset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in val]
+    with dspy.context(lm=dspy_lm(gateway), adapter=agent_adapter(template)):
+        compiled = optimizer.compile(student, trainset=trainset, valset=valset)
+    if failures:
+        # an episode the infrastructure ended is no score of the prompt: nothing is kept
+        raise _as_error(failures[0], len(failures))
+    scores: dict[str, Any] = {}
+    details = getattr(compiled, "detailed_results", None)
+    if details is not None:
+        val_scores = list(details.val_aggregate_scores)
+        scores = {"validation_before": round(float(val_scores[0]), 4),
+                  "validation_after": round(float(val_scores[details.best_idx]), 4),
+                  "candidates": len(details.candidates)}
+    program = replace(start, instruction=compiled.step.signature.instructions,
+                      model=gateway.cfg.model)
+    return SearchResult(program=program, episodes=played["episodes"],
+                        transitions=played["transitions"],
+                        provenance=played["provenance"], scores=scores)
+
+
+def evaluate_program(program: PromptProgram | None, gateway: Gateway, family: Any,
+                     make_env: Callable[[], Environment], tasks: list[Task], folder: Path, *,
+                     max_steps: int, concurrency: int = 1, name: str = "program",
+                     on_episode: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """The agent prompted by ``program`` (None: the template as written) on real ``tasks``
+    (resumable, in ``folder``); returns the episodes' ``summary.json`` body.
+
+    Raises:
+        ConfigError: Episodes failed on infrastructure (rerun to retry them).
+    """
+    import asyncio
+
+    from dreamgym_agents.episodes.agent import LLMAgent
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    template = program.template if program else getattr(family, "agent_prompt", "agent.md")
+    agent = LLMAgent(gateway, family.action_set().describe(), prompt=template, program=program)
+    run_cfg = RunConfig(out_dir=folder, concurrency=concurrency, max_steps=max_steps,
+                        meta={"command": "evaluate-program", "program": name})
+    result = asyncio.run(run_episodes(tasks, make_env, agent, run_cfg, on_episode=on_episode))
+    if result.failed:
+        raise ConfigError(f"{len(result.failed)} real episode(s) of {name} failed (see "
+                          f"{folder / 'errors.jsonl'}); rerun the same command to retry them")
+    return result.summary
+
+
 def optimize_agent(
     cfg: OptimizeConfig,
     *,
@@ -224,87 +380,35 @@ def optimize_agent(
         out: Output folder: the dream episodes, GEPA's log, the real episodes, the program.
         say: Progress lines.
     """
-    import dspy
+    from dreamgym_agents.episodes.env import spread_tasks
 
-    from dreamgym_agents.rl.grpo import run_async
-
-    template_name = getattr(family, "agent_prompt", "agent.md")
-    template = load_prompt(template_name)
-    action_space = family.action_set().describe()
-    out.mkdir(parents=True, exist_ok=True)
-    train = family.load_tasks("train")[:cfg.train_tasks]
-    val = family.load_tasks("validation")[:cfg.val_tasks]
-    if not train or not val:
-        raise ConfigError(f"{family.name} needs train and validation tasks to optimise on")
-    tasks = {t.task_id: t for t in train + val}
-    lock = threading.Lock()
-    counter = itertools.count()
-    played = {"episodes": 0, "transitions": 0}
-    failures: list[BaseException] = []
-
-    def play(task_id: str, agent: Any) -> Trajectory:
-        with lock:
-            episode_id = f"opt-{next(counter):05d}-{task_id}"
-        pool = EnvPool(make_dream_env, 1)
-        try:
-            [outcome] = run_async(play_episodes([(episode_id, tasks[task_id])], pool, agent,
-                                                max_steps=cfg.max_steps), 2)
-        except Exception as exc:  # DSPy scores a failed example 0 and goes on: keep it
-            outcome = exc
-        finally:
-            pool.close()
-        if not isinstance(outcome, Trajectory):
-            with lock:
-                failures.append(outcome)
-            raise outcome
-        with lock:
-            played["episodes"] += 1
-            played["transitions"] += len(outcome.transitions)
-            append_trajectory(out / DREAM_FILE, outcome)
-        return outcome
-
-    student = make_program(template, play, action_space, gateway.cfg.model, cfg.max_steps)
-    chosen_demos: list[dict[str, str]] = []
-    if cfg.demos:
-        examples = demo_examples(demos, family.name, cfg.seed)
-        student = dspy.LabeledFewShot(k=cfg.demos).compile(student, trainset=examples,
-                                                           sample=True)
-        chosen_demos = [_demo_dict(d) for d in student.step.demos]
-        say(f"worked examples: {len(chosen_demos)} of {len(examples)} demonstration steps")
-    trainset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in train]
-    valset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in val]
-    say(f"GEPA: {cfg.budget} dream episodes at most, {len(train)} train and {len(val)} "
-        f"validation tasks")
-    optimizer = dspy.GEPA(
-        metric=metric, max_metric_calls=cfg.budget, reflection_lm=dspy_lm(reflection),
-        reflection_minibatch_size=min(cfg.minibatch, len(train)), num_threads=1,
-        track_stats=True, use_merge=False, seed=cfg.seed, log_dir=str(out / "gepa"),
-        warn_on_score_mismatch=False)
-    with dspy.context(lm=dspy_lm(gateway), adapter=agent_adapter(template)):
-        compiled = optimizer.compile(student, trainset=trainset, valset=valset)
-    if failures:
-        # an episode the infrastructure ended is no score of the prompt: nothing is kept
-        raise _as_error(failures[0], len(failures))
-    instruction = compiled.step.signature.instructions
-    scores: dict[str, Any] = {}
-    details = getattr(compiled, "detailed_results", None)
-    if details is not None:
-        val_scores = list(details.val_aggregate_scores)
-        scores["dream_validation_before"] = round(float(val_scores[0]), 4)
-        scores["dream_validation_after"] = round(float(val_scores[details.best_idx]), 4)
-        scores["candidates"] = len(details.candidates)
-    program = PromptProgram(
-        target="agent", family=family.name, template=template_name, instruction=instruction,
-        demos=chosen_demos, model=gateway.cfg.model,
-        optimizer={"name": "dspy.GEPA + dspy.LabeledFewShot", "budget": cfg.budget,
-                   **asdict(cfg)},
-        scores=scores)
+    chosen = choose_demos(demos, family.name, cfg.demos, cfg.seed)
+    if chosen:
+        say(f"worked examples: {len(chosen)} chosen by dspy.LabeledFewShot")
+    start = baseline_program(family, gateway.cfg.model, chosen)
+    say(f"GEPA: {cfg.budget} dream episodes at most, {cfg.train_tasks} train and "
+        f"{cfg.val_tasks} validation tasks")
+    found = search_instruction(
+        start, family=family, gateway=gateway, reflection=reflection, make_env=make_dream_env,
+        train=family.load_tasks("train")[:cfg.train_tasks],
+        val=family.load_tasks("validation")[:cfg.val_tasks], budget=cfg.budget,
+        max_steps=cfg.max_steps, minibatch=cfg.minibatch, seed=cfg.seed, out=out / "dream")
+    scores = {f"dream_{k}": v for k, v in found.scores.items()}
     real = 0
     if make_real_env is not None and cfg.confirm_tasks:
-        real = _confirm(program, gateway, family, make_real_env, cfg, out, scores, say)
-    program.scores = scores
-    return OptimizeResult(program=program, dream_episodes=played["episodes"],
-                          synthetic_transitions=played["transitions"], real_transitions=real,
+        tests = spread_tasks(family.load_tasks("test"), cfg.confirm_tasks)
+        for label, prog in (("before", None), ("after", found.program)):
+            summary = evaluate_program(prog, gateway, family, make_real_env, tests,
+                                       out / f"real-{label}", max_steps=cfg.max_steps,
+                                       name=label)
+            scores[f"real_test_{label}"] = summary["success_rate"]
+            real += summary["real_transitions"]
+            say(f"real test tasks, {label}: {summary['successes']}/{summary['episodes']} "
+                "succeeded")
+    program = replace(found.program, scores=scores,
+                      optimizer={"name": "dspy.LabeledFewShot + dspy.GEPA", **asdict(cfg)})
+    return OptimizeResult(program=program, dream_episodes=found.episodes,
+                          synthetic_transitions=found.transitions, real_transitions=real,
                           scores=scores)
 
 
@@ -320,34 +424,3 @@ def _as_error(first: BaseException, count: int) -> BaseException:
 def _demo_dict(example: Any) -> dict[str, str]:
     return {k: str(example.get(k) or "") for k in ("intent", "history", "state", "reasoning",
                                                    "action")}
-
-
-def _confirm(program: PromptProgram, gateway: Gateway, family: Any,
-             make_real_env: Callable[[], Environment], cfg: OptimizeConfig, out: Path,
-             scores: dict[str, Any], say: Callable[[str], None]) -> int:
-    """Play the baseline and the optimised prompt on real test tasks; returns the real
-    transitions used."""
-    import asyncio
-
-    from dreamgym_agents.episodes.agent import LLMAgent
-    from dreamgym_agents.episodes.env import spread_tasks
-    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
-
-    tests = spread_tasks(family.load_tasks("test"), cfg.confirm_tasks)
-    used = 0
-    for label, prog in (("before", None), ("after", program)):
-        agent = LLMAgent(gateway, family.action_set().describe(), prompt=program.template,
-                         program=prog)
-        run_cfg = RunConfig(out_dir=out / f"real-{label}", concurrency=1,
-                            max_steps=cfg.max_steps,
-                            meta={"command": "optimize-confirm", "program": label})
-        result = asyncio.run(run_episodes(tests, make_real_env, agent, run_cfg))
-        if result.failed:
-            raise ConfigError(f"{len(result.failed)} real episode(s) failed (see "
-                              f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
-        summary = result.summary
-        scores[f"real_test_{label}"] = summary["success_rate"]
-        used += summary["real_transitions"]
-        say(f"real test tasks, {label}: {summary['successes']}/{summary['episodes']} succeeded")
-    (out / "confirm.json").write_text(json.dumps(scores, indent=1, sort_keys=True))
-    return used
