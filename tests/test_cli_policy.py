@@ -28,7 +28,7 @@ TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--preset", "fast"], "unknown preset 'fast': use quick or full"),
-    (["--policy", "openai/gpt-4o-mini"], "hosted model: run cannot update its weights"),
+    (["--policy", "nonsense-model"], "unknown model 'nonsense-model'"),
     (["--set", "nope=1"], "unknown config key 'nope'"),
     (["--set", "dream.max_steps=many"], "config key 'dream.max_steps' expects int"),
     (["--set", "dream.num_generations=1"], "num_generations must be at least 2"),

@@ -155,3 +155,35 @@ def test_optimize_plays_the_dream_confirms_on_real_games_and_saves_a_loadable_pr
     assert code == 0
     meta = json.loads((tmp_path / "eval" / "summary.json").read_text())
     assert meta["program"].endswith("program.json") and meta["real_transitions"] == 2
+
+
+@pytest.mark.slow
+def test_run_with_a_hosted_policy_learns_its_prompt_through_every_stage(tmp_path):
+    """``run --policy openai/…``: the same stages, folder, summary and report, a prompt program
+    per training stage, 0 real transitions in the dream, the sim-to-real search within its
+    real budget; a rerun resumes with nothing left to do."""
+    pytest.importorskip("alfworld")
+    pytest.importorskip("dspy")
+    from dreamgym_agents.cli.main import main
+
+    out = tmp_path / "run"
+    args = ["run", "--task", "alfworld", "--policy", "openai/scripted", "--out", str(out),
+            "--set", "eval_limit=2", "--set", "eval_max_steps=2", "--set", "prompt.budget=2",
+            "--set", "prompt.val_tasks=1", "--set", "prompt.train_tasks=1",
+            "--set", "prompt.max_steps=2", "--set", "s2r.real_transition_budget=4",
+            "--set", 'policy_llm={mock_response: "<think>x</think><action>look</action>"}']
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    state = json.loads((out / "state.json").read_text())["done"]
+    assert summary["dream_real_transitions"] == 0 and summary["synthetic_transitions"] == 4
+    assert 0 < summary["s2r_real_transitions"] <= 4
+    assert summary["eval_episodes"] == 2 and summary["sft_success"] is not None
+    for stage in ("sft", "dream_rl", "s2r"):
+        program = load_program(state[stage]["path"])
+        assert program.target == "agent" and program.model == "openai/scripted"
+        assert len(program.demos) == 2  # the warm start's worked examples are kept
+    assert state["eval_sft"]["policy_calls"] == 4  # 2 episodes × 2 steps, counted per stage
+    assert "DreamGym (dream GEPA)" in (out / "report.md").read_text()
+    assert main(args) == 0  # resumed: nothing to redo
+    assert json.loads((out / "summary.json").read_text())["wall_seconds"] == (
+        summary["wall_seconds"])

@@ -15,6 +15,7 @@ from dreamgym_agents.pipeline.run import (
     Pipeline,
     PipelineConfig,
     dream_tasks,
+    make_pipeline,
     preset_config,
 )
 from dreamgym_agents.policy.sft import PolicySFTConfig
@@ -119,8 +120,10 @@ def test_config_validation_says_what_to_fix():
         preset_config("fast")
     with pytest.raises(ConfigError, match="eval_limit"):
         PipelineConfig(eval_limit=0)
-    with pytest.raises(ConfigError, match="hosted model"):
-        Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")
+    with pytest.raises(ConfigError, match="for local policies"):
+        Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")  # make_pipeline picks
+    assert type(make_pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")).__name__ == (
+        "PromptPipeline")
     with pytest.raises(ConfigError, match="dream_eval_types must list some of"):
         PipelineConfig(dream_eval_types=["string_match", "html"])
     # LoRA adapts a checkpoint: --policy hf/… (which fills sft.base_model only later), the

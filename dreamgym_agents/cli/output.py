@@ -25,7 +25,7 @@ def setup_logging(verbose: bool) -> None:
         format="%(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "aiosqlite", "urllib3",
-                  "browsergym"):
+                  "browsergym", "dspy"):
         logging.getLogger(noisy).setLevel(logging.WARNING if verbose else logging.ERROR)
     if not verbose:
         # Deprecation notices of the training stack that a user cannot act on: our GRPO uses

@@ -15,19 +15,18 @@ from dreamgym_agents.errors import ConfigError
 PresetOpt = Annotated[str, typer.Option("--preset", help="quick (~15 min) or full.")]
 PolicyOpt = Annotated[
     str, typer.Option("--policy", help="embedded (trained here), hf/<checkpoint>, or a hosted "
-                      "model string (refused: run cannot update its weights).")
+                      "model string (its prompt is learnt with DSPy instead of weights).")
 ]
 
 
 def _pipeline_config(preset: str, seed: int, policy: str, sim_to_real: bool | None,
                      config: Path | None, overrides: list[str] | None, task: str) -> Any:
     from dreamgym_agents.config import load_config
+    from dreamgym_agents.gateway.llm import check_model_string
     from dreamgym_agents.pipeline.run import is_hosted, preset_config, pretrained_defaults
 
     if is_hosted(policy):
-        raise ConfigError(f"--policy {policy} is a hosted model: run cannot update its weights, "
-                          "so SFT, dream RL and sim-to-real do not apply; evaluate it with "
-                          f"`dg-agents eval --agent {policy}` (or train embedded / hf/<path>)")
+        check_model_string(policy)
     cfg = preset_config(preset, seed, task)
     cfg.policy = policy
     if policy.startswith("hf/"):  # per-model defaults, below the config file and --set
@@ -59,14 +58,17 @@ def run_command(
     """The whole pipeline: offline data → experience model → policy warm start → dream RL with
     curriculum → real evaluation → sim-to-real → evaluation → report. Rerun the same command to
     resume; --set reaches every setting (sft.max_steps=400, dream.max_steps=40, eval_limit=31 …).
+    A hosted --policy (openai/…, any LiteLLM model) learns a prompt instead: worked examples,
+    then DSPy's GEPA in the dream, then on a real-transition budget (--set prompt.budget=24,
+    policy_llm.api_base=…).
     """
-    from dreamgym_agents.pipeline.run import Pipeline
+    from dreamgym_agents.pipeline.run import make_pipeline
 
     setup_logging(verbose)
     cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides, task)
     cfg.task = task
     with progress_reporter() as reporter:
-        summary = Pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
+        summary = make_pipeline(cfg, out, reporter, rerun_from=rerun_from).run()
         keys = ("sft_success", "dream_success", "s2r_success", "real_transitions_used",
                 "synthetic_transitions", "wall_seconds")
         reporter.say("  ".join(f"{k}={summary.get(k)}" for k in keys))

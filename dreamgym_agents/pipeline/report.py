@@ -167,11 +167,13 @@ def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
         "| policy | real RL transitions | synthetic transitions | real test success |",
         "|---|---|---|---|",
     ]
-    lines.append(f"| SFT warm start | 0 | 0 | {fmt(summary['sft_success'])} |")
+    prompt = "worked_examples" in done.get("sft", {})  # a hosted policy: prompts were learnt
+    warm = "Prompt with worked examples (LabeledFewShot)" if prompt else "SFT warm start"
+    lines.append(f"| {warm} | 0 | 0 | {fmt(summary['sft_success'])} |")
     if "dream_rl" in done:
         d = done["dream_rl"]
         lines.append(f"| DreamGym ({'real' if getattr(cfg, 'real_rl', False) else 'dream'} "
-                     f"GRPO) | {d.get('real_transitions', 0)} | "
+                     f"{'GEPA' if prompt else 'GRPO'}) | {d.get('real_transitions', 0)} | "
                      f"{d.get('synthetic_transitions', 0)} | {fmt(summary['dream_success'])} |")
     if "s2r" in done:
         lines.append(f"| DreamGym-S2R | {summary['real_transitions_used']} | "

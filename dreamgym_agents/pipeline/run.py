@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.experience.dream import REWARD_SOURCES
+from dreamgym_agents.optimize.agent import OptimizeConfig
 from dreamgym_agents.policy.model import PolicyConfig, view_record
 from dreamgym_agents.policy.sft import PolicySFTConfig
 from dreamgym_agents.rl.curriculum import CurriculumConfig
@@ -100,6 +101,12 @@ class PipelineConfig:
         s2r: GRPO on the real site (``real_transition_budget`` is the sim-to-real budget).
         curriculum: Task variants in the dream (λ, seeds per round …).
         policy_view: How the policy sees a turn.
+        policy_llm: Gateway settings (:class:`~dreamgym_agents.gateway.llm.LLMConfig` fields:
+            ``api_base``, ``api_key_env``, ``temperature`` …) of a hosted policy.
+        prompt: A hosted policy's prompt learning (:mod:`dreamgym_agents.pipeline.prompt_run`):
+            GEPA's dream episodes (``budget``), worked examples, train and validation tasks,
+            episode length; its sim-to-real search plays real episodes within
+            ``s2r.real_transition_budget``.
     """
 
     task: str = "webarena"
@@ -127,6 +134,8 @@ class PipelineConfig:
         concurrency=4, real_transition_budget=200))
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     policy_view: PolicyConfig = field(default_factory=PolicyConfig)
+    policy_llm: dict[str, Any] = field(default_factory=dict)
+    prompt: OptimizeConfig = field(default_factory=OptimizeConfig)
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -271,15 +280,20 @@ def is_hosted(policy: str) -> bool:
 
 
 class Pipeline:
-    """One run folder and its stages (see the module docstring)."""
+    """One run folder and its stages (see the module docstring). A hosted policy learns a
+    prompt instead (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`; see
+    :func:`make_pipeline`)."""
+
+    learns_prompts = False
 
     def __init__(self, cfg: PipelineConfig, out: str | Path,
                  reporter: Reporter | None = None,
                  adopt: dict[str, dict[str, Any]] | None = None,
                  rerun_from: str | None = None) -> None:
-        if is_hosted(cfg.policy):
-            raise ConfigError(f"policy {cfg.policy!r} is a hosted model: run cannot update its "
-                              "weights (use embedded or hf/<checkpoint>)")
+        if is_hosted(cfg.policy) != self.learns_prompts:
+            raise ConfigError(f"policy {cfg.policy!r}: {type(self).__name__} is for "
+                              f"{'hosted' if self.learns_prompts else 'local'} policies (use "
+                              "make_pipeline)")
         self.cfg = cfg
         self.out = Path(out)
         self.reporter = reporter or SilentReporter()
@@ -761,6 +775,17 @@ class Pipeline:
 
         summary = write_report(self.out, self.cfg, self.state)
         return {"summary": str(self.out / "summary.json"), "report": summary["report"]}
+
+
+def make_pipeline(cfg: PipelineConfig, out: str | Path, reporter: Reporter | None = None,
+                  **kwargs: Any) -> Pipeline:
+    """The run of ``cfg``'s policy: weights trained (embedded, ``hf/…``), or, for a hosted
+    model, its prompt learnt (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`)."""
+    if is_hosted(cfg.policy):
+        from dreamgym_agents.pipeline.prompt_run import PromptPipeline
+
+        return PromptPipeline(cfg, out, reporter, **kwargs)
+    return Pipeline(cfg, out, reporter, **kwargs)
 
 
 def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folder: Path,
