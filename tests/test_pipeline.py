@@ -9,13 +9,13 @@ import pytest
 
 from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.pipeline.prompt_run import make_pipeline
 from dreamgym_agents.pipeline.report import rollout_curves, summarize_run, write_report
 from dreamgym_agents.pipeline.run import (
     STAGES,
     Pipeline,
     PipelineConfig,
     dream_tasks,
-    make_pipeline,
     preset_config,
 )
 from dreamgym_agents.policy.sft import PolicySFTConfig

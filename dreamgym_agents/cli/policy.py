@@ -62,7 +62,7 @@ def run_command(
     then DSPy's GEPA in the dream, then on a real-transition budget (--set prompt.budget=24,
     policy_llm.api_base=…).
     """
-    from dreamgym_agents.pipeline.run import make_pipeline
+    from dreamgym_agents.pipeline.prompt_run import make_pipeline
 
     setup_logging(verbose)
     cfg = _pipeline_config(preset, seed, policy, sim_to_real, config, overrides, task)

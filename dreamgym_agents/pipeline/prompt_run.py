@@ -17,9 +17,10 @@ weight-trained run (:mod:`dreamgym_agents.pipeline.run`):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.pipeline.run import Pipeline
+from dreamgym_agents.pipeline.run import Pipeline, PipelineConfig, Reporter, is_hosted
 from dreamgym_agents.prompts.programs import load_program, save_program
 
 PROGRAM_FILE = "program.json"
@@ -150,3 +151,12 @@ class PromptPipeline(Pipeline):
     def stage_s2r(self) -> dict[str, Any]:
         return self._search("s2r", self.checkpoint("dream_rl"), real=True)
 
+
+
+def make_pipeline(cfg: PipelineConfig, out: str | Path, reporter: Reporter | None = None,
+                  **kwargs: Any) -> Pipeline:
+    """The run of ``cfg``'s policy: weights trained (embedded, ``hf/…``: :class:`Pipeline`),
+    or, for a hosted model, its prompt learnt (:class:`PromptPipeline`)."""
+    if is_hosted(cfg.policy):
+        return PromptPipeline(cfg, out, reporter, **kwargs)
+    return Pipeline(cfg, out, reporter, **kwargs)

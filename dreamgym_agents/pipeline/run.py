@@ -281,8 +281,8 @@ def is_hosted(policy: str) -> bool:
 
 class Pipeline:
     """One run folder and its stages (see the module docstring). A hosted policy learns a
-    prompt instead (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`; see
-    :func:`make_pipeline`)."""
+    prompt instead (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`;
+    :func:`~dreamgym_agents.pipeline.prompt_run.make_pipeline` picks)."""
 
     learns_prompts = False
 
@@ -775,17 +775,6 @@ class Pipeline:
 
         summary = write_report(self.out, self.cfg, self.state)
         return {"summary": str(self.out / "summary.json"), "report": summary["report"]}
-
-
-def make_pipeline(cfg: PipelineConfig, out: str | Path, reporter: Reporter | None = None,
-                  **kwargs: Any) -> Pipeline:
-    """The run of ``cfg``'s policy: weights trained (embedded, ``hf/…``), or, for a hosted
-    model, its prompt learnt (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`)."""
-    if is_hosted(cfg.policy):
-        from dreamgym_agents.pipeline.prompt_run import PromptPipeline
-
-        return PromptPipeline(cfg, out, reporter, **kwargs)
-    return Pipeline(cfg, out, reporter, **kwargs)
 
 
 def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folder: Path,
