@@ -401,3 +401,24 @@ def test_a_codec_that_samples_decodes_first_answers_so_and_the_config_overrides_
     assert model.overrides == [{}]
     with pytest.raises(ConfigError, match="experience.top_p"):
         ExperienceConfig(top_p=0)
+
+
+def test_a_saved_program_replaces_the_full_prompts_instruction(tmp_path):
+    from dreamgym_agents.prompts.programs import PromptProgram, save_program
+
+    program = PromptProgram(target="experience", family="webarena", template=WEB.prompt_file,
+                            instruction="Predict the page exactly.")
+    path = str(save_program(program, str(tmp_path / "em.json")))
+    scripted = ScriptedModel([GOOD])
+    model = ExperienceModel(ExperienceConfig(program=path), scripted, codec=WEB)
+    assert model.predict(TASK, [], HOME, "click('1')").ok
+    assert scripted.requests[0][0] == {"role": "system", "content": "Predict the page exactly."}
+    # one call's candidate instruction (an optimiser's) wins over the program's
+    model.predict(TASK, [], HOME, "click('1')", instruction="Candidate.")
+    assert scripted.requests[1][0]["content"] == "Candidate."
+    with pytest.raises(ConfigError, match="compact prompt has none"):
+        ExperienceConfig(program=path, prompt_style="compact")
+    agent = save_program(PromptProgram(target="agent", family="webarena", template="agent.md",
+                                       instruction="x"), str(tmp_path / "agent.json"))
+    with pytest.raises(ConfigError, match="prompts the agent"):
+        ExperienceModel(ExperienceConfig(program=str(agent)), scripted, codec=WEB)

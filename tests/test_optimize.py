@@ -112,7 +112,7 @@ def test_a_program_for_an_offline_agent_or_another_family_is_refused(tmp_path):
               "--out", str(tmp_path / "o2"), "--limit", "1")
     assert_one_line_error(proc, "not the agent of 'webarena'")
     proc = dg("optimize", "--task", "alfworld", "--model", "openai/m", "--target",
-              "experience", "--out", str(tmp_path / "o3"))
+              "task-generator", "--out", str(tmp_path / "o3"))
     assert_one_line_error(proc, "not implemented yet")
 
 
@@ -187,3 +187,45 @@ def test_run_with_a_hosted_policy_learns_its_prompt_through_every_stage(tmp_path
     assert main(args) == 0  # resumed: nothing to redo
     assert json.loads((out / "summary.json").read_text())["wall_seconds"] == (
         summary["wall_seconds"])
+
+
+EM_ANSWER = ("<reasoning>the agent looks</reasoning>\n<next_state>\nAt: toilet 1\n"
+             "Holding: nothing\nFeedback: Nothing happens.\n</next_state>\n"
+             "<reward>0</reward> <done>false</done> <success>false</success>")
+
+
+@pytest.mark.slow
+def test_optimize_the_experience_prompt_by_fidelity_on_held_out_real_steps(tmp_path):
+    pytest.importorskip("alfworld")
+    pytest.importorskip("dspy")
+    from dreamgym_agents.cli.main import main
+
+    out = tmp_path / "opt"
+    proposal = json.dumps({"new_instruction": "Write the game's next state line by line."})
+    code = main(["optimize", "--target", "experience", "--task", "alfworld", "--model",
+                 "openai/scripted-em", "--out", str(out), "--budget", "8", "--confirm", "1",
+                 "--set", "optimize.val_tasks=2", "--set", "optimize.train_steps=3",
+                 "--set", "optimize.val_steps=3", "--set", "optimize.max_steps=4",
+                 "--set", f"llm.mock_response={EM_ANSWER}",
+                 "--set", f"reflection.mock_response={proposal}"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    scores = summary["scores"]
+    # scored by fidelity: a fixed answer gets part of the reward/done/state credit, never all
+    assert 0 < scores["validation_before"] < 1 and 0 < scores["test_before"] < 1
+    assert scores["validation_after"] >= scores["validation_before"]
+    # held-out steps were played here by the oracle and random agents (validation and test)
+    assert summary["real_transitions"] > 0 and summary["dream_episodes"] == 0
+    assert (out / "real-validation" / "oracle" / "trajectories.jsonl").is_file()
+    program = load_program(str(out / "program.json"))
+    from dreamgym_agents.episodes.env import make_family
+
+    codec = make_family("alfworld").experience_codec()
+    assert program.target == "experience" and program.template == codec.prompt_file
+    # the program is used through --set experience.program on the dream
+    code = main(["dream", "--task", "alfworld", "--agent", "oracle", "--limit", "1",
+                 "--max-steps", "1", "--experience-model", "openai/scripted-em",
+                 "--out", str(tmp_path / "dream"),
+                 "--set", f"experience.program={out / 'program.json'}",
+                 "--set", f"llm.mock_response={EM_ANSWER}"])
+    assert code == 0

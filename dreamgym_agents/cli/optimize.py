@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,8 +50,13 @@ def optimize_command(
         "--demos", exists=True, dir_okay=False,
         help="Real demonstrations (trajectories.jsonl) for the worked examples [the embedded "
              "bundle's oracle episodes].")] = None,
+    real: Annotated[list[Path] | None, typer.Option(
+        "--real", exists=True, help="--target experience: real episodes of validation tasks "
+        "(trajectories.jsonl or an eval folder; repeatable) [played here by the family's "
+        "oracle and random agents].")] = None,
     budget: Annotated[int | None, typer.Option(
-        "--budget", min=1, help="Dream episodes the optimiser may play [24].")] = None,
+        "--budget", min=1, help="What the optimiser may spend: dream episodes (agent), step "
+        "predictions (experience) [24].")] = None,
     confirm: Annotated[int | None, typer.Option(
         "--confirm", min=0, help="Real test tasks played before and after (0: none) [5].")] = None,
     config: ConfigOpt = None,
@@ -73,14 +78,19 @@ def optimize_command(
     from dreamgym_agents.prompts.programs import save_program
 
     setup_logging(verbose)
-    if target is not Target.agent:
-        raise ConfigError(f"--target {target.value} is not implemented yet: only --target agent "
-                          "optimises today (see README, 'Prompt optimisation')")
+    if target is Target.task_generator:
+        raise ConfigError("--target task-generator is not implemented yet: --target agent and "
+                          "--target experience optimise today (see README, 'Prompt "
+                          "optimisation')")
     console = make_console()
     sections = Sections(config, overrides, OPTIMIZE_SECTIONS)
     flags = {k: v for k, v in (("budget", budget), ("confirm_tasks", confirm)) if v is not None}
     cfg = sections.configure(OptimizeConfig(), "optimize", flags)
     family = make_family(task)
+    if target is Target.experience:
+        _optimize_experience(cfg, sections, family, model, reflection_model, buffer_path,
+                             real or [], out, name, console)
+        return
     demos = _demonstrations(task, demos_file) if cfg.demos else []
     em_name, model_buffer = resolve_experience_model(experience_model, task, say=console.print)
     gateway = sections.gateway(model, "agent")
@@ -118,6 +128,91 @@ def optimize_command(
     console.print(f"dream episodes {result.dream_episodes}, real transitions "
                   f"{result.real_transitions}; scores {json.dumps(result.scores)}")
     console.print(f"program → {path}" + (f" (load it with --program {name})" if name else ""))
+
+
+def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
+                         reflection_model: str | None, buffer_path: Path | None,
+                         real: list[Path], out: Path, name: str | None, console: Any) -> None:
+    from dreamgym_agents.episodes.env import EnvConfig, spread_tasks
+    from dreamgym_agents.optimize.experience import optimize_experience
+    from dreamgym_agents.prompts.programs import save_program
+
+    _, embedded_buffer = (None, None) if buffer_path else resolve_experience_model(
+        None, family.name, say=console.print)
+    em, em_gateway, buffer = build_experience(sections, family, model, buffer_path, None, False,
+                                              False, False, embedded_buffer)
+    reflection = sections.gateway(reflection_model or model, "reflection")
+    env_cfg = EnvConfig(max_steps=cfg.max_steps, seed=cfg.seed)
+    try:
+        if em.cfg.prompt_style != "full":
+            raise ConfigError(f"{model} is prompted with the compact prompt, which has no "
+                              "instruction to optimise: --set experience.prompt_style=full")
+        val_tasks = spread_tasks(family.load_tasks("validation"), cfg.val_tasks)
+        test_tasks = spread_tasks(family.load_tasks("test"), cfg.confirm_tasks) \
+            if cfg.confirm_tasks else []
+        console.print(family.prepare(env_cfg, val_tasks + test_tasks))
+        used = 0
+        if real:
+            held_out = [t for path in real for t in _read_real(path)]
+        else:
+            held_out, used = _play_real(family, val_tasks, env_cfg, out / "real-validation")
+        confirm, more = (_play_real(family, test_tasks, env_cfg, out / "real-test")
+                         if test_tasks else ([], 0))
+        console.print(f"[bold]optimize[/] the experience prompt of {model} on {family.name}: "
+                      f"{len(held_out)} held-out real episodes → {out}")
+        program, scores = optimize_experience(
+            em, reflection=reflection, held_out=held_out, confirm=confirm, budget=cfg.budget,
+            train_steps=cfg.train_steps, val_steps=cfg.val_steps, minibatch=cfg.minibatch,
+            seed=cfg.seed, out=out, family=family.name,
+            strip_ids=family.state_format().strip_ids, say=console.print)
+    finally:
+        for closeable in (buffer, em_gateway, reflection, family):
+            closeable.close()
+    path = save_program(program, str(out / "program.json"))
+    summary = {"command": "optimize", "target": "experience", "task": family.name,
+               "model": model, "real_transitions": used + more, "dream_episodes": 0,
+               "scores": scores, "usage": {"experience_model": _usage(em_gateway),
+                                           "reflection": _usage(reflection)}}
+    if name:
+        summary["saved_as"] = str(save_program(program, name))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    console.print(f"real transitions played {used + more}; scores {json.dumps(scores)}")
+    console.print(f"program → {path}" + (f" (use it with --set experience.program={name})"
+                                         if name else ""))
+
+
+def _read_real(path: Path) -> list:
+    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE
+    from dreamgym_agents.types import read_trajectories
+
+    file = path / TRAJECTORIES_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise ConfigError(f"--real {path}: no {TRAJECTORIES_FILE} there")
+    return [t for t in read_trajectories(file) if t.provenance == "real"]
+
+
+def _play_real(family: Any, tasks: list, env_cfg: Any, folder: Path) -> tuple[list, int]:
+    """The family's oracle and random agents on ``tasks`` in real environments (resumable);
+    (their episodes, the real transitions they took)."""
+    import asyncio
+
+    from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    episodes, used = [], 0
+    agents = family.offline_agents(env_cfg.seed)
+    for who in ("oracle", "random"):
+        if who not in agents:
+            continue
+        run_cfg = RunConfig(out_dir=folder / who, concurrency=2, max_steps=env_cfg.max_steps,
+                            meta={"command": "optimize-real", "agent": who})
+        result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agents[who],
+                                          run_cfg))
+        if result.failed:
+            raise ConfigError(f"{len(result.failed)} real episode(s) failed (see "
+                              f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
+        used += result.summary["real_transitions"]
+        episodes += _read_real(run_cfg.out_dir)
+    return episodes, used
 
 
 def _usage(gateway: object) -> dict[str, float]:

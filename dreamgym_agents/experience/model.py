@@ -412,6 +412,8 @@ class ExperienceConfig:
         temperature: Sampling temperature of every answer (0: greedy); None: the family
             codec's ``sampling`` of the step, else the gateway's ``llm.temperature``.
         top_p: Nucleus mass when sampling; None: the codec's ``sampling``, else none.
+        program: A saved prompt program (``dg-agents optimize --target experience``) whose
+            instruction replaces the full prompt's (None: the template's).
     """
 
     history_steps: int = 4
@@ -428,8 +430,12 @@ class ExperienceConfig:
     exclude_same_task: bool = True
     temperature: float | None = None
     top_p: float | None = None
+    program: str | None = None
 
     def __post_init__(self) -> None:
+        if self.program and self.prompt_style != "full":
+            raise ConfigError("experience.program replaces the full prompt's instruction; the "
+                              "compact prompt has none (set experience.prompt_style=full)")
         if self.prompt_style not in ("full", "compact"):
             raise ConfigError(
                 f"experience.prompt_style must be full or compact, got {self.prompt_style!r}"
@@ -511,6 +517,16 @@ class ExperienceModel:
         self.gateway = gateway
         self.buffer = buffer
         self.codec = codec
+        self.instruction = load_template(codec.prompt_file)["instruction"]
+        if cfg.program:
+            from dreamgym_agents.prompts.programs import load_program
+
+            program = load_program(cfg.program)
+            if (program.target, program.template) != ("experience", codec.prompt_file):
+                raise ConfigError(f"program {cfg.program!r} prompts the {program.target} "
+                                  f"through {program.template}, not this experience model "
+                                  f"({codec.prompt_file})")
+            self.instruction = program.instruction
         self._lock = threading.Lock()
         self._counts = {"predictions": 0, "failures": 0, "parse_retries": 0}
 
@@ -557,9 +573,10 @@ class ExperienceModel:
 
     def build_messages(
         self, task: Task | str, history: list[Transition], state: str, action: str,
-        demos: list[Transition],
+        demos: list[Transition], instruction: str | None = None,
     ) -> list[dict[str, str]]:
-        """The chat messages of one prediction."""
+        """The chat messages of one prediction (the full prompt's instruction: ``instruction``,
+        else the program's or the template's)."""
         if self.cfg.prompt_style == "compact":
             cfg = self.cfg
             return self.codec.render(
@@ -571,7 +588,7 @@ class ExperienceModel:
             )
         inputs = self.render_inputs(task, history, state, action, demos)
         template = self.codec.prompt_file
-        return render_messages(load_template(template)["instruction"], inputs,
+        return render_messages(instruction or self.instruction, inputs,
                                use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
     def sampling(self, state: str, action: str) -> dict[str, Any]:
@@ -588,7 +605,7 @@ class ExperienceModel:
 
     def predict(
         self, task: Task | str, history: list[Transition], state: str, action: str, *,
-        exclude_episode: str | None = None,
+        exclude_episode: str | None = None, instruction: str | None = None,
     ) -> ExperiencePrediction:
         """Predict the outcome of ``action`` in ``state``.
 
@@ -599,6 +616,8 @@ class ExperienceModel:
             action: The agent's action text.
             exclude_episode: Episode whose transitions must not be retrieved (when replaying a
                 recorded episode, so the model cannot copy the answer).
+            instruction: The full prompt's instruction for this call (an optimiser's
+                candidate); None: the model's own.
 
         Returns:
             The prediction; ``failure`` is set when no answer could be read.
@@ -611,7 +630,7 @@ class ExperienceModel:
         task_id = str(task.task_id) if isinstance(task, Task) else ""
         demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params,
                               task_id=task_id)
-        messages = self.build_messages(task, history, state, action, demos)
+        messages = self.build_messages(task, history, state, action, demos, instruction)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
         overrides = self.sampling(state, action)
         for attempt in range(1 + self.cfg.max_parse_retries):

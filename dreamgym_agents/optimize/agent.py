@@ -54,6 +54,8 @@ class OptimizeConfig:
         confirm_tasks: Real test tasks played by the baseline and the optimised prompt
             (0: no real confirmation).
         seed: Seed of the optimiser and the demo choice.
+        train_steps: ``--target experience``: held-out real steps feeding the reflection.
+        val_steps: ``--target experience``: held-out real steps scoring each candidate.
     """
 
     budget: int = 24
@@ -64,9 +66,12 @@ class OptimizeConfig:
     max_steps: int = 10
     confirm_tasks: int = 5
     seed: int = 0
+    train_steps: int = 12
+    val_steps: int = 12
 
     def __post_init__(self) -> None:
-        for name in ("budget", "train_tasks", "val_tasks", "minibatch", "max_steps"):
+        for name in ("budget", "train_tasks", "val_tasks", "minibatch", "max_steps",
+                     "train_steps", "val_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"optimize.{name} must be at least 1, got {getattr(self, name)}")
         if self.demos < 0 or self.confirm_tasks < 0:

@@ -12,6 +12,7 @@ agent's parser, so what the optimiser scores is exactly what ``eval --program`` 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.episodes.agent import parse_answer, render_agent_prompt, template_instruction
@@ -69,6 +70,10 @@ def dspy_lm(gateway: Gateway) -> Any:
     gateway has one)."""
     import dspy
 
+    # DSPy sets its own loggers up when imported: keep them at the application's level
+    # (the CLI's -v shows DSPy's progress lines, its default only errors)
+    verbose = logging.getLogger().level <= logging.INFO
+    logging.getLogger("dspy").setLevel(logging.INFO if verbose else logging.ERROR)
     return dspy.LM(model=gateway.cfg.model, engine=GatewayEngine(gateway), cache=False,
                    num_retries=0)
 
