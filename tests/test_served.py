@@ -137,3 +137,22 @@ def test_optimize_a_served_agent_in_the_dream_and_play_its_program(served, tmp_p
     plain, with_program = played(), played("--program", str(out / "program.json"))
     assert plain["calls"] == with_program["calls"] == 1
     assert with_program["prompt_tokens"] > plain["prompt_tokens"]  # its worked example
+
+
+def test_the_fidelity_judge_asks_a_served_model_and_counts_its_usage(served, tmp_path,
+                                                                    monkeypatch):
+    checkpoint, _, base_url = served
+    monkeypatch.setenv("DG_SERVED_KEY", "not-a-real-key")
+    real = tmp_path / "oracle"
+    assert main(["eval", "--task", "alfworld", "--agent", "oracle", "--split", "test",
+                 "--limit", "1", "--max-steps", "3", "--out", str(real)]) == 0
+    out = tmp_path / "fidelity"
+    assert main(["fidelity", "--task", "alfworld", "--real", str(real), "--out", str(out),
+                 "--judge", f"openai/{checkpoint}", "--judge-samples", "1",
+                 "--set", f"judge.api_base={base_url}", "--set", "judge.api_key_env=DG_SERVED_KEY",
+                 "--set", "judge.max_tokens=16"]) == 0
+    report = json.loads((out / "fidelity.json").read_text())
+    judge = report["judge"]
+    # an experience model is no judge: its answer is unreadable, and counted, as is the call
+    assert judge["judged"] + judge["unparseable"] == 1
+    assert judge["usage"]["calls"] == 1 and judge["usage"]["prompt_tokens"] > 0

@@ -136,6 +136,20 @@ def render_agent_prompt(template: str, fields: dict[str, str], *, instruction: s
     return text.format(**fields)
 
 
+def agent_fields(task: Task, observation: Observation, history: list[Transition],
+                 action_space: str, history_steps: int = 5) -> dict[str, str]:
+    """An agent template's fields at this step: the last action's error follows the state;
+    ``options`` lists the commands the environment accepts now, when it says."""
+    state = observation.state
+    if observation.error:
+        state += f"\n\nError from the last action: {observation.error}"
+    admissible = observation.info.get("admissible") or []
+    options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
+               if admissible else "")
+    return {"intent": task.intent, "action_space": action_space, "options": options,
+            "history": render_history(history, history_steps), "state": state}
+
+
 class LLMAgent:
     """A model through the gateway, prompted from a template (``prompts/agent.md``, or the
     family's ``agent_prompt``: the web's ``web_agent.md``) with ``{intent}``,
@@ -167,22 +181,11 @@ class LLMAgent:
         self.history_steps = history_steps
         self.program = program
 
-    def fields(self, task: Task, observation: Observation, history: list[Transition]
-               ) -> dict[str, str]:
-        """The template's fields at this step."""
-        state = observation.state
-        if observation.error:
-            state += f"\n\nError from the last action: {observation.error}"
-        admissible = observation.info.get("admissible") or []
-        options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
-                   if admissible else "")
-        return {"intent": task.intent, "action_space": self.action_space, "options": options,
-                "history": render_history(history, self.history_steps), "state": state}
-
     def messages(self, task: Task, observation: Observation, history: list[Transition]) -> list:
         program = self.program
         content = render_agent_prompt(
-            self.template, self.fields(task, observation, history),
+            self.template,
+            agent_fields(task, observation, history, self.action_space, self.history_steps),
             instruction=program.instruction if program else None,
             demos=program.demos if program else ())
         return [{"role": "user", "content": content}]

@@ -509,6 +509,8 @@ async def run_fidelity(
         judge_cfg = getattr(judge, "cfg", None)
         judge_info = {"model": getattr(judge_cfg, "model", ""), "samples": cfg.judge_samples,
                       "judged": scores["judged"], "unparseable": scores["unparseable"]}
+        if hasattr(judge, "usage"):  # a gateway: the judge's calls, tokens and cost
+            judge_info["usage"] = asdict(judge.usage)
 
     report: dict[str, Any] = {
         **meta,

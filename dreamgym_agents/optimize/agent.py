@@ -22,7 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dreamgym_agents.episodes.agent import Decision, render_history, template_instruction
+from dreamgym_agents.episodes.agent import (
+    Decision,
+    agent_fields,
+    render_history,
+    template_instruction,
+)
 from dreamgym_agents.episodes.graph import EnvPool, in_thread, play_episodes
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.optimize.dspy_bridge import (
@@ -37,7 +42,6 @@ from dreamgym_agents.types import Task, Trajectory, Transition, append_trajector
 if TYPE_CHECKING:
     from dreamgym_agents.episodes.env import Environment, Observation
     from dreamgym_agents.gateway.llm import Gateway
-
 
 
 @dataclass
@@ -110,16 +114,9 @@ class StepAgent:
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
-        state = observation.state
-        if observation.error:
-            state += f"\n\nError from the last action: {observation.error}"
-        admissible = observation.info.get("admissible") or []
-        options = ("\n# Actions you can take now\n" + "\n".join(map(str, admissible)) + "\n"
-                   if admissible else "")
-        call = functools.partial(self.predictor, intent=task.intent,
-                                 action_space=self.action_space, options=options,
-                                 history=render_history(history, self.history_steps),
-                                 state=state)
+        fields = agent_fields(task, observation, history, self.action_space,
+                              self.history_steps)
+        call = functools.partial(self.predictor, **fields)
         pred = await in_thread(None, call)
         return Decision(action=str(pred.action or ""), reasoning=str(pred.reasoning or ""))
 

@@ -302,7 +302,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     tokenizer, model = load_causal_lm(source)
     _add_turn_tokens(tokenizer, model, turn_format(tokenizer, policy_cfg.turn_format))
     if cfg.lora_r:
-        model = _with_lora(model, cfg.lora_r)
+        model = with_lora(model, cfg.lora_r)
     policy = PolicyModel(model, tokenizer, policy_cfg)
     examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed, cfg.novel_swaps)
     rows, cut = sft_rows(policy, examples, cfg.max_length, cfg.env_loss_weight)
@@ -341,7 +341,9 @@ def _add_turn_tokens(tokenizer: Any, model: Any, layout: str) -> None:
         model.resize_token_embeddings(len(tokenizer))
 
 
-def _with_lora(model: Any, rank: int) -> Any:
+def with_lora(model: Any, rank: int) -> Any:
+    """``model`` with LoRA adapters of ``rank`` on every linear layer (alpha 2r, no dropout):
+    the one LoRA setup of the policy's SFT and GRPO."""
     try:
         import peft
     except ImportError:

@@ -45,6 +45,7 @@ from dreamgym_agents.policy.model import (
     save_policy_settings,
     turn_format,
 )
+from dreamgym_agents.policy.sft import with_lora
 from dreamgym_agents.rl.curriculum import Curriculum
 from dreamgym_agents.types import Task, Trajectory, append_trajectory
 
@@ -88,6 +89,9 @@ class GRPOStageConfig:
             real: browsers).
         seed: Seed of task order and sampling.
         bf16: bfloat16 autocast of the scoring passes (None: where the CPU computes it natively).
+        lora_r: LoRA rank (0: every weight is trained): only the adapters learn, the
+            reference of the KL term is the adapters switched off, and they are merged into the
+            saved checkpoint.
     """
 
     num_generations: int = 4
@@ -106,8 +110,11 @@ class GRPOStageConfig:
     concurrency: int = 16
     seed: int = 0
     bf16: bool | None = None
+    lora_r: int = 0
 
     def __post_init__(self) -> None:
+        if self.lora_r < 0:
+            raise ConfigError(f"lora_r must be >= 0 (0: no LoRA), got {self.lora_r}")
         if self.num_generations < 2:
             raise ConfigError(f"num_generations must be at least 2 (GRPO compares rollouts of "
                               f"one task), got {self.num_generations}")
@@ -563,6 +570,8 @@ def train_grpo(
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     tokenizer, model = load_causal_lm(policy_path)
+    if cfg.lora_r:
+        model = with_lora(model, cfg.lora_r)
     # the compact layout's markers (the rollouts' book says where every turn starts anyway)
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
@@ -622,7 +631,8 @@ def train_grpo(
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     result = trainer.train()
     save = out / "policy"
-    trainer.model.save_pretrained(str(save))
+    trained = trainer.model.merge_and_unload() if cfg.lora_r else trainer.model
+    trained.save_pretrained(str(save))
     tokenizer.save_pretrained(str(save))
     save_policy_settings(save, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format))
     c = rollout.counters
@@ -632,7 +642,7 @@ def train_grpo(
             "real_transitions": c.real_transitions,
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
-            "seconds": round(time.perf_counter() - start, 1),
+            "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
             "curriculum": vars(curriculum.stats) if curriculum else None}
 
 
