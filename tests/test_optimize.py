@@ -38,9 +38,9 @@ def test_a_template_renders_as_written_without_a_program(name):
 def test_a_program_replaces_the_instruction_and_shows_its_worked_examples():
     template = load_prompt("agent.md")
     old = template_instruction(template)
-    text = render_agent_prompt(template, FIELDS, instruction="Open the fridge first.",
+    text = render_agent_prompt(template, FIELDS, instruction="Open the fridge {id} first.",
                                demos=[DEMO])
-    assert old not in text and "# How to act\nOpen the fridge first.\n" in text
+    assert old not in text and "# How to act\nOpen the fridge {id} first.\n" in text
     examples, task = text.index("# Worked examples"), text.index("# Task\n")
     assert examples < task  # the examples come before the task at hand
     assert "put a mug in {the} sink" in text and "<action>take mug 1 from sink 1</action>" in text

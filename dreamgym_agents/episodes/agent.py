@@ -123,9 +123,9 @@ def render_agent_prompt(template: str, fields: dict[str, str], *, instruction: s
     prompt: the agent plays with it and the DSPy adapter optimises through it.
     """
     text = template
-    if instruction is not None:
-        old = template_instruction(template)
-        text = text.replace(old, instruction.strip(), 1)
+    if instruction is not None:  # literal braces of a written instruction survive str.format
+        new = instruction.strip().replace("{", "{{").replace("}", "}}")
+        text = text.replace(template_instruction(template), new, 1)
     if demos:
         examples = "\n\n".join(f"## Example {i}\n{render_demo(d)}"
                                  for i, d in enumerate(demos, 1))
