@@ -63,6 +63,8 @@ def main() -> None:
                         help="Steps per episode of the untrained model (it writes long).")
     parser.add_argument("--max-action-tokens", type=int, default=24)
     parser.add_argument("--constrained", action="store_true")
+    parser.add_argument("--show-options", action="store_true",
+                        help="List the state's commands in each turn (policy_view.show_options).")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -73,9 +75,11 @@ def main() -> None:
     demos = read_offline(bundle.demos_file, collectors=("oracle",))[:args.episodes]
     tasks = family.load_tasks("test")[:args.eval_limit]
     view = PolicyConfig(turn_format="chat", constrained_decoding=False,
-                        max_action_tokens=args.max_action_tokens)
+                        max_action_tokens=args.max_action_tokens,
+                        show_options=args.show_options)
     report: dict = {"checkpoint": args.checkpoint, "task": args.task, "test_tasks": len(tasks),
-                    "demo_episodes": len(demos), "lora_r": args.lora_r, "steps": args.steps}
+                    "demo_episodes": len(demos), "lora_r": args.lora_r, "steps": args.steps,
+                    "show_options": args.show_options}
 
     def evaluate(checkpoint: str, name: str, steps: int, cfg: PolicyConfig) -> dict:
         started = time.perf_counter()

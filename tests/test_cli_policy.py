@@ -58,6 +58,7 @@ def test_a_pretrained_policy_trains_at_its_own_rates_unless_set():
     assert hf.sft.learning_rate == PRETRAINED_SFT_LR and hf.sft.max_steps == PRETRAINED_SFT_STEPS
     assert hf.dream.learning_rate == hf.s2r.learning_rate == PRETRAINED_RL_LR
     assert hf.sft.entity_swaps == 0
+    assert hf.policy_view.show_options and not embedded.policy_view.show_options
     chosen = _pipeline_config("quick", 0, "hf/some/checkpoint", None, None,
                               ["sft.learning_rate=3e-4", "dream.learning_rate=1e-5"], "webarena")
     assert chosen.sft.learning_rate == 3e-4 and chosen.dream.learning_rate == 1e-5
@@ -151,3 +152,21 @@ def test_tiny_run_end_to_end_on_alfworld(tmp_path, monkeypatch, capsys):
         evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
         assert evaluated and {t.task.family for t in evaluated} == {"alfworld"}
         assert {t.task.split for t in evaluated} == {"test"}
+
+
+def test_a_turn_lists_the_states_commands_only_when_asked():
+    pytest.importorskip("alfworld")
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.policy.model import PolicyConfig, turn_text, view_record
+
+    family = make_family("alfworld")
+    task = family.load_tasks("test")[0]
+    state = family.state_format().initial_state(task)
+    plain = turn_text(task, state, cfg=PolicyConfig())
+    listed = turn_text(task, state, cfg=PolicyConfig(show_options=True))
+    assert "Commands:" not in plain and listed.startswith(plain.split("\nTask:")[0])
+    commands = listed.split("Commands: ", 1)[1].split("\n", 1)[0].split("; ")
+    assert "look" in commands or any(c.startswith("go to ") for c in commands)
+    # off, the setting is left out of the records warm starts and bundles are matched by
+    assert "show_options" not in view_record(PolicyConfig())
+    assert view_record(PolicyConfig(show_options=True))["show_options"] is True

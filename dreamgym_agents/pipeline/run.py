@@ -205,10 +205,12 @@ PRETRAINED_RL_LR = 5e-6
 def pretrained_defaults(cfg: PipelineConfig) -> PipelineConfig:
     """``cfg`` with the settings a pretrained checkpoint trains at (its policy ``hf/…``),
     before a config file and ``--set`` apply: learning rates and SFT steps, no entity swaps
-    (a pretrained model copies from its context already)."""
+    (a pretrained model copies from its context already), the state's commands listed in
+    each turn where the family knows them."""
     cfg.sft.learning_rate = PRETRAINED_SFT_LR
     cfg.sft.max_steps = PRETRAINED_SFT_STEPS
     cfg.sft.entity_swaps = 0
+    cfg.policy_view.show_options = True  # copy a command the state accepts, where listed
     for stage in (cfg.dream, cfg.s2r):
         stage.learning_rate = PRETRAINED_RL_LR
     return cfg

@@ -80,6 +80,9 @@ class PolicyConfig:
             user message, the action as the assistant's answer, ended by the template's end
             of turn; a pretrained chat model keeps the format it was tuned on) or ``auto``
             (compact when the tokenizer has the markers, else chat when it has a template).
+        show_options: List the commands the state accepts in each turn (a family whose view
+            knows them: ALFWorld's admissible commands), for a pretrained model to copy
+            from; the embedded policy decodes within them instead.
     """
 
     max_action_tokens: int = 48
@@ -93,6 +96,7 @@ class PolicyConfig:
     mark_task_terms: bool = True
     extractive_answers: bool = True
     turn_format: str = "auto"
+    show_options: bool = False
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -124,10 +128,13 @@ TURN_FORMATS = ("auto", "compact", "chat")
 def view_record(view: PolicyConfig | dict[str, Any]) -> dict[str, Any]:
     """A policy view as records compare it (a warm start's key, a bundle's measured episodes):
     ``turn_format`` left out at ``auto`` or ``compact``, the layout the embedded policy (which
-    has the markers) always had, so records made before the setting existed still match."""
+    has the markers) always had, and ``show_options`` when off, so records made before the
+    settings existed still match."""
     shown = dict(asdict(view) if isinstance(view, PolicyConfig) else view)
     if shown.get("turn_format") in ("auto", "compact"):
         del shown["turn_format"]
+    if not shown.get("show_options", True):
+        del shown["show_options"]
     return shown
 
 
@@ -179,13 +186,14 @@ class PlainView:
     def __init__(self, options: Any = None) -> None:
         self.options = options
 
-    @staticmethod
-    def page(state: str, intent: str, cfg: PolicyConfig) -> str:
+    def page(self, state: str, intent: str, cfg: PolicyConfig) -> str:
         del intent
         out = [ln if len(ln) <= cfg.max_text_chars else ln[:cfg.max_text_chars] + "…"
                for ln in state.strip().splitlines()]
         if len(out) > cfg.max_state_lines:
             out = [*out[:cfg.max_state_lines], f"(… {len(out) - cfg.max_state_lines} more lines)"]
+        if cfg.show_options and self.options is not None:
+            out.append("Commands: " + "; ".join(self.options(state)))
         return "\n".join(out)
 
     @staticmethod
