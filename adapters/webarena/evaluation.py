@@ -3,30 +3,36 @@
 Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
 
 - ``string_match`` compares the agent's final answer with ``eval.reference_answers``:
-  ``exact_match`` (after :func:`clean_answer`), ``must_include`` (each item contained; a list
-  holding a single one-character item is checked as a token so that ``"0"`` does not match
-  ``"10"``; items may list ``" |OR| "`` alternatives), ``fuzzy_match`` (an LLM judge per
-  reference; the reference ``"N/A"`` means the task is unachievable: an answer of ``N/A`` passes,
-  otherwise the unachievable-task judge compares the answer with ``eval.string_note``).
+  ``exact_match`` (after :func:`clean_answer`), ``must_include`` (each item contained, as
+  written: ``" |OR| "`` is no separator here; a list holding a single one-character item is
+  checked as a token of NLTK's ``word_tokenize``, so that ``"2"`` matches neither ``"12"``
+  nor ``"3/2"``), ``fuzzy_match`` (an LLM judge per reference; the reference ``"N/A"`` means
+  the task is unachievable: an answer of ``N/A`` passes, otherwise the unachievable-task judge
+  compares the answer with ``eval.string_note``; with no judge configured such an answer
+  scores 0 and the check says it was not judged).
 - ``url_match`` ("GOLD in PRED"): some reference base URL (host + path, trailing ``/`` removed)
   is a substring of the page's, and every reference query parameter has one of its reference
   values in the page's query; ``" |OR| "`` separates alternative references (as in WebArena,
   the query parameters of all alternatives are pooled: each key must match one of its values).
 - ``program_html``: for each target, open its URL (``"last"``: stay on the current page), select
   content with its locator and check ``required_contents`` (``exact_match``, ``must_include``
-  with ``" |OR| "`` alternatives, or ``must_exclude``).
+  with ``" |OR| "`` alternatives, ``must_exclude``, or, as WebArena-Lite writes some,
+  ``fuzzy_match``: the LLM judge compares the selection with the references joined by ``, ``).
 
-The score of a task is the product of its evaluators' scores. Differences from WebArena, all
-deliberate: no ``eval()`` of config strings (``func:`` helpers are parsed and looked up by
-name), the URL for ``url_match`` and ``__last_url__`` is the page's URL when evaluation starts
-(so a ``program_html`` navigation cannot change it), the empty locator selects the page's HTML
-followed by its visible text (so a phrase split by tags is still found), and waits after
-navigation use the page's load event instead of a fixed three-second sleep.
+The score of a task is the product of its evaluators' scores. WebArena-Lite's task 81 writes
+``must_include`` as a string: read as a one-item list (WebArena's code asserts a list).
+Differences from WebArena, all deliberate: no ``eval()`` of config strings (``func:`` helpers
+are parsed and looked up by name), the URL for ``url_match`` and ``__last_url__`` is the
+page's URL when evaluation starts (so a ``program_html`` navigation cannot change it), the
+empty locator selects the page's HTML followed by its visible text (so a phrase split by tags
+is still found), and waits after navigation use the page's load event instead of a fixed
+three-second sleep.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import html
 import logging
 import re
@@ -45,7 +51,7 @@ from dreamgym_agents.adapters.webarena.judge import (  # noqa: F401 - re-exporte
     unachievable_messages,
 )
 from dreamgym_agents.adapters.webarena.page_helper import Helper, call_helper
-from dreamgym_agents.errors import ConfigError, EnvError, TaskError
+from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError, TaskError
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +74,8 @@ def task_eval_types(task: Any) -> list[str]:
 
 
 STRING_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "fuzzy_match")
-CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_exclude")
+CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_exclude",
+                                       "fuzzy_match")
 OR_SEPARATOR = " |OR| "
 NOT_ACHIEVABLE = "N/A"
 JUDGE_HINT = "this task needs an LLM judge: pass --judge MODEL"
@@ -91,16 +98,31 @@ def clean_answer(answer: str) -> str:
     return answer.lower()
 
 
-_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|\w+|[^\w\s]", re.UNICODE)
+@functools.cache
+def _nltk_tokenizers() -> tuple[Any, Any]:
+    """NLTK's sentence splitter and word tokenizer (``word_tokenize``'s parts): Punkt with its
+    English model when NLTK's data is installed, else Punkt's untrained defaults (the model is
+    a download; they split sentences alike on ordinary text)."""
+    try:
+        from nltk.tokenize import NLTKWordTokenizer
+        from nltk.tokenize.punkt import PunktSentenceTokenizer
+    except ImportError:
+        raise MissingExtraError("nltk", "web") from None
+    try:
+        from nltk.tokenize import PunktTokenizer
+
+        sentences = PunktTokenizer("english")  # NLTK's data (punkt_tab), when installed
+    except (LookupError, OSError, ValueError, ImportError):
+        sentences = PunktSentenceTokenizer()
+    return sentences, NLTKWordTokenizer()
 
 
 def word_tokenize(text: str) -> list[str]:
-    """Split text into words, numbers and punctuation.
-
-    A dependency-free stand-in for ``nltk.word_tokenize`` sufficient for WebArena's use (is a
-    one-character reference a token of the answer?): ``"$12.99"`` gives ``["$", "12.99"]``.
-    """
-    return _TOKEN.findall(text)
+    """``nltk.word_tokenize``, as WebArena tokenizes answers: sentences by Punkt, then NLTK's
+    Treebank-style word tokenizer (``"3/2."`` gives ``["3/2", "."]``, ``"$12.99"`` gives
+    ``["$", "12.99"]``)."""
+    sentences, words = _nltk_tokenizers()
+    return [token for sentence in sentences.tokenize(text) for token in words.tokenize(sentence)]
 
 
 def exact_match(ref: str, pred: str) -> float:
@@ -223,7 +245,7 @@ def _validate_string_match(ev: Mapping[str, Any], where: str) -> None:
             )
         if approach == "exact_match" and not isinstance(value, str):
             raise TaskError(f"{where}reference_answers.exact_match must be a string")
-        if approach == "must_include" and not _is_str_list(value):
+        if approach == "must_include" and not (_is_str_list(value) or isinstance(value, str)):
             raise TaskError(f"{where}reference_answers.must_include must be a list of strings")
         if approach == "fuzzy_match":
             if value == NOT_ACHIEVABLE:
@@ -270,7 +292,8 @@ def _validate_program_html(ev: Mapping[str, Any], where: str) -> None:
             )
         if approach == "exact_match" and not isinstance(value, str):
             raise TaskError(f"{where}program_html[{i}] exact_match must be a string")
-        if approach != "exact_match" and not _is_str_list(value):
+        if approach != "exact_match" and not _is_str_list(value) and not (
+                approach == "fuzzy_match" and isinstance(value, str)):
             raise TaskError(f"{where}program_html[{i}] {approach} must be a list of strings")
 
 
@@ -375,8 +398,7 @@ def evaluate_task(
     validate_config(config)
     ev = config["eval"]
     eval_types = list(ev["eval_types"])
-    needs_judge = "string_match" in eval_types and "fuzzy_match" in ev["reference_answers"]
-    if needs_judge and judge is None:
+    if judge is None and needs_judge(config):
         raise ConfigError(JUDGE_HINT)
     needs_page = [t for t in eval_types if t in ("url_match", "program_html")]
     if needs_page and page is None:
@@ -390,12 +412,24 @@ def evaluate_task(
         elif eval_type == "url_match":
             detail = _eval_url(ev, start_url, site_urls)
         elif eval_type == "program_html":
-            detail = _eval_html(ev, page, start_url, site_urls, helpers, settle_s)
+            detail = _eval_html(config, page, start_url, site_urls, helpers, settle_s, judge)
         else:  # validate_config already rejects these; kept for a clear error if it changes
             raise TaskError(f"{_where(config)}unknown eval type {eval_type!r}")
         details.append(detail)
         score *= detail["score"]
     return EvalResult(score=score, details=details)
+
+
+def needs_judge(config: Mapping[str, Any]) -> bool:
+    """Whether scoring the task always takes the LLM judge: a ``fuzzy_match`` reference other
+    than ``N/A`` (an ``N/A`` task needs it only for an answer other than ``N/A``)."""
+    ev = config.get("eval") or {}
+    types = ev.get("eval_types") or []
+    refs = ev.get("reference_answers") or {}
+    if "string_match" in types and "fuzzy_match" in refs and refs["fuzzy_match"] != NOT_ACHIEVABLE:
+        return True
+    return "program_html" in types and any(
+        "fuzzy_match" in (t.get("required_contents") or {}) for t in ev.get("program_html") or [])
 
 
 def _eval_string(config: Mapping[str, Any], answer: str | None, judge: Judge | None) -> dict:
@@ -410,16 +444,20 @@ def _eval_string(config: Mapping[str, Any], answer: str | None, judge: Judge | N
             checks.append({"approach": approach, "reference": value, "score": s})
             score *= s
         elif approach == "must_include":
-            for item in value:
-                s = must_include_any(item, pred, tokenize=len(value) == 1)
+            items = [value] if isinstance(value, str) else value  # WebArena-Lite's task 81
+            for item in items:
+                s = must_include(item, pred, tokenize=len(items) == 1)
                 checks.append({"approach": approach, "reference": item, "score": s})
                 score *= s
         elif approach == "fuzzy_match":
-            assert judge is not None  # checked by evaluate_task
             if value == NOT_ACHIEVABLE:
                 s = exact_match(NOT_ACHIEVABLE, pred)
                 check = {"approach": approach, "reference": NOT_ACHIEVABLE, "score": s}
-                if s != 1.0:
+                if s != 1.0 and judge is None:
+                    # an answer other than N/A needs the unachievable-task judge: none is
+                    # configured, so it is not judged (scored 0, and said so)
+                    check["judge"] = "none: pass --judge MODEL to judge this answer"
+                elif s != 1.0:
                     reason = ev.get("string_note", "")
                     ua = getattr(judge, "unachievable", judge)
                     s = float(ua(intent, reason, pred))
@@ -428,6 +466,7 @@ def _eval_string(config: Mapping[str, Any], answer: str | None, judge: Judge | N
                 # WebArena replaces (rather than multiplies) the score here.
                 score = s
             else:
+                assert judge is not None  # checked by evaluate_task
                 for reference in value:
                     if not pred:
                         s = 1.0 if not reference else 0.0
@@ -481,13 +520,15 @@ def _select(page: Any, target: Mapping[str, Any], helpers: Mapping[str, Helper] 
 
 
 def _eval_html(
-    ev: Mapping[str, Any],
+    config: Mapping[str, Any],
     page: Any,
     start_url: str,
     site_urls: Mapping[str, str],
     helpers: Mapping[str, Helper] | None,
     settle_s: float,
+    judge: Judge | None = None,
 ) -> dict:
+    ev = config["eval"]
     score = 1.0
     checks: list[dict[str, Any]] = []
     for target in ev["program_html"]:
@@ -520,6 +561,11 @@ def _eval_html(
             for content in required:
                 s *= must_include_any(content, selected)
             check["reference"] = required
+        elif approach == "fuzzy_match":  # WebArena-Lite: one judgement of all the references
+            assert judge is not None  # checked by evaluate_task
+            reference = required if isinstance(required, str) else ", ".join(required)
+            s = float(judge(config["intent"], reference, selected)) if selected else 0.0
+            check.update(reference=reference, judge="fuzzy")
         else:  # must_exclude
             s = 1.0
             for content in required:

@@ -74,8 +74,8 @@ def config_to_task(config: Any, *, split: str, source: str) -> Task:
         raise TaskError(f"{source}: each task config must be a JSON object")
     try:
         validate_config(config)
-    except TaskError as exc:
-        raise TaskError(f"{source}: task {config.get('task_id', '?')}: {exc}") from None
+    except TaskError as exc:  # its message names the task already
+        raise TaskError(f"{source}: {exc}") from None
     return Task(
         task_id=str(config["task_id"]),
         family="webarena",
@@ -392,8 +392,9 @@ class WebArenaFamily:
         return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg))
 
     def _bind(self, task: Task, cfg: EnvConfig) -> tuple[dict[str, Any], Any]:
-        needs_judge = "fuzzy_match" in (task.config.get("eval", {}).get("reference_answers") or {})
-        if needs_judge and self._judge is None:
+        from dreamgym_agents.adapters.webarena.evaluation import needs_judge
+
+        if self._judge is None and needs_judge(task.config):
             raise ConfigError(f"task {task.task_id} needs an LLM judge: pass --judge MODEL")
         if self._site is not None and not self.uses_real_sites:
             base = self._site.new_instance(login=bool(task.config.get("require_login", True)))
