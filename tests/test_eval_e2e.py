@@ -199,3 +199,27 @@ def test_collect_with_the_explorer_and_a_quitter(tmp_path):
     assert all(len(t.transitions) <= 3 for t in quit_steps)
     merged = read_trajectories(out / "offline.jsonl")
     assert len(merged) == 4 and {t.provenance for t in merged} == {"offline"}
+
+
+def test_an_episode_at_the_step_limit_is_scored_like_webarenas_early_stop(tmp_path):
+    """With score_at_step_limit (real WebArena's default), an agent that never stops is
+    evaluated on its last page at the limit; the bundled shop keeps its figures without it."""
+    config = {"sites": ["shopping"], "task_id": 9001, "require_login": False,
+              "storage_state": None, "start_url": "__SHOPPING__/category/laptops",
+              "geolocation": None, "intent_template": "x", "instantiation_dict": {},
+              "intent": "Open the laptops category", "require_reset": False,
+              "eval": {"eval_types": ["url_match"], "reference_answers": None,
+                       "reference_url": "__SHOPPING__/category/laptops", "program_html": []}}
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([config]))
+    waiting = ["eval", "--task", "webarena", "--tasks", str(tasks), "--agent", "openai/waiter",
+               "--max-steps", "2", "--set", "llm.mock_response=<action>noop()</action>"]
+    proc = dg(*waiting, "--set", "env.score_at_step_limit=true", "--out", str(tmp_path / "on"))
+    assert proc.returncode == 0, proc.stderr
+    [traj] = read_trajectories(tmp_path / "on" / "trajectories.jsonl")
+    assert traj.success and traj.termination == "max_steps" and len(traj.transitions) == 2
+    assert traj.transitions[-1].info["eval"]["answer"].startswith("Early stop")
+    proc = dg(*waiting, "--out", str(tmp_path / "off"))  # the bundled shop's default
+    assert proc.returncode == 0, proc.stderr
+    [traj] = read_trajectories(tmp_path / "off" / "trajectories.jsonl")
+    assert not traj.success and traj.termination == "max_steps"

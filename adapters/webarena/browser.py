@@ -206,6 +206,7 @@ class BrowserGymEnv:
         self._cleanup: Callable[[], None] | None = None
         self._obs: Observation | None = None
         self._site_urls: dict[str, str] = {}
+        self._steps = 0
 
     # -- contract ---------------------------------------------------------------------------
     def reset(self, task: Task) -> Observation:
@@ -247,6 +248,7 @@ class BrowserGymEnv:
         except Exception as exc:
             raise EnvError(f"could not start task {task.task_id}: {_one_line(exc)}") from exc
         self._obs = self._observe(obs)
+        self._steps = 0
         return self._obs
 
     def _step(self, action: str) -> StepResult:
@@ -274,6 +276,13 @@ class BrowserGymEnv:
         error = self._obs.error
         task_info = info.get("task_info", {}) or {}
         done = bool(terminated or truncated)
+        self._steps += 1
+        extra: dict[str, Any] = {}
+        if not done and self.cfg.score_at_step_limit and self._steps >= self.cfg.max_steps:
+            # WebArena's early stop: the last page is evaluated with an answer saying so
+            answer = f"Early stop: Reach max steps {self.cfg.max_steps}"
+            reward, task_info = self._env.task.score_now(self._env.page, answer)
+            done, extra = True, {"step_limit": True}
         return StepResult(
             self._obs,
             reward=float(reward),
@@ -281,7 +290,7 @@ class BrowserGymEnv:
             success=done and float(reward) >= 1.0,
             valid=not error,
             error=error,
-            info={"code": code, **({"eval": task_info} if task_info else {})},
+            info={"code": code, **({"eval": task_info} if task_info else {}), **extra},
         )
 
     def _execute(self, code: str) -> tuple[Any, ...]:

@@ -40,6 +40,8 @@ SITE_VARIABLES: dict[str, str] = {
 """WebArena site name → environment variable holding its base URL."""
 
 BUNDLED_TASK_DIR = "webarena_shopping"
+REAL_MAX_STEPS = 30
+"""WebArena's step limit (its ``run.py --max_steps``), the default on real sites."""
 SPLITS = ("train", "validation", "test")
 
 
@@ -131,11 +133,13 @@ def _make_browsergym_task_class() -> type:
             site_urls: dict | None = None,
             judge: Any = None,
             timeout_ms: int = 5000,
+            helpers: dict | None = None,
         ) -> None:
             super().__init__(seed or 0)
             self.config = config or {}
             self.site_urls = site_urls or {}
             self.judge = judge
+            self.helpers = helpers
             self.slow_mo = 0
             self.timeout = timeout_ms
 
@@ -156,10 +160,21 @@ def _make_browsergym_task_class() -> type:
             # report_infeasible is WebArena's "N/A" answer.
             answer = "N/A" if last["role"] == "infeasible" else last["message"]
             result = evaluate_task(
-                self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge
+                self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge,
+                helpers=self.helpers,
             )
             return result.score, True, "", {"score": result.score, "details": result.details,
                                             "answer": answer}
+
+        def score_now(self, page: Any, answer: str) -> tuple[float, dict]:
+            """Evaluate the episode as if the agent stopped here with ``answer`` (WebArena's
+            early stop at its step limit)."""
+            result = evaluate_task(
+                self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge,
+                helpers=self.helpers,
+            )
+            return result.score, {"score": result.score, "details": result.details,
+                                  "answer": answer, "early_stop": True}
 
     return _WebArenaConfigTask
 
@@ -384,9 +399,18 @@ class WebArenaFamily:
         return (f"bundled shopping site at {self._site.root_url} (seed {cfg.seed}; "
                 "set SHOPPING=URL for a real one)")
 
+    @property
+    def default_max_steps(self) -> int | None:
+        """WebArena's 30 steps on real sites (None: the toolkit's default on the bundled shop)."""
+        return REAL_MAX_STEPS if self.uses_real_sites else None
+
     def make_env(self, cfg: EnvConfig) -> Environment:
+        from dataclasses import replace
+
         from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
+        if cfg.score_at_step_limit is None:  # WebArena scores its early stops; the shop's
+            cfg = replace(cfg, score_at_step_limit=self.uses_real_sites)  # figures never did
         if self._task_class is None:
             self._task_class = _make_browsergym_task_class()
         return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg))
@@ -413,8 +437,40 @@ class WebArenaFamily:
             "site_urls": site_urls,
             "judge": self._judge,
             "timeout_ms": int(cfg.step_timeout_s * 1000),
+            "helpers": self._helpers(),
         }
         return kwargs, cleanup
+
+    def _helpers(self) -> dict[str, Any]:
+        """The ``func:`` helpers beyond the built-in ones: the shopping REST helpers, with
+        WebArena's admin account, when a real shopping site is configured."""
+        from dreamgym_agents.adapters.webarena.accounts import account, shopping_helpers
+
+        if "SHOPPING" not in self._sites:
+            return {}
+        return shopping_helpers(self._sites["SHOPPING"],
+                                account("shopping_site_admin", self._environ))
+
+    def unscorable(self, tasks: list[Task], cfg: EnvConfig) -> dict[str, str]:
+        """The tasks this setup cannot score, by id, with the reason (checked before a run):
+        an LLM judge needed and none given, a ``func:`` helper this toolkit lacks, or the
+        shopping REST helpers without a real shopping site (the bundled one has no such API)."""
+        from dreamgym_agents.adapters.webarena.accounts import SHOPPING_REST_HELPERS
+        from dreamgym_agents.adapters.webarena.evaluation import needs_judge
+        from dreamgym_agents.adapters.webarena.page_helper import BUILTIN_HELPERS, helper_names
+
+        known = set(BUILTIN_HELPERS) | set(SHOPPING_REST_HELPERS)
+        out: dict[str, str] = {}
+        for task in tasks:
+            used = helper_names(task.config)
+            if not cfg.judge_model and needs_judge(task.config):
+                out[task.task_id] = "needs an LLM judge (pass --judge MODEL)"
+            elif used - known:
+                out[task.task_id] = f"uses the helper {sorted(used - known)[0]}, not implemented"
+            elif used & set(SHOPPING_REST_HELPERS) and "SHOPPING" not in self._sites:
+                out[task.task_id] = ("checks the shopping site's admin REST API, which only a "
+                                     "real Magento site has (set SHOPPING=URL)")
+        return out
 
     def close(self) -> None:
         with self._lock:

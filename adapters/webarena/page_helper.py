@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -80,9 +81,18 @@ BUILTIN_HELPERS: dict[str, Helper] = {
 }
 """``func:`` helpers that work on any site. WebArena's shopping helpers
 (``shopping_get_latest_order_url`` …) query Magento's admin REST API with the site's admin
-account; pass implementations through ``helpers=`` to evaluate those tasks."""
+account: :func:`~dreamgym_agents.adapters.webarena.accounts.shopping_helpers` makes them for a
+site, passed through ``helpers=``."""
 
 _PAGE_NAMES = frozenset({"page", "__page__"})
+_FUNC = re.compile(r"func:\s*([A-Za-z_]\w*)\s*\(")
+
+
+def helper_names(config: Mapping[str, Any]) -> set[str]:
+    """The ``func:`` helpers a task config's ``program_html`` targets call."""
+    targets = (config.get("eval") or {}).get("program_html") or []
+    return {name for t in targets for field in ("url", "locator")
+            for name in _FUNC.findall(str(t.get(field) or ""))}
 
 
 def call_helper(expression: str, *, page: Any, helpers: Mapping[str, Helper] | None = None) -> str:

@@ -73,7 +73,8 @@ def eval_command(
     limit: LimitOpt = None,
     concurrency: ConcurrencyOpt = 2,
     max_steps: Annotated[
-        int | None, typer.Option("--max-steps", min=1, help="Steps per episode [15].")
+        int | None, typer.Option("--max-steps", min=1,
+                                 help="Steps per episode [15; real WebArena sites: 30].")
     ] = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed (site data, random agent) [0].")
@@ -81,6 +82,10 @@ def eval_command(
     judge: Annotated[
         str | None, typer.Option("--judge", help="Model for fuzzy_match evaluators.")
     ] = None,
+    skip_unscorable: Annotated[
+        bool, typer.Option("--skip-unscorable", help="Play only the tasks this setup can score "
+                           "(default: refuse the run, naming the others).")
+    ] = False,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -90,16 +95,20 @@ def eval_command(
 
     setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
-    # Precedence: --set, then explicit flags, then the config file, then defaults.
+    family = make_family(task)
+    # Precedence: --set, then explicit flags, then the config file, then the family's
+    # default (real WebArena: 30 steps), then the defaults.
     flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
              if v is not None}
-    env_cfg = sections.configure(EnvConfig(), "env", flags)
+    default_steps = getattr(family, "default_max_steps", None)
+    env_cfg = sections.configure(EnvConfig(**({"max_steps": default_steps}
+                                              if default_steps else {})), "env", flags)
     seed = env_cfg.seed
 
-    family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
+    tasks = scorable(family, tasks, env_cfg, skip=skip_unscorable)
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
                          concurrency=concurrency, program=program)
     meta = {
@@ -116,6 +125,36 @@ def eval_command(
         family.close()
     print_summary(console, result.summary, out)
     raise_if_failed(result, out)
+
+
+def scorable(family: Any, tasks: list, env_cfg: Any, *, skip: bool) -> list:
+    """``tasks``, checked before a step is spent: the family names those it cannot score
+    (``TaskFamily.unscorable``, optional); they refuse the run in one line, or, with ``skip``,
+    are left out with a warning.
+
+    Raises:
+        ConfigError: Some tasks cannot be scored and ``skip`` is off.
+    """
+    check = getattr(family, "unscorable", None)
+    refused = check(tasks, env_cfg) if check is not None else {}
+    if not refused:
+        return tasks
+    by_reason: dict[str, list[str]] = {}
+    for task_id, reason in refused.items():
+        by_reason.setdefault(reason, []).append(str(task_id))
+    text = "; ".join(f"{len(ids)} {reason}: {_ids(ids)}" for reason, ids in by_reason.items())
+    head = f"{len(refused)} of {len(tasks)} task(s) cannot be scored here: {text}"
+    if not skip:
+        raise ConfigError(f"{head} (--skip-unscorable plays the other {len(tasks) - len(refused)})")
+    logging.getLogger(__name__).warning("%s: left out", head)
+    kept = [t for t in tasks if t.task_id not in refused]
+    if not kept:
+        raise ConfigError(f"{head}: none left to play")
+    return kept
+
+
+def _ids(ids: list[str], shown: int = 8) -> str:
+    return ", ".join(ids[:shown]) + (f" … (+{len(ids) - shown})" if len(ids) > shown else "")
 
 
 def _run(console: Any, family: Any, env_cfg: Any, tasks: list, agent: Any, out: Path,

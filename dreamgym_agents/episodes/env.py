@@ -178,6 +178,9 @@ class EnvConfig:
         screenshots: Capture a screenshot at every browser step (for vision agents; slower).
         expert: Families with an expert planner (ALFWorld) offer its plan in each observation
             (what the oracle follows); False saves the planning when no agent needs it.
+        score_at_step_limit: Score an episode that reaches ``max_steps`` as if the agent
+            stopped there (WebArena's early stop: its final page is evaluated); None: the
+            family's choice (real WebArena sites: yes; the bundled shop and others: no).
     """
 
     max_steps: int = 15
@@ -189,6 +192,7 @@ class EnvConfig:
     seed: int = 0
     screenshots: bool = False
     expert: bool = True
+    score_at_step_limit: bool | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

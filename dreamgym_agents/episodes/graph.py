@@ -137,7 +137,9 @@ async def environment_node(
         info={**result.info, **({"raw": decision["raw"]} if decision.get("raw") else {}),
               **({"truncated": True} if out_of_steps else {})},
     )
-    termination = "done" if result.done else ("max_steps" if out_of_steps else "")
+    # an environment that scores an episode at the step limit ends it there itself
+    limit = out_of_steps or bool(result.info.get("step_limit"))
+    termination = "max_steps" if limit else ("done" if result.done else "")
     return {
         "transitions": [asdict(transition)],
         "observation": asdict(result.observation),
