@@ -112,8 +112,8 @@ def test_a_program_for_an_offline_agent_or_another_family_is_refused(tmp_path):
               "--out", str(tmp_path / "o2"), "--limit", "1")
     assert_one_line_error(proc, "not the agent of 'webarena'")
     proc = dg("optimize", "--task", "alfworld", "--model", "openai/m", "--target",
-              "task-generator", "--out", str(tmp_path / "o3"))
-    assert_one_line_error(proc, "not implemented yet")
+              "planner", "--out", str(tmp_path / "o3"))
+    assert proc.returncode != 0 and "planner" in proc.stderr
 
 
 @pytest.mark.slow
@@ -229,3 +229,34 @@ def test_optimize_the_experience_prompt_by_fidelity_on_held_out_real_steps(tmp_p
                  "--set", f"experience.program={out / 'program.json'}",
                  "--set", f"llm.mock_response={EM_ANSWER}"])
     assert code == 0
+
+
+def test_optimize_the_task_generator_by_the_share_of_variants_the_curriculum_accepts(tmp_path):
+    pytest.importorskip("dspy")
+    from dreamgym_agents.cli.main import main
+    from dreamgym_agents.rl.curriculum import CurriculumConfig
+
+    answer = json.dumps({"candidates": [
+        {"intent": "Tell me the price of the cheapest laptop the shop sells", "params": {}},
+        {"intent": "x"}], "choice": 0})  # one new feasible variant, one malformed
+    proposal = json.dumps({"new_instruction": "Propose variants with real products only."})
+    out = tmp_path / "gen"
+    assert main(["optimize", "--target", "task-generator", "--task", "webarena", "--model",
+                 "openai/scripted-gen", "--out", str(out), "--budget", "8",
+                 "--set", "optimize.train_tasks=2", "--set", "optimize.val_tasks=2",
+                 "--set", f"agent.mock_response={answer}",
+                 "--set", f"reflection.mock_response={proposal}"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scores"]["validation_accepted_before"] == 0.5  # by the curriculum's rules
+    assert summary["usage"]["generator"]["calls"] >= 4 and summary["real_transitions"] == 0
+    program = load_program(str(out / "program.json"))
+    assert program.target == "task-generator" and program.template == "task_generator.md"
+    # the curriculum's generator is prompted by it
+    cfg = CurriculumConfig(generator="openai/scripted-gen", generator_program=str(
+        out / "program.json"), generator_llm={"mock_response": answer})
+    generator = cfg.llm_generator()
+    from dreamgym_agents.episodes.env import make_family
+
+    seed = next(t for t in make_family("webarena").load_tasks("train") if t.params)
+    assert generator.messages(seed, 4)[0]["content"].startswith(program.instruction.strip())
+    generator.gateway.close()

@@ -78,10 +78,6 @@ def optimize_command(
     from dreamgym_agents.prompts.programs import save_program
 
     setup_logging(verbose)
-    if target is Target.task_generator:
-        raise ConfigError("--target task-generator is not implemented yet: --target agent and "
-                          "--target experience optimise today (see README, 'Prompt "
-                          "optimisation')")
     console = make_console()
     sections = Sections(config, overrides, OPTIMIZE_SECTIONS)
     flags = {k: v for k, v in (("budget", budget), ("confirm_tasks", confirm)) if v is not None}
@@ -90,6 +86,10 @@ def optimize_command(
     if target is Target.experience:
         _optimize_experience(cfg, sections, family, model, reflection_model, buffer_path,
                              real or [], out, name, console)
+        return
+    if target is Target.task_generator:
+        _optimize_task_generator(cfg, sections, family, model, reflection_model, out, name,
+                                 console)
         return
     demos = _demonstrations(task, demos_file) if cfg.demos else []
     em_name, model_buffer = resolve_experience_model(experience_model, task, say=console.print)
@@ -179,6 +179,56 @@ def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
     console.print(f"real transitions played {used + more}; scores {json.dumps(scores)}")
     console.print(f"program → {path}" + (f" (use it with --set experience.program={name})"
                                          if name else ""))
+
+
+def _optimize_task_generator(cfg: Any, sections: Sections, family: Any, model: str,
+                             reflection_model: str | None, out: Path, name: str | None,
+                             console: Any) -> None:
+    from dreamgym_agents.episodes.env import spread_tasks
+    from dreamgym_agents.heldout import HeldOut
+    from dreamgym_agents.optimize.task_generator import optimize_task_generator
+    from dreamgym_agents.prompts.programs import save_program
+    from dreamgym_agents.rl.curriculum import (
+        Curriculum,
+        CurriculumConfig,
+        LLMTaskGenerator,
+        TemplateTaskGenerator,
+        grounded_in,
+    )
+
+    held_out = HeldOut.for_family(family)
+    train = held_out.keep(family.load_tasks("train"), "optimize_seeds")
+    hook = getattr(family, "task_generator", None)
+    _, feasible = (hook(train, cfg.seed) if hook is not None
+                   else (TemplateTaskGenerator(train, cfg.seed), grounded_in("", train)))
+    curriculum = Curriculum(CurriculumConfig(), None, train, feasible=feasible, seed=cfg.seed,
+                            held_out=held_out, keys=getattr(family, "task_keys", None))
+    seeds = spread_tasks(train, cfg.train_tasks + cfg.val_tasks)
+    gateway = sections.gateway(model, "agent")
+    reflection = sections.gateway(reflection_model or model, "reflection")
+    generator = LLMTaskGenerator(gateway, start_key=family.state_format().start_key)
+    try:
+        console.print(f"[bold]optimize[/] the task-generator prompt of {model} on "
+                      f"{family.name}: {len(seeds)} seed tasks → {out}")
+        out.mkdir(parents=True, exist_ok=True)
+        program, scores = optimize_task_generator(
+            generator, curriculum, reflection=reflection, seeds=seeds,
+            candidates=CurriculumConfig().candidates, budget=cfg.budget,
+            train_seeds=cfg.train_tasks, minibatch=cfg.minibatch, seed=cfg.seed, out=out,
+            family=family.name, say=console.print)
+    finally:
+        for closeable in (gateway, reflection, family):
+            closeable.close()
+    path = save_program(program, str(out / "program.json"))
+    summary = {"command": "optimize", "target": "task-generator", "task": family.name,
+               "model": model, "real_transitions": 0, "dream_episodes": 0, "scores": scores,
+               "usage": {"generator": _usage(gateway), "reflection": _usage(reflection)}}
+    if name:
+        summary["saved_as"] = str(save_program(program, name))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    console.print(f"scores {json.dumps(scores)}")
+    console.print(f"program → {path}" + (f" (use it with --set curriculum.generator_program="
+                                         f"{name})" if name else ""))
 
 
 def _read_real(path: Path) -> list:

@@ -70,6 +70,9 @@ class CurriculumConfig:
             family's feasibility check still applies).
         generator_llm: Gateway settings of that model (``LLMConfig`` fields: ``api_base``,
             ``api_key_env``, ``temperature`` …).
+        generator_program: A saved prompt program (``dg-agents optimize --target
+            task-generator``) whose instruction that model is prompted with (None: the
+            template's).
     """
 
     enabled: bool = True
@@ -80,6 +83,7 @@ class CurriculumConfig:
     pool_size: int = 64
     generator: str = "family"
     generator_llm: dict[str, Any] = field(default_factory=dict)
+    generator_program: str | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.synthetic_share <= 1.0:
@@ -102,8 +106,17 @@ class CurriculumConfig:
         """The LLM task generator :attr:`generator` names (None for ``family``)."""
         if self.generator == "family":
             return None
+        instruction = None
+        if self.generator_program:
+            from dreamgym_agents.prompts.programs import load_program
+
+            program = load_program(self.generator_program)
+            if program.target != "task-generator":
+                raise ConfigError(f"curriculum.generator_program {self.generator_program!r} "
+                                  f"prompts the {program.target}, not the task generator")
+            instruction = program.instruction
         cfg = LLMConfig(model=self.generator, **self.generator_llm)
-        return LLMTaskGenerator(Gateway(cfg), start_key=start_key)
+        return LLMTaskGenerator(Gateway(cfg), start_key=start_key, instruction=instruction)
 
 
 def reward_variance(rewards: list[float]) -> float:
@@ -235,7 +248,7 @@ class Curriculum:
         self.stats.proposed += len(candidates)
         valid: list[Task] = []
         for raw in candidates:
-            task, why = self._candidate(seed, raw)
+            task, why = self.check(seed, raw)
             if task is None:
                 kind = "malformed" if why.startswith("malformed") else "infeasible"
                 setattr(self.stats, kind, getattr(self.stats, kind) + 1)
@@ -252,7 +265,9 @@ class Curriculum:
         self._by_id[picked.task_id] = picked
         return picked
 
-    def _candidate(self, seed: Task, raw: Any) -> tuple[Task | None, str]:
+    def check(self, seed: Task, raw: Any) -> tuple[Task | None, str]:
+        """A raw candidate variant of ``seed`` as a task, or None and why it is rejected
+        (``malformed: …`` or ``infeasible: …``; the reason counts are the caller's)."""
         if not isinstance(raw, dict):
             return None, "malformed: not an object"
         intent = str(raw.get("intent") or "").strip()
@@ -310,22 +325,39 @@ class LLMTaskGenerator:
     """
 
     def __init__(self, gateway: Gateway, prompt: str = PROMPT_FILE,
-                 start_key: Callable[[Task], str] | None = None) -> None:
+                 start_key: Callable[[Task], str] | None = None,
+                 instruction: str | None = None) -> None:
         self.gateway = gateway
         self.template = load_prompt(prompt)
         self.start_key = start_key
+        self.instruction = instruction
 
-    def messages(self, seed: Task, n: int) -> list[dict[str, str]]:
+    def messages(self, seed: Task, n: int, instruction: str | None = None
+                 ) -> list[dict[str, str]]:
+        """The prompt for ``seed``; its instruction (what precedes ``# Seed task``) is
+        ``instruction``, else the generator's, else the template's own."""
         params = json.dumps(seed.params, ensure_ascii=False) if seed.params else "{}"
         template = str(seed.config.get("intent_template") or "(none)")
         start = (self.start_key(seed) if self.start_key else "") or "(not given)"
-        content = self.template.format(intent=seed.intent, template=template, params=params,
-                                       start=start, n=n)
+        head, rest = split_generator_template(self.template)
+        chosen = instruction or self.instruction
+        content = ((chosen.strip() + "\n" if chosen else head.format(n=n)) + rest.format(
+            intent=seed.intent, template=template, params=params, start=start, n=n))
         return [{"role": "user", "content": content}]
 
-    def generate(self, seed: Task, n: int) -> tuple[list[Any], int | None]:
-        completion = self.gateway.complete(self.messages(seed, n))
+    def generate(self, seed: Task, n: int, instruction: str | None = None
+                 ) -> tuple[list[Any], int | None]:
+        completion = self.gateway.complete(self.messages(seed, n, instruction))
         return parse_candidates(completion.text)
+
+
+def split_generator_template(template: str) -> tuple[str, str]:
+    """A task-generator template as (its instruction, the rest from ``# Seed task``), both
+    still to format (the instruction with ``{n}`` only)."""
+    head, sep, rest = template.partition("\n# Seed task")
+    if not sep:
+        raise ConfigError("the task-generator template has no '# Seed task' section")
+    return head, sep + rest
 
 
 def parse_candidates(text: str) -> tuple[list[Any], int | None]:
