@@ -13,7 +13,9 @@ URL map (every shop page lives under an instance base ``/i/<instance_id>``)::
     GET  <base>/cart                    cart; POST <base>/cart/update, POST <base>/cart/remove
     GET  <base>/checkout                checkout form; POST places the order
     GET  <base>/checkout/success?order=<id>
-    GET  <base>/login                   sign-in form; POST signs in; POST <base>/logout
+    GET  <base>/login                   sign-in form; POST signs in (and sets the session cookie
+                                        ``shop_session``, valid on every instance: an instance
+                                        visited with it starts signed in); POST <base>/logout
     GET  <base>/account                 account info; GET/POST <base>/account/edit
     GET  <base>/account/orders?page=N   order history; GET <base>/account/orders/<id>
 
@@ -26,8 +28,10 @@ import argparse
 import json
 import logging
 import re
+import secrets
 import threading
 from collections.abc import Callable
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
@@ -68,6 +72,7 @@ ROUTES: list[tuple[str, re.Pattern[str], Handler]] = [
     ]
 ]
 _INSTANCE_PATH = re.compile(r"^/i/([0-9a-f]+)(/.*)?$")
+SESSION_COOKIE = "shop_session"
 _ADMIN_INSTANCE = re.compile(r"^/__admin__/instances/([0-9a-f]+)/?$")
 _NOT_FOUND_HTML = ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
                    "<title>Page Not Found</title></head><body><main><h1>Page Not Found</h1>"
@@ -106,6 +111,8 @@ class ShoppingSite:
         self.seed = seed
         self.catalog: Catalog = generate_catalog(seed)
         self.store = InstanceStore(self.catalog, max_instances=max_instances)
+        self.sessions: dict[str, str] = {}  # session cookie -> the account's email
+        self._sessions_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -153,6 +160,17 @@ class ShoppingSite:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+    def new_session(self, email: str) -> str:
+        """A session token for the account ``email`` (the ``shop_session`` cookie's value)."""
+        token = secrets.token_hex(16)
+        with self._sessions_lock:
+            self.sessions[token] = email
+        return token
+
+    def session_user(self, token: str | None) -> str | None:
+        with self._sessions_lock:
+            return self.sessions.get(token or "")
 
     def new_instance(self, login: bool = True) -> str:
         """Create a fresh isolated instance and return its base URL (``<root>/i/<id>``)."""
@@ -226,14 +244,22 @@ class _RequestHandler(BaseHTTPRequestHandler):
         view = View(inst, f"/i/{instance_id}")
         params = query if method == "GET" else body.decode("utf-8", "replace")
         fields = {k: v[0] for k, v in parse_qs(params, keep_blank_values=True).items()}
+        cookies = SimpleCookie(self.headers.get("Cookie") or "")
+        session = cookies[SESSION_COOKIE].value if SESSION_COOKIE in cookies else None
         with inst.lock:
+            email = self.site.session_user(session)
+            if email is not None:
+                inst.adopt(email)  # a browser signed in before (a saved storage state)
+            before = inst.user
             for route_method, pattern, handler in ROUTES:
                 match = pattern.match(path)
                 if match and route_method == method:
                     try:
                         html = handler(view, *match.groups(), fields)
                     except Redirect as redirect:
-                        self._redirect(redirect.location)
+                        signed_in = inst.user is not None and inst.user != before
+                        token = self.site.new_session(inst.user) if signed_in else None
+                        self._redirect(redirect.location, session=token)
                         return
                     except NotFound as missing:
                         html = page(view, "Page Not Found",
@@ -284,9 +310,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _json(self, status: int, payload: dict) -> None:
         self._send(status, json.dumps(payload), "application/json")
 
-    def _redirect(self, location: str) -> None:
+    def _redirect(self, location: str, session: str | None = None) -> None:
         self.send_response(303)
         self.send_header("Location", location)
+        if session:  # a sign-in: the browser keeps it for every instance of the site
+            self.send_header("Set-Cookie", f"{SESSION_COOKIE}={session}; Path=/; HttpOnly; "
+                                           "SameSite=Lax")
         self.send_header("Content-Length", "0")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()

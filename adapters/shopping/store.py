@@ -41,6 +41,7 @@ class Instance:
         self.new_reviews: dict[str, list[Review]] = {}
         self.flash: str | None = None
         self.flash_error: bool = False
+        self.signed_out = False  # signed out here: a session cookie no longer signs it in
 
     # ---- account -----------------------------------------------------------------------------
     @property
@@ -56,8 +57,18 @@ class Instance:
         self.user = account.email
         return True
 
+    def adopt(self, email: str) -> None:
+        """Sign in the browser's session account (a ``storage_state`` made by a sign-in), as
+        an instance created signed in: the account's saved cart loaded; not after a
+        sign-out here, nor over another account."""
+        account = self.catalog.account(email)
+        if self.user is None and not self.signed_out and account is not None:
+            self.user = account.email
+            self.cart = dict(account.cart)
+
     def logout(self) -> None:
         self.user = None
+        self.signed_out = True
 
     def update_address(self, address: Address) -> None:
         """Replace the signed-in account's name, address and phone."""

@@ -207,6 +207,7 @@ class BrowserGymEnv:
         self._obs: Observation | None = None
         self._site_urls: dict[str, str] = {}
         self._steps = 0
+        self._sign_ins: list[dict[str, Any]] = []
 
     # -- contract ---------------------------------------------------------------------------
     def reset(self, task: Task) -> Observation:
@@ -228,6 +229,11 @@ class BrowserGymEnv:
         self._end_episode()
         task_kwargs, cleanup = self._bind_task(task)
         self._cleanup = cleanup
+        # the run's saved sign-in goes into this episode's browser context; what it was is
+        # recorded with the first step (no password)
+        state = task_kwargs.pop("storage_state", None)
+        self._sign_ins = task_kwargs.pop("sign_ins", None) or []
+        context_kwargs = {"storage_state": state} if state else {}
         self._site_urls = dict(task_kwargs.get("site_urls", {}))
         _reuse_browsers(thread_playwright())
         if self._env is None:
@@ -238,9 +244,11 @@ class BrowserGymEnv:
                 action_mapping=None,  # we hand BrowserGym python code (WebActionSet.to_python)
                 pre_observation_delay=0.0,
                 wait_for_user_message=False,
+                pw_context_kwargs=context_kwargs,
             )
         else:
             self._env.task_kwargs = task_kwargs
+            self._env.pw_context_kwargs = context_kwargs
         try:
             obs, _info = self._env.reset()
         except EnvError:
@@ -254,13 +262,14 @@ class BrowserGymEnv:
     def _step(self, action: str) -> StepResult:
         if self._env is None or self._obs is None:
             raise EnvError("step() called before reset()")
+        self._steps += 1
         try:
             actions = self.action_set.parse(action)
         except ActionParseError as exc:
             # Model-caused: an invalid-action step, the page is unchanged.
             error = f"invalid action: {exc}"
             self._obs = Observation(self._obs.state, self._obs.url, error, self._obs.info)
-            return StepResult(self._obs, valid=False, error=error)
+            return self._result(StepResult(self._obs, valid=False, error=error), {})
         actions = [self._from_placeholders(a) for a in actions]
         code = self.action_set.to_python(actions)
         # BrowserGym's action functions give Playwright 500 ms; a click that starts a navigation
@@ -276,22 +285,27 @@ class BrowserGymEnv:
         error = self._obs.error
         task_info = info.get("task_info", {}) or {}
         done = bool(terminated or truncated)
-        self._steps += 1
-        extra: dict[str, Any] = {}
-        if not done and self.cfg.score_at_step_limit and self._steps >= self.cfg.max_steps:
-            # WebArena's early stop: the last page is evaluated with an answer saying so
+        result = StepResult(self._obs, reward=float(reward), done=done,
+                            success=done and float(reward) >= 1.0, valid=not error, error=error,
+                            info={"code": code, **({"eval": task_info} if task_info else {})})
+        return self._result(result, task_info)
+
+    def _result(self, result: StepResult, task_info: dict[str, Any]) -> StepResult:
+        """``result``, scored at the step limit when the config says (WebArena's early stop:
+        the last page is evaluated with an answer saying so), with the episode's sign-ins on
+        its first step."""
+        info = dict(result.info)
+        if not result.done and self.cfg.score_at_step_limit and \
+                self._steps >= self.cfg.max_steps:
             answer = f"Early stop: Reach max steps {self.cfg.max_steps}"
             reward, task_info = self._env.task.score_now(self._env.page, answer)
-            done, extra = True, {"step_limit": True}
-        return StepResult(
-            self._obs,
-            reward=float(reward),
-            done=done,
-            success=done and float(reward) >= 1.0,
-            valid=not error,
-            error=error,
-            info={"code": code, **({"eval": task_info} if task_info else {}), **extra},
-        )
+            info.update(eval=task_info, step_limit=True)
+            result = StepResult(result.observation, reward=float(reward), done=True,
+                                success=float(reward) >= 1.0, valid=result.valid,
+                                error=result.error, info=info)
+        if self._steps == 1 and self._sign_ins:
+            result.info = {**info, "sign_in": self._sign_ins}
+        return result
 
     def _execute(self, code: str) -> tuple[Any, ...]:
         """Run BrowserGym's step; settle and observe again if a navigation raced the observation.

@@ -216,6 +216,8 @@ class WebArenaFamily:
         self._judge: Any = None
         self._lock = threading.Lock()
         self._task_class: type | None = None
+        self._signins: Any = None  # the run's saved sign-ins (login.SignIns), made by prepare
+        self._signin_dir: Any = None
 
     @property
     def uses_real_sites(self) -> bool:
@@ -389,15 +391,41 @@ class WebArenaFamily:
             for variable in sorted(needed or self._sites):
                 _check_reachable(variable, self._sites[variable])
             listing = ", ".join(f"{v}={self._sites[v]}" for v in sorted(needed or self._sites))
-            return f"real WebArena sites: {listing}"
+            names = {v: k for k, v in SITE_VARIABLES.items()}
+            self._sign_ins({names[v]: url for v, url in self._sites.items()}, None)
+            return f"real WebArena sites: {listing} (signed in as WebArena's accounts)"
         with self._lock:
             if self._site is None:
                 from dreamgym_agents.adapters.shopping.server import ShoppingSite
 
                 self._site = ShoppingSite(seed=cfg.seed)
                 self._site.start()
+        from dreamgym_agents.adapters.webarena.accounts import Account
+        from dreamgym_agents.adapters.webarena.login import bundled_shop_login
+
+        customer = self._site.catalog.accounts[0]
+        self._sign_ins({"shopping": self._site.new_instance(login=False)},
+                       {"shopping": bundled_shop_login(Account(customer.email,
+                                                               customer.password))})
         return (f"bundled shopping site at {self._site.root_url} (seed {cfg.seed}; "
                 "set SHOPPING=URL for a real one)")
+
+    def _sign_ins(self, sites: dict[str, str], logins: dict[str, Any] | None) -> None:
+        """The run's sign-ins to ``sites`` (made on an episode's first need, in a temporary
+        folder removed by :meth:`close`)."""
+        import tempfile
+        from pathlib import Path
+
+        from dreamgym_agents.adapters.webarena.chromium import thread_playwright
+        from dreamgym_agents.adapters.webarena.login import SignIns
+
+        with self._lock:
+            if self._signins is None:
+                self._signin_dir = tempfile.TemporaryDirectory(prefix="dg-signin-")
+                self._signins = SignIns(
+                    Path(self._signin_dir.name), sites,
+                    lambda: thread_playwright().chromium.launch(headless=True),
+                    logins=logins, environ=self._environ)
 
     @property
     def default_max_steps(self) -> int | None:
@@ -420,8 +448,13 @@ class WebArenaFamily:
 
         if self._judge is None and needs_judge(task.config):
             raise ConfigError(f"task {task.task_id} needs an LLM judge: pass --judge MODEL")
+        signed_in = bool(task.config.get("require_login", True)) and self._signins is not None
+        state, records = (self._signins.state_for(list(task.config.get("sites") or [])
+                                                  or ["shopping"])
+                          if signed_in else (None, []))
         if self._site is not None and not self.uses_real_sites:
-            base = self._site.new_instance(login=bool(task.config.get("require_login", True)))
+            # signed in by the browser's saved session (the storage state), as on real sites
+            base = self._site.new_instance(login=False)
             site_urls = {placeholder("SHOPPING"): base}
 
             def cleanup() -> None:
@@ -438,6 +471,8 @@ class WebArenaFamily:
             "judge": self._judge,
             "timeout_ms": int(cfg.step_timeout_s * 1000),
             "helpers": self._helpers(),
+            "storage_state": state,
+            "sign_ins": records,
         }
         return kwargs, cleanup
 
@@ -474,6 +509,10 @@ class WebArenaFamily:
 
     def close(self) -> None:
         with self._lock:
+            if self._signins is not None:
+                self._signins.close()
+                self._signins = None
+                self._signin_dir.cleanup()
             if self._site is not None:
                 self._site.stop()
                 self._site = None
