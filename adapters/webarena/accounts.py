@@ -107,3 +107,31 @@ def shopping_helpers(base_url: str, admin: Account) -> dict[str, Helper]:
     return {"shopping_get_latest_order_url": shopping_get_latest_order_url,
             "shopping_get_sku_latest_review_author": shopping_get_sku_latest_review_author,
             "shopping_get_sku_latest_review_rating": shopping_get_sku_latest_review_rating}
+
+
+def reset_sites(hook: str, *, timeout_s: float = 600.0) -> None:
+    """Reset the WebArena sites with ``hook``: an ``http(s)://`` URL requested once (the
+    convention of BrowserGym's ``WA_FULL_RESET``: it answers when the sites are reset), or a
+    command run without a shell.
+
+    Raises:
+        EnvError: The URL or the command failed.
+    """
+    import shlex
+    import subprocess
+
+    if hook.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(hook, timeout=timeout_s) as response:  # noqa: S310
+                response.read()
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise EnvError(f"site reset at {hook} failed: {getattr(exc, 'reason', exc)}") from None
+        return
+    try:
+        done = subprocess.run(shlex.split(hook), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnvError(f"site reset command {hook!r} failed: {exc}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+        raise EnvError(f"site reset command {hook!r} exited {done.returncode}: {tail[0][:200]}")

@@ -217,6 +217,7 @@ class WebArenaFamily:
         self._lock = threading.Lock()
         self._task_class: type | None = None
         self._signins: Any = None  # the run's saved sign-ins (login.SignIns), made by prepare
+        self._warned_reset = False
         self._signin_dir: Any = None
 
     @property
@@ -448,6 +449,8 @@ class WebArenaFamily:
 
         if self._judge is None and needs_judge(task.config):
             raise ConfigError(f"task {task.task_id} needs an LLM judge: pass --judge MODEL")
+        if task.config.get("require_reset") and self.uses_real_sites:
+            self._reset_sites(cfg, task)
         signed_in = bool(task.config.get("require_login", True)) and self._signins is not None
         state, records = (self._signins.state_for(list(task.config.get("sites") or [])
                                                   or ["shopping"])
@@ -475,6 +478,21 @@ class WebArenaFamily:
             "sign_ins": records,
         }
         return kwargs, cleanup
+
+    def _reset_sites(self, cfg: EnvConfig, task: Task) -> None:
+        """Reset the real sites before a task that changes them, as configured (else say once
+        that nobody resets them)."""
+        from dreamgym_agents.adapters.webarena.accounts import reset_sites
+
+        hook = cfg.site_reset or self._environ.get("WA_FULL_RESET")
+        if hook:
+            with self._lock:  # one reset at a time; episodes wait for it
+                reset_sites(hook)
+        elif not self._warned_reset:
+            self._warned_reset = True
+            logger.warning("task %s changes the sites (require_reset) and no reset is "
+                           "configured (env.site_reset or WA_FULL_RESET): later tasks see its "
+                           "changes", task.task_id)
 
     def _helpers(self) -> dict[str, Any]:
         """The ``func:`` helpers beyond the built-in ones: the shopping REST helpers, with

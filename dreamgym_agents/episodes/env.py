@@ -181,6 +181,9 @@ class EnvConfig:
         score_at_step_limit: Score an episode that reaches ``max_steps`` as if the agent
             stopped there (WebArena's early stop: its final page is evaluated); None: the
             family's choice (real WebArena sites: yes; the bundled shop and others: no).
+        site_reset: How to reset the sites before a task that changes them (WebArena's
+            ``require_reset``): a URL (BrowserGym's ``WA_FULL_RESET`` convention) or a command;
+            None reads ``WA_FULL_RESET``, else such tasks run on sites nobody resets (said once).
     """
 
     max_steps: int = 15
@@ -193,6 +196,7 @@ class EnvConfig:
     screenshots: bool = False
     expert: bool = True
     score_at_step_limit: bool | None = None
+    site_reset: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

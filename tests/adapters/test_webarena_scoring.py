@@ -139,3 +139,17 @@ def test_shopping_rest_helpers_query_magentos_api_as_webarena_does(magento):
     with pytest.raises(EnvError, match="answered 401") as err:
         wrong["shopping_get_latest_order_url"]()
     assert "nope" not in str(err.value)
+
+
+def test_the_site_reset_hook_is_a_url_or_a_command(tmp_path, magento):
+    import sys
+
+    from dreamgym_agents.adapters.webarena.accounts import reset_sites
+
+    marker = tmp_path / "reset"
+    reset_sites(f"{sys.executable} -c \"open('{marker}', 'w').write('done')\"")
+    assert marker.read_text() == "done"
+    with pytest.raises(EnvError, match="exited 3"):
+        reset_sites(f"{sys.executable} -c \"raise SystemExit(3)\"")
+    with pytest.raises(EnvError, match="site reset at"):
+        reset_sites(f"{magento}/no-such-reset")  # the stand-in answers 401: no reset there
