@@ -247,7 +247,7 @@ def test_optimize_the_task_generator_by_the_share_of_variants_the_curriculum_acc
                  "--set", f"agent.mock_response={answer}",
                  "--set", f"reflection.mock_response={proposal}"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["scores"]["validation_accepted_before"] == 0.5  # by the curriculum's rules
+    assert summary["scores"]["validation_before"] == 0.5  # by the curriculum's rules
     assert summary["usage"]["generator"]["calls"] >= 4 and summary["real_transitions"] == 0
     program = load_program(str(out / "program.json"))
     assert program.target == "task-generator" and program.template == "task_generator.md"

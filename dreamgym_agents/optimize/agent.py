@@ -33,6 +33,7 @@ from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.optimize.dspy_bridge import (
     agent_adapter,
     agent_signature,
+    compile_gepa,
     dspy_lm,
 )
 from dreamgym_agents.prompts import load_prompt
@@ -152,17 +153,12 @@ def make_program(template: str, play: Callable[[str, Any], Trajectory], action_s
             traj = play(task_id, agent)
             return dspy.Prediction(success=traj.success, reward=traj.reward,
                                    steps=len(traj.transitions),
+                                   score=1.0 if traj.success else 0.0,
                                    feedback=episode_feedback(traj, max_steps))
 
     return DreamEpisodes()
 
 
-def metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
-           pred_trace: Any = None) -> Any:
-    """GEPA's metric: the episode's success, with its feedback."""
-    import dspy
-
-    return dspy.Prediction(score=1.0 if pred.success else 0.0, feedback=pred.feedback)
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,25 +301,15 @@ def search_instruction(
     student = make_program(template, play, action_space, gateway.cfg.model, max_steps)
     student.step.signature = student.step.signature.with_instructions(start.instruction)
     student.step.demos = [dspy.Example(**d) for d in start.demos]
-    optimizer = dspy.GEPA(
-        metric=metric, max_metric_calls=budget, reflection_lm=dspy_lm(reflection),
-        reflection_minibatch_size=min(minibatch, len(train)), num_threads=1,
-        track_stats=True, use_merge=False, seed=seed, log_dir=str(out / "gepa"),
-        warn_on_score_mismatch=False)
     trainset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in train]
     valset = [dspy.Example(task_id=t.task_id).with_inputs("task_id") for t in val]
     with dspy.context(lm=dspy_lm(gateway), adapter=agent_adapter(template)):
-        compiled = optimizer.compile(student, trainset=trainset, valset=valset)
+        compiled, scores = compile_gepa(student, trainset, valset, budget=budget,
+                                        reflection=reflection, minibatch=minibatch, seed=seed,
+                                        log_dir=str(out / "gepa"))
     if failures:
         # an episode the infrastructure ended is no score of the prompt: nothing is kept
         raise _as_error(failures[0], len(failures))
-    scores: dict[str, Any] = {}
-    details = getattr(compiled, "detailed_results", None)
-    if details is not None:
-        val_scores = list(details.val_aggregate_scores)
-        scores = {"validation_before": round(float(val_scores[0]), 4),
-                  "validation_after": round(float(val_scores[details.best_idx]), 4),
-                  "candidates": len(details.candidates)}
     program = replace(start, instruction=compiled.step.signature.instructions,
                       model=gateway.cfg.model)
     return SearchResult(program=program, episodes=played["episodes"],

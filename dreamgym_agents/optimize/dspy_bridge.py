@@ -117,3 +117,46 @@ def agent_adapter(template: str) -> Any:
             return {"reasoning": reasoning, "action": action}
 
     return AgentAdapter()
+
+
+def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
+                    pred_trace: Any = None) -> Any:
+    """GEPA's metric for every program here: the prediction's own ``score`` and ``feedback``
+    (each program scores what it predicted: an episode's success, a step's fidelity, the
+    share of accepted task variants)."""
+    import dspy
+
+    return dspy.Prediction(score=float(pred.score), feedback=str(pred.feedback))
+
+
+def index_examples(count: int, train: int) -> tuple[list[Any], list[Any]]:
+    """DSPy examples ``index=0..count-1``: the first ``train`` (at least 1, leaving 1) for
+    the reflection, the rest for validation."""
+    import dspy
+
+    n_train = max(1, min(train, count - 1))
+    examples = [dspy.Example(index=i).with_inputs("index") for i in range(count)]
+    return examples[:n_train], examples[n_train:]
+
+
+def compile_gepa(student: Any, trainset: list[Any], valset: list[Any], *, budget: int,
+                 reflection: Gateway, minibatch: int, seed: int,
+                 log_dir: str) -> tuple[Any, dict[str, Any]]:
+    """``dspy.GEPA`` as every target here runs it (at most ``budget`` metric calls, reflections
+    by ``reflection`` on minibatches of ``minibatch``, one thread: the programs play episodes
+    with their own concurrency; no merges; its log in ``log_dir``): the compiled program and
+    its validation scores before (the starting program) and after (the best), and how many
+    candidates it kept."""
+    import dspy
+
+    optimizer = dspy.GEPA(metric=feedback_metric, max_metric_calls=budget,
+                          reflection_lm=dspy_lm(reflection),
+                          reflection_minibatch_size=max(1, min(minibatch, len(trainset))),
+                          num_threads=1, track_stats=True, use_merge=False, seed=seed,
+                          log_dir=log_dir, warn_on_score_mismatch=False)
+    compiled = optimizer.compile(student, trainset=trainset, valset=valset)
+    details = compiled.detailed_results
+    values = list(details.val_aggregate_scores)
+    return compiled, {"validation_before": round(float(values[0]), 4),
+                      "validation_after": round(float(values[details.best_idx]), 4),
+                      "candidates": len(details.candidates)}

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.fidelity import state_f1
 from dreamgym_agents.experience.model import build_signature, clip_state, load_template
-from dreamgym_agents.optimize.dspy_bridge import dspy_lm
+from dreamgym_agents.optimize.dspy_bridge import compile_gepa, index_examples
 from dreamgym_agents.prompts.programs import PromptProgram
 from dreamgym_agents.types import Task, Trajectory, Transition
 
@@ -101,12 +101,6 @@ def make_program(model: ExperienceModel, steps: list[RecordedStep],
     return ExperienceSteps()
 
 
-def metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
-           pred_trace: Any = None) -> Any:
-    """GEPA's metric: the step's fidelity score, with its feedback."""
-    import dspy
-
-    return dspy.Prediction(score=pred.score, feedback=pred.feedback)
 
 
 def optimize_experience(
@@ -146,7 +140,6 @@ def optimize_experience(
         The program and its scores (mean step score on validation before and after, and on the
         confirmation steps before and after).
     """
-    import dspy
 
     if model.cfg.prompt_style != "full":
         raise ConfigError("--target experience optimises the full prompt's instruction: set "
@@ -154,24 +147,14 @@ def optimize_experience(
     steps = recorded_steps(held_out, train_steps + val_steps, seed)
     if len(steps) < 2:
         raise ConfigError(f"{len(steps)} held-out real step(s): need at least 2 to optimise on")
-    n_train = max(1, min(train_steps, len(steps) - 1))
-    trainset = [dspy.Example(index=i).with_inputs("index") for i in range(n_train)]
-    valset = [dspy.Example(index=i).with_inputs("index") for i in range(n_train, len(steps))]
+    trainset, valset = index_examples(len(steps), train_steps)
     say(f"GEPA on the experience prompt: {budget} predictions at most, {len(trainset)} train "
         f"and {len(valset)} validation steps of {len(held_out)} real episodes")
     student = make_program(model, steps, strip_ids)
     student.step.signature = student.step.signature.with_instructions(model.instruction)
-    optimizer = dspy.GEPA(
-        metric=metric, max_metric_calls=budget, reflection_lm=dspy_lm(reflection),
-        reflection_minibatch_size=min(minibatch, len(trainset)), num_threads=1,
-        track_stats=True, use_merge=False, seed=seed, log_dir=str(out / "gepa"),
-        warn_on_score_mismatch=False)
-    compiled = optimizer.compile(student, trainset=trainset, valset=valset)
-    details = compiled.detailed_results
-    values = list(details.val_aggregate_scores)
-    scores: dict[str, Any] = {"validation_before": round(float(values[0]), 4),
-                              "validation_after": round(float(values[details.best_idx]), 4),
-                              "candidates": len(details.candidates)}
+    compiled, scores = compile_gepa(student, trainset, valset, budget=budget,
+                                    reflection=reflection, minibatch=minibatch, seed=seed,
+                                    log_dir=str(out / "gepa"))
     instruction = compiled.step.signature.instructions
     checks = recorded_steps(confirm, 10**9, seed)
     if checks:

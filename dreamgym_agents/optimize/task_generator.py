@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.optimize.dspy_bridge import dspy_lm
+from dreamgym_agents.optimize.dspy_bridge import compile_gepa, index_examples
 from dreamgym_agents.prompts.programs import PromptProgram
 from dreamgym_agents.rl.curriculum import PROMPT_FILE, split_generator_template
 
@@ -75,12 +75,6 @@ def make_program(generator: LLMTaskGenerator, curriculum: Curriculum, seeds: lis
     return TaskVariants()
 
 
-def metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
-           pred_trace: Any = None) -> Any:
-    """GEPA's metric: the share of accepted variants, with the reasons of the others."""
-    import dspy
-
-    return dspy.Prediction(score=pred.score, feedback=pred.feedback)
 
 
 def optimize_task_generator(
@@ -99,30 +93,20 @@ def optimize_task_generator(
     say: Callable[[str], None] = lambda _: None,
 ) -> tuple[PromptProgram, dict[str, Any]]:
     """GEPA on the task generator's instruction (see the module doc): the first
-    ``train_seeds`` of ``seeds`` feed the reflection, the others score each candidate."""
-    import dspy
+    ``train_seeds`` of ``seeds`` feed the reflection, the others score each candidate; the
+    scores are shares of accepted variants."""
 
     if len(seeds) < 2:
         raise ConfigError(f"{len(seeds)} seed task(s): need at least 2 to optimise on")
     head, _ = split_generator_template(generator.template)
     baseline = (generator.instruction or head.format(n=candidates)).strip()
-    n_train = max(1, min(train_seeds, len(seeds) - 1))
-    trainset = [dspy.Example(index=i).with_inputs("index") for i in range(n_train)]
-    valset = [dspy.Example(index=i).with_inputs("index") for i in range(n_train, len(seeds))]
+    trainset, valset = index_examples(len(seeds), train_seeds)
     say(f"GEPA on the task generator's prompt: {budget} proposals at most, {len(trainset)} "
         f"train and {len(valset)} validation seeds")
     student = make_program(generator, curriculum, seeds, candidates, baseline)
-    optimizer = dspy.GEPA(
-        metric=metric, max_metric_calls=budget, reflection_lm=dspy_lm(reflection),
-        reflection_minibatch_size=min(minibatch, len(trainset)), num_threads=1,
-        track_stats=True, use_merge=False, seed=seed, log_dir=str(out / "gepa"),
-        warn_on_score_mismatch=False)
-    compiled = optimizer.compile(student, trainset=trainset, valset=valset)
-    details = compiled.detailed_results
-    values = list(details.val_aggregate_scores)
-    scores = {"validation_accepted_before": round(float(values[0]), 4),
-              "validation_accepted_after": round(float(values[details.best_idx]), 4),
-              "candidates": len(details.candidates)}
+    compiled, scores = compile_gepa(student, trainset, valset, budget=budget,
+                                    reflection=reflection, minibatch=minibatch, seed=seed,
+                                    log_dir=str(out / "gepa"))
     program = PromptProgram(
         target="task-generator", family=family, template=PROMPT_FILE,
         instruction=compiled.step.signature.instructions, model=generator.gateway.cfg.model,
