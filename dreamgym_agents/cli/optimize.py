@@ -75,7 +75,6 @@ def optimize_command(
     from dreamgym_agents.episodes.env import EnvConfig, make_family
     from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
     from dreamgym_agents.optimize.agent import OptimizeConfig, optimize_agent
-    from dreamgym_agents.prompts.programs import save_program
 
     setup_logging(verbose)
     console = make_console()
@@ -95,8 +94,13 @@ def optimize_command(
     em_name, model_buffer = resolve_experience_model(experience_model, task, say=console.print)
     gateway = sections.gateway(model, "agent")
     reflection = sections.gateway(reflection_model or model, "reflection")
-    em, em_gateway, buffer = build_experience(sections, family, em_name, buffer_path, None,
-                                              False, False, False, model_buffer)
+    try:
+        em, em_gateway, buffer = build_experience(sections, family, em_name, buffer_path, None,
+                                                  False, False, False, model_buffer)
+    except BaseException:
+        for closeable in (gateway, reflection, family):
+            closeable.close()
+        raise
     dream_cfg = sections.configure(DreamConfig(), "dream")
     env_cfg = EnvConfig(max_steps=cfg.max_steps, seed=cfg.seed)
     try:
@@ -115,19 +119,28 @@ def optimize_command(
     finally:
         for closeable in (buffer, em_gateway, gateway, reflection, family):
             closeable.close()
-    path = save_program(result.program, str(out / "program.json"))
-    summary = {"command": "optimize", "target": target.value, "task": task, "model": model,
-               "experience_model": em_name, "dream_episodes": result.dream_episodes,
-               "synthetic_transitions": result.synthetic_transitions,
-               "real_transitions": result.real_transitions, "scores": result.scores,
-               "usage": {"agent": _usage(gateway), "reflection": _usage(reflection),
-                         "experience_model": _usage(em_gateway)}}
+    _finish(out, result.program, name, console, f"--program {name}", {
+        "target": target.value, "task": task, "model": model, "experience_model": em_name,
+        "dream_episodes": result.dream_episodes,
+        "synthetic_transitions": result.synthetic_transitions,
+        "real_transitions": result.real_transitions, "scores": result.scores,
+        "usage": {"agent": _usage(gateway), "reflection": _usage(reflection),
+                  "experience_model": _usage(em_gateway)}})
+
+
+def _finish(out: Path, program: Any, name: str | None, console: Any, use: str,
+            summary: dict[str, Any]) -> None:
+    """Save the program (in OUT, and as ``name``) and OUT/summary.json; say how to use it."""
+    from dreamgym_agents.prompts.programs import save_program
+
+    path = save_program(program, str(out / "program.json"))
+    summary = {"command": "optimize", **summary}
     if name:
-        summary["saved_as"] = str(save_program(result.program, name))
+        summary["saved_as"] = str(save_program(program, name))
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    console.print(f"dream episodes {result.dream_episodes}, real transitions "
-                  f"{result.real_transitions}; scores {json.dumps(result.scores)}")
-    console.print(f"program → {path}" + (f" (load it with --program {name})" if name else ""))
+    console.print(f"real transitions {summary['real_transitions']}, dream episodes "
+                  f"{summary['dream_episodes']}; scores {json.dumps(summary['scores'])}")
+    console.print(f"program → {path}" + (f" (use it with {use})" if name else ""))
 
 
 def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
@@ -135,7 +148,6 @@ def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
                          real: list[Path], out: Path, name: str | None, console: Any) -> None:
     from dreamgym_agents.episodes.env import EnvConfig, spread_tasks
     from dreamgym_agents.optimize.experience import optimize_experience
-    from dreamgym_agents.prompts.programs import save_program
 
     _, embedded_buffer = (None, None) if buffer_path else resolve_experience_model(
         None, family.name, say=console.print)
@@ -168,17 +180,10 @@ def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
     finally:
         for closeable in (buffer, em_gateway, reflection, family):
             closeable.close()
-    path = save_program(program, str(out / "program.json"))
-    summary = {"command": "optimize", "target": "experience", "task": family.name,
-               "model": model, "real_transitions": used + more, "dream_episodes": 0,
-               "scores": scores, "usage": {"experience_model": _usage(em_gateway),
-                                           "reflection": _usage(reflection)}}
-    if name:
-        summary["saved_as"] = str(save_program(program, name))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    console.print(f"real transitions played {used + more}; scores {json.dumps(scores)}")
-    console.print(f"program → {path}" + (f" (use it with --set experience.program={name})"
-                                         if name else ""))
+    _finish(out, program, name, console, f"--set experience.program={name}", {
+        "target": "experience", "task": family.name, "model": model,
+        "real_transitions": used + more, "dream_episodes": 0, "scores": scores,
+        "usage": {"experience_model": _usage(em_gateway), "reflection": _usage(reflection)}})
 
 
 def _optimize_task_generator(cfg: Any, sections: Sections, family: Any, model: str,
@@ -187,7 +192,6 @@ def _optimize_task_generator(cfg: Any, sections: Sections, family: Any, model: s
     from dreamgym_agents.episodes.env import spread_tasks
     from dreamgym_agents.heldout import HeldOut
     from dreamgym_agents.optimize.task_generator import optimize_task_generator
-    from dreamgym_agents.prompts.programs import save_program
     from dreamgym_agents.rl.curriculum import (
         Curriculum,
         CurriculumConfig,
@@ -219,16 +223,10 @@ def _optimize_task_generator(cfg: Any, sections: Sections, family: Any, model: s
     finally:
         for closeable in (gateway, reflection, family):
             closeable.close()
-    path = save_program(program, str(out / "program.json"))
-    summary = {"command": "optimize", "target": "task-generator", "task": family.name,
-               "model": model, "real_transitions": 0, "dream_episodes": 0, "scores": scores,
-               "usage": {"generator": _usage(gateway), "reflection": _usage(reflection)}}
-    if name:
-        summary["saved_as"] = str(save_program(program, name))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-    console.print(f"scores {json.dumps(scores)}")
-    console.print(f"program → {path}" + (f" (use it with --set curriculum.generator_program="
-                                         f"{name})" if name else ""))
+    _finish(out, program, name, console, f"--set curriculum.generator_program={name}", {
+        "target": "task-generator", "task": family.name, "model": model,
+        "real_transitions": 0, "dream_episodes": 0, "scores": scores,
+        "usage": {"generator": _usage(gateway), "reflection": _usage(reflection)}})
 
 
 def _read_real(path: Path) -> list:
