@@ -40,6 +40,8 @@ SITE_VARIABLES: dict[str, str] = {
 """WebArena site name → environment variable holding its base URL."""
 
 BUNDLED_TASK_DIR = "webarena_shopping"
+BUNDLED_FOR_REAL = "DG_WEBARENA_ON_BUNDLED_SHOP"
+"""Set to 1 to play real WebArena tasks on the bundled shop (refused otherwise)."""
 REAL_MAX_STEPS = 30
 """WebArena's step limit (its ``run.py --max_steps``), the default on real sites."""
 SPLITS = ("train", "validation", "test")
@@ -382,6 +384,14 @@ class WebArenaFamily:
 
             self._judge = make_llm_judge(Gateway(LLMConfig(model=cfg.judge_model)))
         needed = _sites_used(tasks or [])
+        real = [t.task_id for t in tasks or []
+                if str(t.config.get("storage_state") or "").startswith("./.auth/")]
+        if real and not self.uses_real_sites and not self._environ.get(BUNDLED_FOR_REAL):
+            raise ConfigError(
+                f"{len(real)} task(s) are real WebArena tasks (they sign in with WebArena's "
+                f"./.auth/ states; e.g. {', '.join(real[:3])}) and no site is set: set the "
+                f"site variables (SHOPPING=URL …), or {BUNDLED_FOR_REAL}=1 to play them on "
+                "the bundled shop")
         if self.uses_real_sites or (needed and needed != {"SHOPPING"}):
             missing = sorted(needed - set(self._sites))
             if missing:

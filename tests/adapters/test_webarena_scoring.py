@@ -153,3 +153,18 @@ def test_the_site_reset_hook_is_a_url_or_a_command(tmp_path, magento):
         reset_sites(f"{sys.executable} -c \"raise SystemExit(3)\"")
     with pytest.raises(EnvError, match="site reset at"):
         reset_sites(f"{magento}/no-such-reset")  # the stand-in answers 401: no reset there
+
+
+def test_real_webarena_tasks_run_on_the_bundled_shop_only_when_asked():
+    from dreamgym_agents.errors import ConfigError
+
+    shop = [t for t in load_config_file(shared("test.raw.json"))
+            if t.config["sites"] == ["shopping"]][:2]
+    family = WebArenaFamily(environ={})
+    with pytest.raises(ConfigError, match="real WebArena tasks .* DG_WEBARENA_ON_BUNDLED_SHOP"):
+        family.prepare(EnvConfig(), shop)
+    asked = WebArenaFamily(environ={"DG_WEBARENA_ON_BUNDLED_SHOP": "1"})
+    try:
+        assert "bundled shopping site" in asked.prepare(EnvConfig(), shop)
+    finally:
+        asked.close()
