@@ -85,20 +85,22 @@ def test_lora_grpo_steps_of_a_pretrained_chat_model_in_the_dream(tmp_path, smoll
     demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(8)]
     sft = tmp_path / "sft"
     train_policy_sft(demos, PolicySFTConfig(
-        output_dir=str(sft), base_model=str(smollm2), lora_r=8, max_steps=8, batch_size=4,
+        output_dir=str(sft), base_model=str(smollm2), lora_r=8, max_steps=40, batch_size=4,
         learning_rate=1e-3, max_length=512, entity_swaps=0, seed=0), view)
-    pool = EnvPool(lambda: make_env()[0], 4)
+    pool = EnvPool(lambda: make_env()[0], 6)
     torch.manual_seed(0)
     try:
         result = train_grpo(str(sft), tmp_path / "grpo", [SAY_HI], pool, GRPOStageConfig(
-            num_generations=4, tasks_per_step=1, micro_batch=4, max_steps=2,
-            learning_rate=1e-4, concurrency=4, max_episode_steps=1, lora_r=8), view)
+            num_generations=6, tasks_per_step=1, micro_batch=6, max_steps=2,
+            learning_rate=1e-4, concurrency=6, max_episode_steps=1, temperature=0.7,
+            lora_r=8), view)
     finally:
         pool.close()
     assert result["steps"] == 2 and result["lora_r"] == 8
     assert result["synthetic_transitions"] > 0 and result["real_transitions"] == 0
     rollouts = read_trajectories(tmp_path / "grpo" / "rollouts.jsonl")
-    assert 0 < sum(t.success for t in rollouts) < len(rollouts)  # the groups had a signal
+    actions = [t.transitions[0].action for t in rollouts]
+    assert 0 < sum(t.success for t in rollouts) < len(rollouts), actions  # a signal
     before = load_causal_lm(sft)[1].state_dict()
     after = load_causal_lm(result["path"])[1].state_dict()
     assert set(before) == set(after)  # merged: a plain checkpoint, no adapter weights
