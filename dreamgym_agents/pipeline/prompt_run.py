@@ -139,18 +139,18 @@ class PromptPipeline(Pipeline):
         path = save_program(found.program, self._program_path(stage))
         played = {"real_transitions": found.transitions if real else 0,
                   "synthetic_transitions": 0 if real else found.transitions}
-        return self._used({"path": str(path), "episodes": found.episodes, **played,
-                "rollout_success_validation_before": found.scores.get("validation_before"),
-                "rollout_success_validation_after": found.scores.get("validation_after"),
-                "candidates": found.scores.get("candidates"), "train_tasks": len(train),
-                "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)})
+        return self._used({
+            "path": str(path), "episodes": found.episodes, **played,
+            "rollout_success_validation_before": found.scores.get("validation_before"),
+            "rollout_success_validation_after": found.scores.get("validation_after"),
+            "candidates": found.scores.get("candidates"), "train_tasks": len(train),
+            "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)})
 
     def stage_dream_rl(self) -> dict[str, Any]:
         return self._search("dream_rl", self.checkpoint("sft"), real=False)
 
     def stage_s2r(self) -> dict[str, Any]:
         return self._search("s2r", self.checkpoint("dream_rl"), real=True)
-
 
 
 def make_pipeline(cfg: PipelineConfig, out: str | Path, reporter: Reporter | None = None,
