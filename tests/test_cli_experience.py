@@ -277,8 +277,10 @@ def test_fidelity_report_with_a_mock_experience_model_and_judge(tmp_path, capsys
     assert report["random_real_success"] == 0.0 and report["random_dream_success"] == 0.0
     assert report["use_history"] and not report["use_retrieval"] and report["use_reasoning"]
     assert all(report[k] == 2.0 for k in RUBRIC)
+    usage = report["judge"].pop("usage")
     assert report["judge"] == {"model": "openai/judge", "samples": 3, "judged": 3,
                                "unparseable": 0}
+    assert usage["calls"] == 3  # one judgement a sampled episode, counted
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 10
     replays = read_trajectories(out / "oracle_replay.jsonl")
     assert len(replays) == 2 and all(t.transitions[0].state == HOME for t in replays)
