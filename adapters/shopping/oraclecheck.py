@@ -205,6 +205,9 @@ def check_tasks(tasks: list[Config], *, seed: int = 0, negative: bool = False,
 def _check_one(site: ShoppingSite, page: Any, task: Config, wrong: str | None) -> CheckResult:
     base = site.new_instance(login=bool(task["require_login"]))
     tid, template = task["task_id"], task["intent_template_id"]
+    # a fresh browser state per task, as each episode's context: a sign-in of an earlier task
+    # (its session cookie) must not sign this one in
+    page.context.clear_cookies()
     try:
         page.goto(task["start_url"].replace(SITE, base))
         if wrong is not None:
