@@ -214,6 +214,26 @@ def test_login_required_and_credentials(site):
     assert "Sign In" in text and "Sign Out" not in text
 
 
+def test_a_sign_in_sets_a_session_cookie_that_signs_in_other_instances(site):
+    import http.cookiejar
+
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    account = site.catalog.accounts[0]
+    first = site.new_instance(login=False)
+    body = urllib.parse.urlencode({"email": account.email, "password": account.password})
+    browser.open(f"{first}/login", data=body.encode(), timeout=10).read()
+    assert [c.name for c in jar] == ["shop_session"]  # a session, not the password
+    second = site.new_instance(login=False)
+    page = _text(browser.open(f"{second}/", timeout=10).read().decode())
+    assert "Sign Out" in page and f"My Cart ({sum(q for _, q in account.cart)})" in page
+    browser.open(f"{second}/logout", data=b"", timeout=10).read()
+    page = _text(browser.open(f"{second}/", timeout=10).read().decode())
+    assert "Sign In" in page and "Sign Out" not in page  # signed out there: not signed in again
+    # without the cookie, a new instance starts signed out
+    assert "Sign Out" not in fetch(f"{site.new_instance(login=False)}/")[1]
+
+
 # ---- instances -----------------------------------------------------------------------------
 def test_instances_are_isolated_and_start_clean(site):
     first, second = site.new_instance(), site.new_instance()
