@@ -164,6 +164,7 @@ class SignIns:
         self.environ = environ
         self.max_age_s = max_age_s
         self.records: dict[str, dict[str, Any]] = {}
+        self._made: dict[str, float] = {}  # when each state was made (monotonic seconds)
         self._browser: Any = None
         self._lock = threading.Lock()
         self._worker: Any = None
@@ -185,7 +186,7 @@ class SignIns:
     def _fresh(self, site: str) -> Path:
         path = self.folder / f"{site}_state.json"
         record = self.records.get(site)
-        if record is None or time.time() - record["made_at"] >= self.max_age_s:
+        if record is None or time.monotonic() - self._made[site] >= self.max_age_s:
             from dreamgym_agents.adapters.webarena.browser import ThreadWorker
 
             if self._worker is None:
@@ -198,6 +199,7 @@ class SignIns:
                                login=self.logins[site], environ=self.environ)
 
             self.records[site] = {**self._worker.call(login), "renewed": record is not None}
+            self._made[site] = time.monotonic()
         return path
 
     def close(self) -> None:
