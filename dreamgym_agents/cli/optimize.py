@@ -51,9 +51,9 @@ def optimize_command(
         help="Real demonstrations (trajectories.jsonl) for the worked examples [the embedded "
              "bundle's oracle episodes].")] = None,
     real: Annotated[list[Path] | None, typer.Option(
-        "--real", exists=True, help="--target experience: real episodes of validation tasks "
-        "(trajectories.jsonl or an eval folder; repeatable) [played here by the family's "
-        "oracle and random agents].")] = None,
+        "--real", exists=True, help="--target experience: a dg-agents eval folder of real "
+        "episodes on validation tasks (repeatable) [played here by the family's oracle and "
+        "random agents].")] = None,
     budget: Annotated[int | None, typer.Option(
         "--budget", min=1, help="What the optimiser may spend: dream episodes (agent), step "
         "predictions (experience) [24].")] = None,
@@ -147,6 +147,7 @@ def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
                          reflection_model: str | None, buffer_path: Path | None,
                          real: list[Path], out: Path, name: str | None, console: Any) -> None:
     from dreamgym_agents.episodes.env import EnvConfig, spread_tasks
+    from dreamgym_agents.experience.fidelity_run import load_real_run
     from dreamgym_agents.optimize.experience import optimize_experience
 
     _, embedded_buffer = (None, None) if buffer_path else resolve_experience_model(
@@ -165,7 +166,7 @@ def _optimize_experience(cfg: Any, sections: Sections, family: Any, model: str,
         console.print(family.prepare(env_cfg, val_tasks + test_tasks))
         used = 0
         if real:
-            held_out = [t for path in real for t in _read_real(path)]
+            held_out = [t for path in real for t in load_real_run(path).trajectories]
         else:
             held_out, used = _play_real(family, val_tasks, env_cfg, out / "real-validation")
         confirm, more = (_play_real(family, test_tasks, env_cfg, out / "real-test")
@@ -229,22 +230,13 @@ def _optimize_task_generator(cfg: Any, sections: Sections, family: Any, model: s
         "usage": {"generator": _usage(gateway), "reflection": _usage(reflection)}})
 
 
-def _read_real(path: Path) -> list:
-    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE
-    from dreamgym_agents.types import read_trajectories
-
-    file = path / TRAJECTORIES_FILE if path.is_dir() else path
-    if not file.is_file():
-        raise ConfigError(f"--real {path}: no {TRAJECTORIES_FILE} there")
-    return [t for t in read_trajectories(file) if t.provenance == "real"]
-
-
 def _play_real(family: Any, tasks: list, env_cfg: Any, folder: Path) -> tuple[list, int]:
     """The family's oracle and random agents on ``tasks`` in real environments (resumable);
     (their episodes, the real transitions they took)."""
     import asyncio
 
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+    from dreamgym_agents.experience.fidelity_run import load_real_run
 
     episodes, used = [], 0
     agents = family.offline_agents(env_cfg.seed)
@@ -259,7 +251,7 @@ def _play_real(family: Any, tasks: list, env_cfg: Any, folder: Path) -> tuple[li
             raise ConfigError(f"{len(result.failed)} real episode(s) failed (see "
                               f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
         used += result.summary["real_transitions"]
-        episodes += _read_real(run_cfg.out_dir)
+        episodes += load_real_run(run_cfg.out_dir).trajectories
     return episodes, used
 
 
