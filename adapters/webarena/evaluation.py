@@ -10,35 +10,45 @@ Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
   the task is unachievable: an answer of ``N/A`` passes, otherwise the unachievable-task judge
   compares the answer with ``eval.string_note``; with no judge configured such an answer
   scores 0 and the check says it was not judged).
-- ``url_match`` ("GOLD in PRED"): some reference base URL (host + path, trailing ``/`` removed)
-  is a substring of the page's, and every reference query parameter has one of its reference
-  values in the page's query; ``" |OR| "`` separates alternative references (as in WebArena,
-  the query parameters of all alternatives are pooled: each key must match one of its values).
-- ``program_html``: for each target, open its URL (``"last"``: stay on the current page), select
-  content with its locator and check ``required_contents`` (``exact_match``, ``must_include``
-  with ``" |OR| "`` alternatives, ``must_exclude``, or, as WebArena-Lite writes some,
-  ``fuzzy_match``: the LLM judge compares the selection with the references joined by ``, ``).
+- ``url_match`` ("GOLD in PRED"): some reference's host + path is a substring of the page's,
+  and every reference query parameter has one of its reference values in the page's query;
+  ``" |OR| "`` separates alternative references (the query parameters of all alternatives are
+  pooled: each key must match one of its values). A trailing ``/`` is dropped from the whole
+  URL only, so a reference path ending ``/`` before its query (``…/issues/?sort=…``: 22 of
+  ``test.raw.json``'s references) needs that ``/`` in the page's path.
+- ``program_html``: for each target, open its URL in a new page of the same browser context
+  (``"last"``: the page the episode ended on), wait 3 s, select content with its locator (the
+  empty locator: the page's HTML) and check ``required_contents`` (``exact_match``,
+  ``must_include`` with ``" |OR| "`` alternatives, ``must_exclude``, or, as WebArena-Lite writes
+  some, ``fuzzy_match``: the LLM judge compares the selection with the references joined by
+  ``, ``). The agent's page is never navigated, so ``url_match`` and ``__last_url__`` read the
+  URL where the episode ended whatever the order of the evaluators.
 
-The score of a task is the product of its evaluators' scores. WebArena-Lite's task 81 writes
+The reference is WebArena's code as its current release has it (``libwebarena`` 0.0.5 on PyPI,
+the package BrowserGym's WebArena tasks run: ``evaluation_harness/evaluators.py``). The score of
+a task is the product of its evaluators' scores. WebArena-Lite's task 81 writes
 ``must_include`` as a string: read as a one-item list (WebArena's code asserts a list).
-Differences from WebArena, all deliberate: no ``eval()`` of config strings (``func:`` helpers
-are parsed and looked up by name), the URL for ``url_match`` and ``__last_url__`` is the
-page's URL when evaluation starts (so a ``program_html`` navigation cannot change it), the
-empty locator selects the page's HTML followed by its visible text (so a phrase split by tags
-is still found), and waits after navigation use the page's load event instead of a fixed
-three-second sleep.
+
+Deliberate differences, none of which changes a verdict: no ``eval()`` of config strings
+(``func:`` helpers are parsed and looked up by name); an empty answer is not sent to the
+``fuzzy_match`` judge (it scores 1 only against an empty reference, as WebArena's later code
+does); a judge reply without a verdict scores 0 (WebArena's ``assert`` stops the run).
+Deviations that can change a verdict are opt-in, by name (:data:`DEVIATIONS`; ``--set
+env.eval_deviations=[…]``): the bundled shop's tasks take ``load_wait`` (its pages are complete
+at their load event).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import html
 import logging
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +89,36 @@ CONTENT_APPROACHES: tuple[str, ...] = ("exact_match", "must_include", "must_excl
 OR_SEPARATOR = " |OR| "
 NOT_ACHIEVABLE = "N/A"
 JUDGE_HINT = "this task needs an LLM judge: pass --judge MODEL"
+
+NAVIGATION_WAIT_S = 3.0
+"""WebArena's fixed wait after each ``program_html`` navigation."""
+
+DEVIATIONS: dict[str, str] = {
+    "url_slash": "url_match drops a '/' that ends the path before a query, in the reference and "
+                 "the page alike (WebArena: '…/issues/?x' needs the '/')",
+    "page_text": "the empty program_html locator selects the page's HTML followed by its visible "
+                 "text, so a phrase split by tags is found (WebArena: the HTML only)",
+    "load_wait": "a program_html navigation waits for the page's load event only (WebArena waits "
+                 "3 s more)",
+}
+"""Opt-in deviations from WebArena's verdicts, by name (each says what it changes)."""
+
+
+def check_deviations(names: Any) -> frozenset[str]:
+    """``names`` (a list, or one comma-separated string) as a set of :data:`DEVIATIONS` keys.
+
+    Raises:
+        ConfigError: A name that is not one of them.
+    """
+    if names is None:
+        return frozenset()
+    items = names.split(",") if isinstance(names, str) else list(names)
+    chosen = frozenset(str(n).strip() for n in items if str(n).strip())
+    unknown = sorted(chosen - DEVIATIONS.keys())
+    if unknown:
+        raise ConfigError(f"unknown evaluator deviation(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(DEVIATIONS)}")
+    return chosen
 
 # Placeholders WebArena uses for its self-hosted sites; any ``__NAME__`` in a URL is looked up.
 SITE_PLACEHOLDER = re.compile(r"__([A-Z][A-Z0-9_]*?)__")
@@ -157,22 +197,24 @@ def _clean_url(url: str) -> str:
     return str(url).rstrip("/")
 
 
-def _parse_url(url: str) -> tuple[str, dict[str, list[str]]]:
+def _parse_url(url: str, *, clean_path: bool = False) -> tuple[str, dict[str, list[str]]]:
     parsed = urllib.parse.urlparse(url)
-    return _clean_url(parsed.netloc + parsed.path), urllib.parse.parse_qs(parsed.query)
+    base = parsed.netloc + parsed.path
+    return (_clean_url(base) if clean_path else base), urllib.parse.parse_qs(parsed.query)
 
 
-def url_match(reference: str, pred_url: str) -> float:
-    """WebArena's "GOLD in PRED" URL rule (see the module docstring)."""
+def url_match(reference: str, pred_url: str, *, clean_path: bool = False) -> float:
+    """WebArena's "GOLD in PRED" URL rule (see the module docstring); ``clean_path`` is the
+    ``url_slash`` deviation."""
     refs = [_clean_url(u) for u in reference.split(OR_SEPARATOR)]
     ref_bases: list[str] = []
     ref_queries: dict[str, set[str]] = collections.defaultdict(set)
     for ref in refs:
-        base, query = _parse_url(ref)
+        base, query = _parse_url(ref, clean_path=clean_path)
         ref_bases.append(base)
         for key, values in query.items():
             ref_queries[key].update(values)
-    pred_base, pred_query = _parse_url(_clean_url(pred_url))
+    pred_base, pred_query = _parse_url(_clean_url(pred_url), clean_path=clean_path)
     # As in WebArena: the reference base path must be a substring of the predicted one.
     base_score = float(any(base in pred_base for base in ref_bases))
     query_score = 1.0
@@ -368,7 +410,7 @@ def evaluate_task(
     site_urls: Mapping[str, str],
     judge: Judge | None = None,
     helpers: Mapping[str, Helper] | None = None,
-    settle_s: float = 0.0,
+    deviations: Collection[str] = (),
 ) -> EvalResult:
     """Evaluate a finished episode the way WebArena does.
 
@@ -383,7 +425,7 @@ def evaluate_task(
         helpers: Extra or replacement ``func:`` helpers by name (the built-in ones are
             ``get_query_text``, ``get_query_text_lowercase``, ``reddit_get_post_url`` and
             ``gitlab_get_project_memeber_role``).
-        settle_s: Extra seconds to wait after each ``program_html`` navigation.
+        deviations: Opt-in deviations from WebArena's verdicts (:data:`DEVIATIONS` keys).
 
     Returns:
         The score (product over evaluators) and per-evaluator details.
@@ -396,6 +438,7 @@ def evaluate_task(
             cannot be opened.
     """
     validate_config(config)
+    deviations = check_deviations(deviations)
     ev = config["eval"]
     eval_types = list(ev["eval_types"])
     if judge is None and needs_judge(config):
@@ -410,9 +453,9 @@ def evaluate_task(
         if eval_type == "string_match":
             detail = _eval_string(config, answer, judge)
         elif eval_type == "url_match":
-            detail = _eval_url(ev, start_url, site_urls)
+            detail = _eval_url(ev, start_url, site_urls, clean_path="url_slash" in deviations)
         elif eval_type == "program_html":
-            detail = _eval_html(config, page, start_url, site_urls, helpers, settle_s, judge)
+            detail = _eval_html(config, page, start_url, site_urls, helpers, deviations, judge)
         else:  # validate_config already rejects these; kept for a clear error if it changes
             raise TaskError(f"{_where(config)}unknown eval type {eval_type!r}")
         details.append(detail)
@@ -479,18 +522,22 @@ def _eval_string(config: Mapping[str, Any], answer: str | None, judge: Judge | N
     return {"type": "string_match", "score": score, "prediction": pred, "checks": checks}
 
 
-def _eval_url(ev: Mapping[str, Any], page_url: str, site_urls: Mapping[str, str]) -> dict:
+def _eval_url(ev: Mapping[str, Any], page_url: str, site_urls: Mapping[str, str], *,
+              clean_path: bool = False) -> dict:
     reference = fill_placeholders(ev["reference_url"], site_urls, what="reference_url")
-    score = url_match(reference, page_url)
+    score = url_match(reference, page_url, clean_path=clean_path)
     return {"type": "url_match", "score": score, "reference": reference, "url": page_url}
 
 
 # -- program_html -----------------------------------------------------------------------------
 
 
-def _page_content(page: Any) -> str:
-    """The page's HTML followed by its visible text (see the module docstring)."""
+def _page_content(page: Any, *, with_text: bool = False) -> str:
+    """The page's HTML (WebArena), followed by its visible text with ``with_text`` (the
+    ``page_text`` deviation)."""
     content = str(page.content())
+    if not with_text:
+        return content
     try:
         text = str(page.inner_text("body"))
     except Exception as exc:  # a page without a body: the HTML is all there is
@@ -499,10 +546,11 @@ def _page_content(page: Any) -> str:
     return content + "\n" + text
 
 
-def _select(page: Any, target: Mapping[str, Any], helpers: Mapping[str, Helper] | None) -> str:
+def _select(page: Any, target: Mapping[str, Any], helpers: Mapping[str, Helper] | None,
+            *, with_text: bool = False) -> str:
     locator = target["locator"].strip()
     if not locator:
-        return _page_content(page)
+        return _page_content(page, with_text=with_text)
     if locator.startswith(("document.", "[...document.")):
         for prep in target.get("prep_actions") or []:
             try:
@@ -519,13 +567,37 @@ def _select(page: Any, target: Mapping[str, Any], helpers: Mapping[str, Helper] 
     return call_helper(expression, page=page, helpers=helpers)
 
 
+@contextlib.contextmanager
+def _target_page(page: Any, url: str, *, wait_s: float) -> Iterator[Any]:
+    """The page a ``program_html`` target reads: ``page`` itself for ``"last"``, else ``url``
+    opened in a new page of its browser context (closed afterwards), as WebArena does, so the
+    agent's page and its URL stay as the episode left them."""
+    if url == "last":
+        yield page
+        return
+    opened = page.context.new_page()
+    try:
+        try:
+            opened.goto(url, wait_until="load")
+        except Exception as exc:  # an unreachable site is an infrastructure failure
+            raise EnvError(f"program_html could not open {url}: {exc}") from exc
+        if wait_s > 0:
+            time.sleep(wait_s)
+        yield opened
+    finally:
+        try:
+            opened.close()
+        except Exception as exc:  # a crashed page is closed already
+            logger.debug("closing the program_html page failed: %s", exc)
+
+
 def _eval_html(
     config: Mapping[str, Any],
     page: Any,
     start_url: str,
     site_urls: Mapping[str, str],
     helpers: Mapping[str, Helper] | None,
-    settle_s: float,
+    deviations: frozenset[str],
     judge: Judge | None = None,
 ) -> dict:
     ev = config["eval"]
@@ -537,15 +609,11 @@ def _eval_html(
             expression = url[len("func:") :].replace("__last_url__", start_url)
             url = call_helper(fill_placeholders(expression, site_urls), page=page, helpers=helpers)
         url = fill_placeholders(url, site_urls)
-        if url != "last":
-            try:
-                page.goto(url, wait_until="load")
-            except Exception as exc:  # an unreachable site is an infrastructure failure
-                raise EnvError(f"program_html could not open {url}: {exc}") from exc
-            if settle_s > 0:
-                time.sleep(settle_s)
         locator = fill_placeholders(target["locator"], site_urls, what="locator", strict=False)
-        selected = html.unescape(_select(page, {**target, "locator": locator}, helpers))
+        with _target_page(page, url, wait_s=0.0 if "load_wait" in deviations
+                          else NAVIGATION_WAIT_S) as where:
+            selected = html.unescape(_select(where, {**target, "locator": locator}, helpers,
+                                             with_text="page_text" in deviations))
         ((approach, required),) = target["required_contents"].items()
         check: dict[str, Any] = {
             "url": url,

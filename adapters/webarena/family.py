@@ -41,6 +41,8 @@ SITE_VARIABLES: dict[str, str] = {
 
 BUNDLED_TASK_DIR = "webarena_shopping"
 BUNDLED_FOR_REAL = "DG_WEBARENA_ON_BUNDLED_SHOP"
+BUNDLED_SHOP_DEVIATIONS = frozenset({"load_wait"})
+"""The bundled shop's evaluator deviations by default (:meth:`WebArenaFamily.eval_deviations`)."""
 """Set to 1 to play real WebArena tasks on the bundled shop (refused otherwise)."""
 REAL_MAX_STEPS = 30
 """WebArena's step limit (its ``run.py --max_steps``), the default on real sites."""
@@ -136,12 +138,14 @@ def _make_browsergym_task_class() -> type:
             judge: Any = None,
             timeout_ms: int = 5000,
             helpers: dict | None = None,
+            deviations: frozenset[str] = frozenset(),
         ) -> None:
             super().__init__(seed or 0)
             self.config = config or {}
             self.site_urls = site_urls or {}
             self.judge = judge
             self.helpers = helpers
+            self.deviations = deviations
             self.slow_mo = 0
             self.timeout = timeout_ms
 
@@ -163,7 +167,7 @@ def _make_browsergym_task_class() -> type:
             answer = "N/A" if last["role"] == "infeasible" else last["message"]
             result = evaluate_task(
                 self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge,
-                helpers=self.helpers,
+                helpers=self.helpers, deviations=self.deviations,
             )
             return result.score, True, "", {"score": result.score, "details": result.details,
                                             "answer": answer}
@@ -173,7 +177,7 @@ def _make_browsergym_task_class() -> type:
             early stop at its step limit)."""
             result = evaluate_task(
                 self.config, answer=answer, page=page, site_urls=self.site_urls, judge=self.judge,
-                helpers=self.helpers,
+                helpers=self.helpers, deviations=self.deviations,
             )
             return result.score, {"score": result.score, "details": result.details,
                                   "answer": answer, "early_stop": True}
@@ -448,6 +452,7 @@ class WebArenaFamily:
 
         from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
+        self.eval_deviations(cfg)  # an unknown name: one line before any episode
         if cfg.score_at_step_limit is None:  # WebArena scores its early stops; the shop's
             cfg = replace(cfg, score_at_step_limit=self.uses_real_sites)  # figures never did
         if self._task_class is None:
@@ -486,8 +491,20 @@ class WebArenaFamily:
             "helpers": self._helpers(),
             "storage_state": state,
             "sign_ins": records,
+            "deviations": self.eval_deviations(cfg),
         }
         return kwargs, cleanup
+
+    def eval_deviations(self, cfg: EnvConfig) -> frozenset[str]:
+        """The evaluator's opt-in deviations (``env.eval_deviations``; evaluation.DEVIATIONS):
+        none by default on real sites, ``load_wait`` on the bundled shop (its pages are complete
+        at their load event: WebArena's 3 s wait after each navigation changes no verdict
+        there)."""
+        from dreamgym_agents.adapters.webarena.evaluation import check_deviations
+
+        if cfg.eval_deviations is not None:
+            return check_deviations(cfg.eval_deviations)
+        return frozenset() if self.uses_real_sites else BUNDLED_SHOP_DEVIATIONS
 
     def _reset_sites(self, cfg: EnvConfig, task: Task) -> None:
         """Reset the real sites before a task that changes them, as configured (else say once

@@ -1,7 +1,10 @@
 """WebArena's LLM judges (``fuzzy_match`` and the unachievable-task check) over the gateway.
 
-The prompts are WebArena's own (``evaluation_harness/helper_functions.py``: ``llm_fuzzy_match``
-and ``llm_ua_match``), so scores stay comparable with published WebArena numbers.
+The prompts are WebArena's own, word for word, as its current release has them
+(``evaluation_harness/helper_functions.py`` of ``libwebarena`` 0.0.5 on PyPI: ``llm_fuzzy_match``
+and ``llm_ua_match``), so scores stay comparable with published WebArena numbers. WebArena asks
+``gpt-4-1106-preview`` at temperature 0; ``--judge MODEL`` picks ours. One difference: a reply
+with no verdict scores 0 with a warning, where WebArena's ``assert`` stops the run.
 """
 
 from __future__ import annotations
@@ -35,16 +38,20 @@ def fuzzy_match_messages(intent: str, reference: str, prediction: str) -> list[d
 
 
 def unachievable_messages(intent: str, reason: str, prediction: str) -> list[dict[str, str]]:
-    """WebArena's ``llm_ua_match`` prompt."""
+    """WebArena's ``llm_ua_match`` prompt, as its current release words it (``libwebarena``
+    0.0.4/0.0.5 on PyPI, the package BrowserGym's WebArena tasks run; it replaced the
+    ``Task_1``/``Reason_1``/``Report_1`` wording of the first release)."""
     message = (
-        "A task described in Task_1 cannot be completed for reason listed in Reason_1. A person "
-        "tried to complete the task and failed, he reported his attempt in Report_1, check if "
-        "Report_1 is refering to Reason_1, even implicitly. If match, return same, else, return "
-        "different\n"
-        f"Task_1 = {intent}\n"
-        f"Reason_1 = {reason}\n"
-        f"Report_1 = {prediction}\n"
-        "return [same] or [different]"
+        f"task: {intent}\n"
+        f"actual unachievable reason: {reason}\n"
+        f"reported unachievable reason: {prediction}\n"
+        "The task described above is inherently unachievable due to the reason specified under "
+        "'actual unachievable reason'. An individual previously attempted this task and was "
+        "unable to complete it. They provided a reason for their failure, which is listed under "
+        "'reported unachievable reason'. Your role is to review both the actual and reported "
+        "reasons. Determine if the reported reason aligns with the actual reason, even if "
+        "implicitly. If the stated reason is in line with the actual reason, respond with "
+        "'same'. Otherwise, respond with 'different'."
     )
     return [
         {"role": "system", "content": "You are a helpful assistant"},

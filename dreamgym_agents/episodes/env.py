@@ -184,6 +184,10 @@ class EnvConfig:
         site_reset: How to reset the sites before a task that changes them (WebArena's
             ``require_reset``): a URL (BrowserGym's ``WA_FULL_RESET`` convention) or a command;
             None reads ``WA_FULL_RESET``, else such tasks run on sites nobody resets (said once).
+        eval_deviations: Opt-in deviations of the family's evaluator from its benchmark's own
+            verdicts, by name (a list, or one comma-separated string; the family lists and
+            checks them: WebArena's in README); None: the family's default (WebArena on real
+            sites: none).
     """
 
     max_steps: int = 15
@@ -197,6 +201,7 @@ class EnvConfig:
     expert: bool = True
     score_at_step_limit: bool | None = None
     site_reset: str | None = None
+    eval_deviations: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

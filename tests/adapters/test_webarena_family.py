@@ -65,3 +65,18 @@ def test_task_file_one_config_or_list(tmp_path):
 def test_family_registry():
     assert make_family("webarena").name == "webarena"
     assert make_family("webarena.shopping").name == "webarena"
+
+
+def test_evaluator_deviations_are_opt_in():
+    from dreamgym_agents.episodes.env import EnvConfig
+
+    real = WebArenaFamily(environ={"SHOPPING": "http://127.0.0.1:7770"})
+    bundled = WebArenaFamily(environ={})
+    # real WebArena: WebArena's verdicts; the bundled shop skips the 3 s waits (no verdict moves)
+    assert real.eval_deviations(EnvConfig()) == frozenset()
+    assert bundled.eval_deviations(EnvConfig()) == {"load_wait"}
+    chosen = EnvConfig(eval_deviations=["url_slash", "page_text"])
+    assert real.eval_deviations(chosen) == {"url_slash", "page_text"}
+    assert bundled.eval_deviations(EnvConfig(eval_deviations=[])) == frozenset()
+    with pytest.raises(ConfigError, match="unknown evaluator deviation"):
+        real.make_env(EnvConfig(eval_deviations="slash"))
