@@ -158,6 +158,16 @@ def test_pipeline_writes_a_manifest(tmp_path):
     assert manifest["rationale_source"] == "deterministic" and manifest["examples"] == 4
     assert isinstance(manifest["bf16_autocast"], bool)
     assert read_manifest(tmp_path / "m")["prompt_style"] == "compact"
+    # the codec version it was trained in is recorded, and it is prompted in it (the web codec
+    # has one version: 0; a checkpoint that recorded none was trained before versions: 0)
+    from dreamgym_agents.experience.training import trained_settings
+
+    assert manifest["codec_version"] == 0
+    assert trained_settings(f"hf/{tmp_path / 'm'}")["codec_version"] == 0
+    path = tmp_path / "m" / "dreamgym_manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "codec_version": 3}))
+    assert trained_settings(f"hf/{tmp_path / 'm'}")["codec_version"] == 3
+    assert "codec_version" not in trained_settings("openai/gpt-4o-mini")  # the latest
 
 
 def test_cli_train_experience(tmp_path, capsys):

@@ -1,5 +1,5 @@
 """ALFWorld's offline agents: the expert (the planner's plan), a noisy expert, a searcher that
-acts on what it has seen, and a random agent.
+acts on what it has seen, a decoy that first makes a near miss, and a random agent.
 
 They read what the environment offers in ``Observation.info``: ``admissible`` (the commands the
 game accepts) and, when the environment plays with its expert, ``expert_plan`` (the plan from the
@@ -183,7 +183,75 @@ class SearcherAgent:
         return f"go to {unseen[0]}" if unseen else None
 
 
+class DecoyAgent:
+    """A near miss first, then the expert: the steps a learning policy takes and the expert
+    never does, with the game's own verdict on them.
+
+    It reads the goal from the task and acts on what it has seen (as :class:`SearcherAgent`)
+    towards a decoy of it, until the decoy's last command (a ``move`` or a ``use``):
+
+    - a clean / heat / cool task: the object put in place as it is (``skip``, 3 in 4), or
+      another receptacle (``elsewhere``);
+    - a put task (one or two objects): the object in a receptacle of another kind that can
+      hold it (``elsewhere``);
+    - examine in light: the lamp turned on before the object is held (``lamp first``).
+
+    Then it plays the expert's plan (which the environment makes again from the new state), so
+    the episode usually ends at the goal. The game scores each step: none of the decoy's moves
+    meets the goal, which is what an experience model trained only on the expert's steps
+    rewarded in the dream (docs/RESULTS.md). With ``then="searcher"`` the second part is the
+    searcher's, so the agent plays the dream too (no expert there).
+    """
+
+    name = "decoy"
+
+    def __init__(self, seed: int = 0, then: str = "oracle") -> None:
+        self.seed = seed
+        self.rules = Rules.alfred()
+        self.searcher = SearcherAgent()
+        self.then: Any = ExpertAgent() if then == "oracle" else self.searcher
+        self.needs_expert = then == "oracle"
+
+    def decoy(self, goal: Goal, belief: Belief, episode_id: str) -> Goal | None:
+        """The goal this episode pretends to have (None: the lamp first)."""
+        rng = random.Random(f"decoy|{self.seed}|{episode_id}")
+        if goal.lamp:
+            return None
+        elsewhere = sorted({kind_of(r) for r in belief.receptacles
+                            if kind_of(r) != goal.target
+                            and goal.obj in self.rules.can_contain.get(kind_of(r), ())
+                            and kind_of(r) not in TOOLS})
+        if goal.needs and (rng.random() < 0.75 or not elsewhere):
+            return Goal(obj=goal.obj, target=goal.target)
+        if not elsewhere:
+            return goal
+        return Goal(obj=goal.obj, target=rng.choice(elsewhere), needs=goal.needs)
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        goal = Goal.of(task.intent, self.rules)
+        done = any(t.valid and t.action.startswith(("move ", "use ")) for t in history)
+        if goal is None or done:
+            return await self.then.act(task, observation, history, episode_id)
+        belief = Belief.parse(observation.state)
+        options = list(observation.info.get("admissible") or [])
+        decoy = self.decoy(goal, belief, episode_id)
+        if decoy is None:  # the lamp first
+            lamp = next(((name, item) for name, place in belief.places.items()
+                         for item in place.items or () if kind_of(item) == goal.lamp), None)
+            command = (self.searcher.explore(belief, goal.lamp) if lamp is None
+                       else f"use {lamp[1]}" if belief.at == lamp[0] else f"go to {lamp[0]}")
+        else:
+            command = self.searcher.choose(belief, decoy)
+        if command is None or (options and command not in options):
+            return await self.then.act(task, observation, history, episode_id)
+        return Decision(action=command, reasoning=f"{EXPLORATION}: a near miss")
+
+
 def offline_agents(seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
-    """The family's offline agents by name (``--agent oracle`` …)."""
+    """The family's offline agents by name (``--agent oracle`` …): ``decoy`` follows the
+    expert after its near miss, ``decoy-searcher`` the searcher (it plays the dream too)."""
     return {"oracle": ExpertAgent(), "noisy": NoisyExpertAgent(seed=seed, noise=noise),
-            "searcher": SearcherAgent(), "random": RandomAgent(seed=seed)}
+            "searcher": SearcherAgent(), "random": RandomAgent(seed=seed),
+            "decoy": DecoyAgent(seed=seed),
+            "decoy-searcher": DecoyAgent(seed=seed, then="searcher")}

@@ -301,6 +301,15 @@ def kind_of(name: str) -> str:
     return name.rsplit(" ", 1)[0]
 
 
+_NAME = re.compile(r"\b[a-z]+ \d+\b")
+
+
+def action_names(action: str) -> list[str]:
+    """The objects and receptacles a command names, in its order (the codec's ``@1``, ``@2``
+    …)."""
+    return _NAME.findall(action)
+
+
 def _order(name: str) -> tuple[str, int]:
     kind, _, number = name.rpartition(" ")
     return (kind, int(number)) if number.isdigit() else (name, 0)

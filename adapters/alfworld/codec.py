@@ -32,11 +32,13 @@ from typing import Any
 from dreamgym_agents.adapters.alfworld.belief import (
     Belief,
     Place,
+    action_names,
     game_list,
     in_game_order,
     listed,
     with_listed,
 )
+from dreamgym_agents.adapters.alfworld.goals import goal_checks
 from dreamgym_agents.experience.codec import PlainCodec, StateReferenceError, verdict
 
 FEEDBACK_REF = "@feedback"
@@ -45,13 +47,7 @@ SEEN_REF = "@seen"
 """The objects the state knows in the receptacle the action names last, as the game lists them."""
 MAX_NAMES = 3
 """More names than a command has (two at most: ``heat egg 1 with microwave 1``)."""
-_NAME = re.compile(r"\b[a-z]+ \d+\b")
 _REF = re.compile(r"@(\d+)")
-
-
-def action_names(action: str) -> list[str]:
-    """The objects and receptacles an action names, in its order (``@1``, ``@2`` …)."""
-    return _NAME.findall(action)
 
 
 def target_place(state: str, action: str) -> Place | None:
@@ -127,12 +123,40 @@ def apply_feedback(state: str, action: str, sentence: str) -> str:
     return belief.render()
 
 
+CODEC_VERSION = 3
+"""The codec's current version: 3 adds the goal checks line to the prompt (version 2, which the
+shipped bundle's model was trained with, and every model that recorded none, has none)."""
+
+
 class AlfworldCodec(PlainCodec):
     """:class:`~dreamgym_agents.experience.codec.PlainCodec` with the next state written as the
     feedback sentence, its names as the action's references (the module docstring); the
-    demonstrations show their sentence the same way."""
+    demonstrations show their sentence the same way. From ``version`` 3 the prompt's last line
+    before the answer spells out the goal's checks (:func:`~.goals.goal_checks`).
+
+    Args:
+        version: The codec version the model was trained with (``experience.codec_version``);
+            None: :data:`CODEC_VERSION`.
+    """
 
     follows = (*PlainCodec.follows, "The game answers")
+
+    def __init__(self, *args: Any, version: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.version = CODEC_VERSION if version is None else version
+
+    def render(self, intent: str, history: list[Any] | None, state: str, action: str,
+               demos: list[Any] | None, *, history_steps: int, use_reasoning: bool,
+               params: dict[str, str] | None = None,
+               tally: tuple[int, int] | None = None) -> list[dict[str, str]]:
+        messages = super().render(intent, history, state, action, demos,
+                                  history_steps=history_steps, use_reasoning=use_reasoning,
+                                  params=params, tally=tally)
+        checks = goal_checks(intent, state, action) if self.version >= 3 else None
+        if checks:
+            body, _, last = messages[-1]["content"].rpartition("\n")
+            messages[-1] = {**messages[-1], "content": f"{body}\nchecks: {checks}\n{last}"}
+        return messages
 
     @staticmethod
     def sampling(state: str, action: str) -> dict[str, Any]:

@@ -184,8 +184,9 @@ class AlfworldFamily:
         return AlfworldActionSet()
 
     def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
-        """``oracle`` (the expert's plan), ``noisy`` (random detours at rate ``noise``) and
-        ``random`` (a random admissible command)."""
+        """``oracle`` (the expert's plan), ``noisy`` (random detours at rate ``noise``),
+        ``searcher`` (acts on what it has seen), ``decoy`` (a near miss, then the expert;
+        ``decoy-searcher``: then the searcher) and ``random`` (a random admissible command)."""
         from dreamgym_agents.adapters.alfworld.agents import offline_agents
 
         return offline_agents(seed, noise)
@@ -251,13 +252,15 @@ class AlfworldFamily:
 
         return PlainView(options=admissible_in)
 
-    def experience_codec(self) -> Any:
+    def experience_codec(self, version: int | None = None) -> Any:
         """Short text states, the next one written as the game's feedback sentence with the
-        action's names as references (:class:`.codec.AlfworldCodec`)."""
+        action's names as references, the goal's checks before the answer from version 3
+        (:class:`.codec.AlfworldCodec`; ``version``: the one the model was trained with, None:
+        the latest)."""
         from dreamgym_agents.adapters.alfworld.codec import AlfworldCodec
 
         return AlfworldCodec(self.action_set(), "a household text game",
-                             head_prefixes=("At:", "Holding:"))
+                             head_prefixes=("At:", "Holding:"), version=version)
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
@@ -275,17 +278,18 @@ class AlfworldFamily:
                 "max_steps": 30, "state_version": 4, "codec_version": 2, "entity_swaps": 2,
                 "max_examples": 9000, "sft_steps": 1500}
 
-    collectors = ("oracle", "noisy", "random")
+    collectors = ("oracle", "noisy", "random", "decoy")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
 
     def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
-        """(collector, agent, its train tasks, step limit): the expert, the noisy expert and
-        the random agent on the recipe's counts of train tasks, spread over the split."""
+        """(collector, agent, its train tasks, step limit): the expert, the noisy expert, the
+        random agent and the decoy (a near miss, then the expert) on the recipe's counts of
+        train tasks, spread over the split; a collector with none is left out."""
         agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
         counts = {"oracle": recipe.oracle_tasks, "noisy": recipe.noisy_tasks,
-                  "random": recipe.random_tasks}
+                  "random": recipe.random_tasks, "decoy": recipe.decoy_tasks}
         return [(name, agents[name], every_nth(tasks, counts[name]), recipe.max_steps)
-                for name in self.collectors]
+                for name in self.collectors if counts[name] > 0]
 
     def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
                 seed: int) -> tuple[list[Any], list[Any]]:

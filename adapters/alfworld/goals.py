@@ -9,10 +9,11 @@ six task types is checked on the player's :class:`~dreamgym_agents.adapters.alfw
 - pick two: two objects of the kind in one receptacle of the kind;
 - examine in light: an object of the kind held where a lamp of the kind is on.
 
-What it is for: stating, for a transition, how far the task has come (the experience model's
-rationale can say it), and measuring what the dream rewards against what the game would
-(:func:`goal_met` agrees with the game's reward on every recorded transition: the tests and
-docs/RESULTS.md). The dream's reward stays the experience model's own.
+What it is for: spelling out, for a step, what the task asks and where it stands
+(:func:`goal_checks`: the experience model's prompt shows them from codec version 3), and
+measuring what the dream rewards against what the game would (:func:`goal_met` agrees with the
+game's reward on every recorded transition: the tests and docs/RESULTS.md). The dream's reward
+stays the experience model's own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dreamgym_agents.adapters.alfworld.belief import PROPERTY, Belief, kind_of
+from dreamgym_agents.adapters.alfworld.belief import PROPERTY, Belief, action_names, kind_of
 
 _ON = r"(?:in|on|in/on)(?: the)?"
 _SOME = r"(?:a|an|some|the)"
@@ -71,6 +72,38 @@ class Goal:
             return cls(m.group(1), lamp=m.group(2))
         return None
 
+    def fits(self, obj: str, belief: Belief) -> bool:
+        """Whether ``obj`` is an object the goal wants, with the property it needs."""
+        return kind_of(obj) == self.kind and (
+            not self.needs or self.needs in belief.properties.get(obj, []))
+
+    def placed(self, belief: Belief) -> int:
+        """The most objects that fit in one receptacle of the goal's kind (what a put task has
+        done so far)."""
+        return max((sum(self.fits(o, belief) for o in place.items or [])
+                    for name, place in belief.places.items()
+                    if kind_of(name) == self.receptacle), default=0)
+
+    def role(self, name: str, belief: Belief) -> str:
+        """What ``name`` (an object or a receptacle) is to the goal, in a few words."""
+        kind = kind_of(name)
+        if self.fits(name, belief):
+            return "fits"
+        if kind == self.kind:
+            return f"the goal's kind, not {self.needs}"
+        if self.lamp and kind == self.lamp:
+            return "the goal's lamp"
+        if self.receptacle and kind == self.receptacle:
+            return "the goal's place"
+        return "other"
+
+    def describe(self) -> str:
+        """The goal in the checks' words (``2 clean soapbar in bathtubbasin``)."""
+        if self.lamp:
+            return f"a {self.kind} held where a {self.lamp} is on"
+        needs = f"{self.needs} " if self.needs else ""
+        return f"{self.count} {needs}{self.kind} in {self.receptacle}"
+
     def met(self, state: str | Belief) -> bool:
         """Whether ``state`` satisfies the goal."""
         belief = state if isinstance(state, Belief) else Belief.parse(state)
@@ -94,3 +127,37 @@ def goal_met(intent: str, state: str | Belief) -> bool | None:
     """Whether ``state`` satisfies the goal of ``intent`` (None: the wording is not known)."""
     goal = Goal.parse(intent)
     return None if goal is None else goal.met(state)
+
+
+def goal_checks(intent: str, state: str, action: str) -> str | None:
+    """What can be read off the task, the state and the command about the goal, as one line
+    (None: a wording of no task type): the goal, how far it is (put tasks: how many fitting
+    objects one receptacle of its kind holds; examine: whether a lamp of its kind is on here),
+    what the player holds, and what each name of the command is to the goal (``@1 fits; @2
+    the goal's place``, the codec's references):
+
+        checks: goal 2 clean soapbar in bathtubbasin; now 1 of 2; holding fits; @1 fits;
+        @2 the goal's place
+
+    The experience model still decides what the game answers and whether the task is done
+    (a move fails when the object is not held, a lamp turned on elsewhere lights nothing); a
+    model trained from scratch does not compose these from the task line and the state (it
+    rewarded 303 of 325 dream moves whose state missed the goal: docs/RESULTS.md), as the web
+    family's answer checks spell out what a page shows."""
+    goal = Goal.parse(intent)
+    if goal is None:
+        return None
+    belief = Belief.parse(state)
+    parts = [f"goal {goal.describe()}"]
+    if goal.lamp:
+        here = belief.places.get(belief.at)
+        lit = here is not None and any(kind_of(o) == goal.lamp
+                                       and "on" in belief.properties.get(o, [])
+                                       for o in here.items or [])
+        parts.append(f"{goal.lamp} on here: {'yes' if lit else 'no'}")
+    else:
+        parts.append(f"now {goal.placed(belief)} of {goal.count}")
+    parts.append("holding " + (goal.role(belief.holding, belief) if belief.holding
+                               else "nothing"))
+    parts += [f"@{i} {goal.role(name, belief)}" for i, name in enumerate(action_names(action), 1)]
+    return "; ".join(parts)

@@ -284,10 +284,12 @@ class WebArenaFamily:
         return WebHashFeatures(version)
 
     @staticmethod
-    def experience_codec() -> Any:
-        """The experience model's web prompt and answer (:class:`.codec.WebCodec`)."""
+    def experience_codec(version: int | None = None) -> Any:
+        """The experience model's web prompt and answer (:class:`.codec.WebCodec`; it has one
+        version, whatever ``version`` a model recorded)."""
         from dreamgym_agents.adapters.webarena.codec import WebCodec
 
+        del version
         return WebCodec()
 
     @staticmethod

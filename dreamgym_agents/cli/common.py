@@ -142,7 +142,7 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                 program: str | None = None) -> Any:
     """One of the family's offline agents (``oracle``, ``random`` …), a policy this toolkit
     trained (``hf/<checkpoint>`` with its settings beside it: played in the layout, view and
-    decoding it was trained with, greedily) or a model string (its gateway configured by the
+    decoding it was trained with, greedily unless the ``section`` sets ``temperature``) or a model string (its gateway configured by the
     ``section`` section, its requests in flight following the run's ``concurrency`` unless
     set; prompted by the saved prompt ``program`` when given) → an agent
     (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
@@ -151,11 +151,14 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
 
     if agent in family.offline_agents(seed):
         return make_agent(agent, family, seed=seed, program=program)
-    if agent.startswith("hf/") and trained_policy_settings(agent[3:]) is not None:
+    trained = trained_policy_settings(agent[3:]) if agent.startswith("hf/") else None
+    if trained is not None:
         if program:
             raise ConfigError("--program prompts a model through a template; a trained policy "
                               "plays in its own layout")
-        return PolicyAgent(PolicyModel.load(agent[3:]), keep_tokens=False)
+        # its own settings, then the section's (``--set agent.temperature=1`` samples it)
+        cfg = sections.configure(trained, section)
+        return PolicyAgent(PolicyModel.load(agent[3:], cfg), keep_tokens=False)
     if program:
         from dreamgym_agents.prompts.programs import load_program
 

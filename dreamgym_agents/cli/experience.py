@@ -365,8 +365,8 @@ def build_experience(
     except BaseException:
         gateway.close()
         raise
-    return (ExperienceModel(exp_cfg, gateway, buffer, codec=family.experience_codec()),
-            gateway, buffer)
+    codec = family.experience_codec(exp_cfg.codec_version)
+    return ExperienceModel(exp_cfg, gateway, buffer, codec=codec), gateway, buffer
 
 
 def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) -> dict[str, bool]:

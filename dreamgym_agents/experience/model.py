@@ -414,6 +414,10 @@ class ExperienceConfig:
         top_p: Nucleus mass when sampling; None: the codec's ``sampling``, else none.
         program: A saved prompt program (``dg-agents optimize --target experience``) whose
             instruction replaces the full prompt's (None: the template's).
+        codec_version: The family's experience codec version the model was trained with (a
+            trained checkpoint records it: :func:`~.training.trained_settings`; 0: trained
+            before versions were recorded); None: the family's latest
+            (``TaskFamily.experience_codec(version)``).
     """
 
     history_steps: int = 4
@@ -431,6 +435,7 @@ class ExperienceConfig:
     temperature: float | None = None
     top_p: float | None = None
     program: str | None = None
+    codec_version: int | None = None
 
     def __post_init__(self) -> None:
         if self.program and self.prompt_style != "full":

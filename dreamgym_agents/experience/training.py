@@ -41,6 +41,7 @@ def train_from_trajectories(
     counterfactual_answers: int = 0,
     counterfactual_stops: int = 0,
     renamed: list[Trajectory] | None = None,
+    codec_version: int | None = None,
     on_step: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
@@ -58,13 +59,15 @@ def train_from_trajectories(
             task's evaluator, added as examples (the family's ``relabel`` too).
         renamed: Copies of the episodes with their entities renamed (the family's
             ``renamed``), added as examples (not to the buffer).
+        codec_version: The family's experience codec version to train in (None: its latest);
+            the manifest records the one used, and the model is prompted in it.
         on_step: Called after each SFT step (a progress bar).
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
     """
     timings: dict[str, float] = {}
-    codec = experience_codec(trajectories)
+    codec = experience_codec(trajectories, codec_version)
     start = time.perf_counter()
     variants, stops = relabelled(trajectories, answers=counterfactual_answers,
                                  stops=counterfactual_stops, seed=example_cfg.seed)
@@ -95,6 +98,7 @@ def train_from_trajectories(
     manifest = {
         "kind": "dreamgym-experience-model",
         "prompt_style": "compact",
+        "codec_version": getattr(codec, "version", codec_version or 0),
         "episodes": len(trajectories),
         "transitions": sum(len(t.transitions) for t in trajectories),
         "annotated": annotated,
@@ -124,8 +128,9 @@ def train_from_trajectories(
     return manifest
 
 
-def experience_codec(trajectories: list[Trajectory]) -> Any:
-    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``).
+def experience_codec(trajectories: list[Trajectory], version: int | None = None) -> Any:
+    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``, in
+    ``version``: None, the latest).
 
     Raises:
         ConfigError: The episodes are of several families (one model simulates one family).
@@ -138,7 +143,7 @@ def experience_codec(trajectories: list[Trajectory]) -> Any:
                           f"{', '.join(names) or 'none'}: train one model per family")
     family = make_family(names[0])
     try:
-        return family.experience_codec()
+        return family.experience_codec(version)
     finally:
         family.close()
 
@@ -174,8 +179,9 @@ def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
 
 def trained_settings(model: str) -> dict[str, Any]:
     """The experience settings a checkpoint trained by this pipeline must be prompted with
-    (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``);
-    empty for other model strings. The checkpoint is ``hf/<dir>``, or the same directory served
+    (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``,
+    ``codec_version``: 0 for a checkpoint trained before versions were recorded); empty for
+    other model strings. The checkpoint is ``hf/<dir>``, or the same directory served
     by an OpenAI-compatible server under its path (``openai/<dir>``: vLLM and ``transformers
     serve`` name a model by the path they loaded it from)."""
     path = model[3:] if model.startswith("hf/") else model.partition("/")[2]
@@ -185,4 +191,6 @@ def trained_settings(model: str) -> dict[str, Any]:
                                    "exclude_same_task") if k in trained}
     if "prompt_style" in manifest:
         out["prompt_style"] = manifest["prompt_style"]
+    if manifest:
+        out["codec_version"] = int(manifest.get("codec_version") or 0)
     return out

@@ -425,8 +425,9 @@ def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder:
     try:
         from dreamgym_agents.episodes.env import make_family
 
-        model = ExperienceModel(ExperienceConfig(**trained_settings(paths["model"])), gateway,
-                                buffer, codec=make_family(family).experience_codec())
+        exp_cfg = ExperienceConfig(**trained_settings(paths["model"]))
+        model = ExperienceModel(exp_cfg, gateway, buffer,
+                                codec=make_family(family).experience_codec(exp_cfg.codec_version))
         fid_cfg = FidelityConfig(out_dir=folder / "fidelity", family=family,
                                  limit=cfg.fidelity_limit,
                                  concurrency=cfg.fidelity_concurrency)

@@ -108,6 +108,9 @@ class EmbeddedRecipe:
             ``renamed(trajectories, copies, seed)``: a small model learns to copy the action's
             names instead of a demonstration's. Left out of the keys at 0, as
             ``state_version``.
+        decoy_tasks: Train tasks a family's ``decoy`` collector plays (a near miss, then the
+            expert: ALFWorld's), where the family has one; left out of the keys at 0, as
+            ``state_version``.
     """
 
     seed: int = 0
@@ -141,6 +144,7 @@ class EmbeddedRecipe:
     state_version: int = 0
     codec_version: int = 0
     entity_swaps: int = 0
+    decoy_tasks: int = 0
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
         fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
@@ -160,11 +164,11 @@ class EmbeddedRecipe:
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
 
 
-_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps")
+_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "decoy_tasks")
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
-                  "noise", "max_steps", "state_version")
+                  "noise", "max_steps", "state_version", "decoy_tasks")
 """The recipe fields that decide which episodes are collected."""
 
 
@@ -383,6 +387,7 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
                 seed=recipe.seed if sft_seed is None else sft_seed),
             counterfactual_answers=recipe.counterfactual_answers,
             counterfactual_stops=recipe.counterfactual_stops,
+            codec_version=recipe.codec_version or None,
             renamed=renamed,
             on_step=on_step,
         )

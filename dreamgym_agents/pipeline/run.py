@@ -474,9 +474,10 @@ class Pipeline:
                                         max_concurrency=max(4, self.cfg.dream.concurrency)))
             family = make_family(self.cfg.task)
             buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=family.name))
-            codec = family.experience_codec()
-            self._dream = (ExperienceModel(ExperienceConfig(**settings), gateway, buffer,
-                                           codec=codec), gateway, buffer)
+            exp_cfg = ExperienceConfig(**settings)
+            codec = family.experience_codec(exp_cfg.codec_version)
+            self._dream = (ExperienceModel(exp_cfg, gateway, buffer, codec=codec), gateway,
+                           buffer)
         return self._dream
 
     def checkpoint(self, stage: str) -> str:

@@ -98,3 +98,46 @@ def test_the_dream_s_rewards_are_checked_against_the_goal_of_the_state_it_predic
     assert reward_check([dream], check) == {"checked": 3, "rewarded": 1, "rewarded_unmet": 1,
                                             "met_unrewarded": 1}
     assert reward_check([dream], None) is None
+
+
+def test_goal_checks_say_what_the_task_asks_where_it_stands_and_what_each_name_is():
+    from dreamgym_agents.adapters.alfworld.goals import goal_checks
+
+    state = ("Task: put two soapbar in bathtubbasin.\nRoom: bathtubbasin 1, cabinet 1\n"
+             "At: bathtubbasin 1\nHolding: soapbar 3 (clean)\nFeedback: x\n"
+             "Seen bathtubbasin 1: soapbar 1\nSeen cabinet 1: (open) soapbar 4")
+    move = "move soapbar 3 to bathtubbasin 1"
+    assert goal_checks("put two soapbar in bathtubbasin", state, move) == (
+        "goal 2 soapbar in bathtubbasin; now 1 of 2; holding fits; @1 fits; "
+        "@2 the goal's place")
+    # the one soapbar in place is not clean, the held one is: not done yet, this move does it
+    assert goal_checks("put a clean soapbar in bathtubbasin", state, move) == (
+        "goal 1 clean soapbar in bathtubbasin; now 0 of 1; holding fits; @1 fits; "
+        "@2 the goal's place")
+    assert goal_checks("heat some soapbar and put it in cabinet", state, move) == (
+        "goal 1 hot soapbar in cabinet; now 0 of 1; holding the goal's kind, not hot; "
+        "@1 the goal's kind, not hot; @2 other")
+    assert goal_checks("examine the soapbar with the desklamp", state, "use desklamp 1") == (
+        "goal a soapbar held where a desklamp is on; desklamp on here: no; holding fits; "
+        "@1 the goal's lamp")
+    assert goal_checks("make me a sandwich", state, move) is None
+
+
+def test_the_codec_shows_the_checks_from_version_3_only():
+    from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+
+    state = states()[-2]
+    family = AlfworldFamily()
+
+    def prompt(version):
+        codec = family.experience_codec(version)
+        (message,) = codec.render("put a cool apple in countertop", [], state,
+                                  "move apple 1 to countertop 1", [], history_steps=2,
+                                  use_reasoning=True)
+        return message["content"]
+
+    latest, old, unrecorded = prompt(None), prompt(2), prompt(0)
+    assert latest.splitlines()[-2].startswith("checks: goal 1 cool apple in countertop; now 0")
+    assert latest.splitlines()[-1] == "answer:"
+    assert "checks:" not in old and old == unrecorded  # the shipped model's prompt, unchanged
+    assert latest.replace("\n" + latest.splitlines()[-2], "") == old

@@ -82,3 +82,29 @@ def test_it_solves_real_games_of_every_type_without_the_expert(tmp_path):
     episodes = read_trajectories(tmp_path / "trajectories.jsonl")
     assert [t.task.task_id for t in episodes if not t.success] == []
     assert all(t.valid for traj in episodes for t in traj.transitions)
+
+
+def test_the_decoy_misses_first_then_the_expert_reaches_the_goal(tmp_path):
+    """Real games: the decoy's first move or use never meets the goal (the game says so), and
+    the expert it follows then does, in most games."""
+    family = make_family("alfworld")
+    by_type: dict[str, list[Task]] = {}
+    for task in family.load_tasks("train"):
+        by_type.setdefault(task.config["task_type"], []).append(task)
+    picked = [t for tasks in by_type.values() for t in tasks[:2]]  # two of each of the six
+    agent = family.offline_agents()["decoy"]
+    cfg = EnvConfig(max_steps=30)
+    family.prepare(cfg, picked)
+    try:
+        asyncio.run(run_episodes(picked, lambda: family.make_env(cfg), agent,
+                                 RunConfig(out_dir=tmp_path, concurrency=2)))
+    finally:
+        family.close()
+    episodes = read_trajectories(tmp_path / "trajectories.jsonl")
+    firsts = [next((t for t in ep.transitions if t.valid and t.action.startswith(("move ", "use "))),
+                   None) for ep in episodes]
+    assert sum(f is not None for f in firsts) >= 9
+    assert all(f.reward == 0 for f in firsts if f is not None)
+    # marked as exploration: the warm start does not imitate a near miss
+    assert all(f.reasoning.startswith("exploration") for f in firsts if f is not None)
+    assert sum(ep.success for ep in episodes) >= 9
