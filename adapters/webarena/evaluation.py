@@ -21,8 +21,9 @@ Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
   empty locator: the page's HTML) and check ``required_contents`` (``exact_match``,
   ``must_include`` with ``" |OR| "`` alternatives, ``must_exclude``, or, as WebArena-Lite writes
   some, ``fuzzy_match``: the LLM judge compares the selection with the references joined by
-  ``, ``, as VisualAgentBench, WebArena-Lite's home, does). The agent's page is never navigated, so ``url_match`` and ``__last_url__`` read the
-  URL where the episode ended whatever the order of the evaluators.
+  ``, ``, as VisualAgentBench, WebArena-Lite's home, does). The agent's page is never
+  navigated, so ``url_match`` and ``__last_url__`` read the URL where the episode ended
+  whatever the order of the evaluators.
 
 The reference is WebArena's code as its current release has it (``libwebarena`` 0.0.5 on PyPI,
 the package BrowserGym's WebArena tasks run: ``evaluation_harness/evaluators.py``). The score of

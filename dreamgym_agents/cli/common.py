@@ -142,9 +142,10 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                 program: str | None = None) -> Any:
     """One of the family's offline agents (``oracle``, ``random`` …), a policy this toolkit
     trained (``hf/<checkpoint>`` with its settings beside it: played in the layout, view and
-    decoding it was trained with, greedily unless the ``section`` sets ``temperature``) or a model string (its gateway configured by the
-    ``section`` section, its requests in flight following the run's ``concurrency`` unless
-    set; prompted by the saved prompt ``program`` when given) → an agent
+    decoding it was trained with, greedily unless the ``section`` sets ``temperature``) or a
+    model string (its gateway configured by the ``section`` section, its requests in flight
+    following the run's ``concurrency`` unless set; prompted by the saved prompt ``program``
+    when given) → an agent
     (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
     from dreamgym_agents.episodes.agent import make_agent
     from dreamgym_agents.policy.model import PolicyAgent, PolicyModel, trained_policy_settings

@@ -101,8 +101,9 @@ def test_the_decoy_misses_first_then_the_expert_reaches_the_goal(tmp_path):
     finally:
         family.close()
     episodes = read_trajectories(tmp_path / "trajectories.jsonl")
-    firsts = [next((t for t in ep.transitions if t.valid and t.action.startswith(("move ", "use "))),
-                   None) for ep in episodes]
+    firsts = [next((t for t in ep.transitions
+                    if t.valid and t.action.startswith(("move ", "use "))), None)
+              for ep in episodes]
     assert sum(f is not None for f in firsts) >= 9
     assert all(f.reward == 0 for f in firsts if f is not None)
     # marked as exploration: the warm start does not imitate a near miss

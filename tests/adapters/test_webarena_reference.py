@@ -151,11 +151,11 @@ def test_the_slash_before_a_query_is_webarenas_verdict(reference: Reference, tmp
     assert len(slashed) == 22
     for config in slashed:
         one = only(config, "url_match")
-        page = SimpleNamespace(url=one["eval"]["reference_url"].split(" |OR| ")[0]
-                               .replace("/?", "?"))
-        assert reference.url_score(one, page.url, tmp_path) == 0.0
-        assert evaluate_task(one, answer="", page=page, site_urls=SITES).score == 0.0
-        assert evaluate_task(one, answer="", page=page, site_urls=SITES,
+        ended = SimpleNamespace(url=one["eval"]["reference_url"].split(" |OR| ")[0]
+                                .replace("/?", "?"))
+        assert reference.url_score(one, ended.url, tmp_path) == 0.0
+        assert evaluate_task(one, answer="", page=ended, site_urls=SITES).score == 0.0
+        assert evaluate_task(one, answer="", page=ended, site_urls=SITES,
                              deviations=["url_slash"]).score == 1.0
 
 
@@ -185,8 +185,9 @@ def test_judge_prompts_are_webarenas_word_for_word(reference: Reference):
 
 
 @pytest.mark.browser
-def test_page_verdicts_are_webarenas_on_real_pages(reference: Reference, tmp_path: Path,
-                                                   page: Any, site: str, monkeypatch: Any):
+def test_page_verdicts_are_webarenas_on_real_pages(
+        reference: Reference, tmp_path: Path, monkeypatch: Any,
+        page: Any, site: str):  # noqa: F811 - test_evaluation's fixtures
     """``program_html`` on pages served here, in Chromium: WebArena's HTMLContentEvaluator (its
     3 s sleeps skipped) and ours give the same verdicts, and leave the agent's page where it
     was."""
