@@ -128,15 +128,18 @@ def test_a_killed_run_resumes_with_the_missing_episodes(family_case, tmp_path):
     name, family, cfg, _ = family_case
     tasks = family.load_tasks("test")[:4]
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, name, str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, name, str(out)],
+                                stdout=subprocess.DEVNULL, stderr=stderr,
+                                start_new_session=True)
     traj_file = out / TRAJECTORIES_FILE
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         if traj_file.exists() and traj_file.read_text().count("\n") >= 1:
             break
         time.sleep(0.05)
+    assert proc.poll() is None, f"the run ended before the kill: {log.read_text()[-3000:]}"
     os.killpg(proc.pid, signal.SIGKILL)  # the run and any browser it started
     proc.wait()
     before = len(read_trajectories(traj_file, repair=True))

@@ -330,10 +330,9 @@ def _generated_here(game: Path) -> bool:
 def _write_quietly(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically; a folder that cannot be written (official games
     on a read-only mount) just keeps nothing."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    from dreamgym_agents.adapters.alfworld.games import write_atomic
+
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     except OSError as exc:
         logger.debug("opening not kept at %s: %s", path, exc)
-        tmp.unlink(missing_ok=True)

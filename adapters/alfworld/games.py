@@ -113,18 +113,35 @@ def _generate_game(spec: GameSpec, root: str | Path) -> Path:
             "solvable": None, "walkthrough": None, "dreamgym": meta}
     folder.mkdir(parents=True, exist_ok=True)
     # ALFWorld's experts open traj_data.json next to the game, whichever expert plays
-    (folder / TRAJ_FILE).write_text(json.dumps({**traj_data, "dreamgym": meta}),
-                                    encoding="utf-8")
-    tmp = folder / (GAME_FILE + ".tmp")
-    tmp.write_text(json.dumps(game), encoding="utf-8")
-    plan = _checked_plan(tmp)
-    if not plan:
-        tmp.unlink()
-        raise EnvError(f"no plan solves the generated game {spec.folder}")
-    game.update(solvable=True, walkthrough=plan)
-    tmp.write_text(json.dumps(game), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(folder / TRAJ_FILE, json.dumps({**traj_data, "dreamgym": meta}))
+    tmp = _tmp_name(folder / GAME_FILE)
+    try:
+        tmp.write_text(json.dumps(game), encoding="utf-8")
+        plan = _checked_plan(tmp)
+        if not plan:
+            raise EnvError(f"no plan solves the generated game {spec.folder}")
+        game.update(solvable=True, walkthrough=plan)
+        write_atomic(path, json.dumps(game))
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
+
+
+def _tmp_name(path: Path) -> Path:
+    """A temporary name beside ``path`` that no other process or thread uses (runs on one
+    machine share the games' cache: two may make the same game at once)."""
+    return path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a
+    part (raises ``OSError`` where the folder cannot be written)."""
+    tmp = _tmp_name(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 _PDDL_ENV: Any = None
