@@ -34,6 +34,8 @@ TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
     (["--set", "dream.num_generations=1"], "num_generations must be at least 2"),
     (["--set", "curriculum.synthetic_share=2"], "synthetic_share (λ) must be in [0, 1]"),
     (["--set", "experience_recipe={oracle: 3}"], "unknown experience_recipe key(s) oracle"),
+    (["--set", "experience_model=hf/no/such/dir"], "local checkpoint not found: no/such/dir"),
+    (["--set", "experience_buffer=/tmp"], "experience_buffer is the buffer of another"),
 ])
 def test_bad_run_input_gets_one_clear_line(tmp_path, capsys, args, message):
     code = main(["run", "--out", str(tmp_path / "r"), *args])
@@ -152,6 +154,17 @@ def test_tiny_run_end_to_end_on_alfworld(tmp_path, monkeypatch, capsys):
         evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
         assert evaluated and {t.task.family for t in evaluated} == {"alfworld"}
         assert {t.task.split for t in evaluated} == {"test"}
+    # another experience model plays the dream (here the same checkpoint, named), prompted as
+    # its manifest says; the offline data and the warm start stay the recipe's (cached)
+    done = state["done"]["experience"]
+    other = tmp_path / "other"
+    assert main(["run", "--task", "alfworld", "--preset", "quick", "--out", str(other),
+                 *TINY_ALFWORLD, "--set", f"experience_model={done['model']}",
+                 "--set", f"experience_buffer={done['buffer']}", "--no-sim-to-real"]) == 0
+    again = json.loads((other / "state.json").read_text())["done"]
+    assert again["experience"]["dream_model"] == done["model"]
+    assert again["experience"]["dream_buffer"] == done["buffer"]
+    assert json.loads((other / "summary.json").read_text())["synthetic_transitions"] > 0
 
 
 def test_a_turn_lists_the_states_commands_only_when_asked():

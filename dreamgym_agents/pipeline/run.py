@@ -64,7 +64,11 @@ class PipelineConfig:
             model's weights: the one language model here that has read the site's pages and
             actions; measured to fit the demonstrations faster than a fresh model) or
             ``scratch`` (a fresh model).
-        experience_model: ``embedded`` or a LiteLLM model string.
+        experience_model: ``embedded``, or the model that plays the dream instead (a
+            checkpoint trained here, ``hf/<dir>``, prompted as its manifest says, or any LiteLLM
+            model string); the offline data and the warm start stay the embedded recipe's.
+        experience_buffer: The replay buffer folder that model retrieves from (None: the
+            embedded one).
         experience_recipe: Fields of the embedded experience model's recipe to change
             (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`; a changed recipe builds and
             caches another model), e.g. ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one.
@@ -115,6 +119,7 @@ class PipelineConfig:
     policy: str = "embedded"
     policy_init: str = "experience"
     experience_model: str = "embedded"
+    experience_buffer: str | None = None
     experience_recipe: dict[str, Any] = field(default_factory=dict)
     demo_tasks: int | None = None
     use_retrieval: bool = True
@@ -156,6 +161,16 @@ class PipelineConfig:
                               f"{self.demo_tasks}")
         if self.eval_concurrency < 1 or self.eval_max_steps < 1:
             raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
+        if self.experience_model != "embedded":
+            from dreamgym_agents.gateway.llm import check_model_string
+
+            check_model_string(self.experience_model)
+        elif self.experience_buffer is not None:
+            raise ConfigError("experience_buffer is the buffer of another experience_model; the "
+                              "embedded one has its own")
+        if self.experience_buffer is not None and not Path(self.experience_buffer).is_dir():
+            raise ConfigError(f"experience_buffer {self.experience_buffer} is not a folder (a "
+                              "buffer that dg-agents train-experience or buffer seed made)")
 
         from dreamgym_agents.pipeline.embedded import check_recipe_keys
 
@@ -465,7 +480,9 @@ class Pipeline:
         from dreamgym_agents.gateway.llm import Gateway, LLMConfig
 
         if self._dream is None:
-            paths = self.state["done"]["experience"]
+            done = self.state["done"]["experience"]
+            paths = {"model": done.get("dream_model", done["model"]),
+                     "buffer": done.get("dream_buffer", done["buffer"])}
             settings = trained_settings(paths["model"])
             settings.update({k: v for k, v in (("use_retrieval", self.cfg.use_retrieval),
                                                ("use_reasoning", self.cfg.use_reasoning))
@@ -494,10 +511,6 @@ class Pipeline:
             family_recipe,
         )
 
-        if self.cfg.experience_model != EMBEDDED:
-            raise ConfigError("run builds its offline data with the embedded experience "
-                              "model's collection; other experience models: use the dream and "
-                              "train-experience commands (experience_model: embedded)")
         ablations = {k: False for k, on in (("use_retrieval", self.cfg.use_retrieval),
                                             ("use_reasoning", self.cfg.use_reasoning)) if not on}
         family = self.cfg.task.split(".", 1)[0]
@@ -505,6 +518,11 @@ class Pipeline:
         paths = ensure_embedded_experience_model(family, recipe, progress=self.reporter.say)
         done = {"model": paths["model"], "buffer": paths["buffer"], "offline": paths["offline"],
                 "recipe": recipe.key, "collect": recipe.collect_key}
+        if self.cfg.experience_model != EMBEDDED:  # the dream's own model; the data stays ours
+            done["dream_model"] = self.cfg.experience_model
+            done["dream_buffer"] = self.cfg.experience_buffer or paths["buffer"]
+            self.reporter.say(f"dream: experience model {self.cfg.experience_model}, buffer "
+                              f"{done['dream_buffer']}")
         bundle = self._bundle()
         if "bundle" in paths:
             done["bundle"] = paths["bundle"]
