@@ -38,6 +38,10 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--from-scratch", action="store_true",
                         help="train a new model with the recipe's shape instead")
+    parser.add_argument("--base-model", type=Path, default=None,
+                        help="start from this checkpoint [the shipped bundle's experience model]")
+    parser.add_argument("--max-examples", type=int, default=None,
+                        help="examples sampled (final steps first) [the recipe's + 30 a decoy]")
     args = parser.parse_args()
 
     bundle = shipped_bundle("alfworld")
@@ -61,7 +65,8 @@ def main() -> None:
         buffer.clear()
         manifest = train_from_trajectories(
             everything, buffer,
-            ExampleConfig(max_examples=recipe.max_examples + 30 * len(decoys), seed=recipe.seed,
+            ExampleConfig(max_examples=args.max_examples or recipe.max_examples + 30 * len(decoys),
+                          seed=recipe.seed,
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
                           use_reasoning=recipe.use_reasoning,
                           final_answer_repeat=recipe.final_answer_repeat, judge_repeat=0),
@@ -71,7 +76,8 @@ def main() -> None:
                 max_length=recipe.max_length, max_steps=args.steps,
                 batch_size=recipe.batch_size, learning_rate=args.learning_rate,
                 decision_weight=recipe.decision_weight, checkpoint_every=100, seed=recipe.seed,
-                base_model=None if args.from_scratch else str(bundle.root / "experience")),
+                base_model=None if args.from_scratch else
+                str(args.base_model or bundle.root / "experience")),
             codec_version=3, renamed=renamed,
             on_step=None)
     finally:

@@ -188,19 +188,20 @@ class DecoyAgent:
     never does, with the game's own verdict on them.
 
     It reads the goal from the task and acts on what it has seen (as :class:`SearcherAgent`)
-    towards a decoy of it, until the decoy's last command (a ``move`` or a ``use``):
+    towards a decoy of it, until the decoy's last command (a ``move`` or a ``use``), one of:
 
-    - a clean / heat / cool task: the object put in place as it is (``skip``, 3 in 4), or
-      another receptacle (``elsewhere``);
-    - a put task (one or two objects): the object in a receptacle of another kind that can
-      hold it (``elsewhere``);
-    - examine in light: the lamp turned on before the object is held (``lamp first``).
+    - ``other``: another kind of object (the first it holds or sees that the goal's receptacle
+      can hold) put in the goal's receptacle, or held under the goal's lamp;
+    - ``elsewhere``: the goal's object put in a receptacle of another kind that can hold it;
+    - ``skip`` (clean / heat / cool tasks): the goal's object put in place as it is;
+    - ``lamp first`` (examine in light): the lamp turned on before anything is held.
 
     Then it plays the expert's plan (which the environment makes again from the new state), so
     the episode usually ends at the goal. The game scores each step: none of the decoy's moves
-    meets the goal, which is what an experience model trained only on the expert's steps
-    rewarded in the dream (docs/RESULTS.md). With ``then="searcher"`` the second part is the
-    searcher's, so the agent plays the dream too (no expert there).
+    meets the goal, which is what an experience model trained on the expert's, a noisy expert's
+    and a random agent's steps rewarded in a learning policy's dream (docs/RESULTS.md). With
+    ``then="searcher"`` the second part is the searcher's, so the agent plays the dream too (no
+    expert there).
     """
 
     name = "decoy"
@@ -212,20 +213,37 @@ class DecoyAgent:
         self.then: Any = ExpertAgent() if then == "oracle" else self.searcher
         self.needs_expert = then == "oracle"
 
-    def decoy(self, goal: Goal, belief: Belief, episode_id: str) -> Goal | None:
-        """The goal this episode pretends to have (None: the lamp first)."""
-        rng = random.Random(f"decoy|{self.seed}|{episode_id}")
+    def mode(self, goal: Goal, episode_id: str) -> str:
+        """The episode's kind of near miss (see the class docstring)."""
+        draw = random.Random(f"decoy|{self.seed}|{episode_id}").random()
         if goal.lamp:
-            return None
-        elsewhere = sorted({kind_of(r) for r in belief.receptacles
-                            if kind_of(r) != goal.target
-                            and goal.obj in self.rules.can_contain.get(kind_of(r), ())
-                            and kind_of(r) not in TOOLS})
-        if goal.needs and (rng.random() < 0.75 or not elsewhere):
+            return "other" if draw < 0.6 else "lamp first"
+        if goal.needs:
+            return "skip" if draw < 0.4 else "other" if draw < 0.8 else "elsewhere"
+        return "other" if draw < 0.6 else "elsewhere"
+
+    def decoy(self, goal: Goal, belief: Belief, mode: str) -> Goal | None:
+        """The goal the episode pretends to have now (None: look for something first)."""
+        if mode == "skip":
             return Goal(obj=goal.obj, target=goal.target)
-        if not elsewhere:
-            return goal
-        return Goal(obj=goal.obj, target=rng.choice(elsewhere), needs=goal.needs)
+        if mode == "elsewhere":
+            places = sorted({kind_of(r) for r in belief.receptacles
+                             if kind_of(r) != goal.target and kind_of(r) not in TOOLS
+                             and goal.obj in self.rules.can_contain.get(kind_of(r), ())})
+            return Goal(obj=goal.obj, target=places[0], needs=goal.needs) if places else goal
+        # other: what it holds, else the first other object it has seen that fits the place
+        def fits(kind: str) -> bool:
+            return kind != goal.obj and kind not in self.rules.lamps and bool(
+                goal.lamp or kind in self.rules.can_contain.get(goal.target, ()))
+
+        held = kind_of(belief.holding) if belief.holding else ""
+        kind = held if held and fits(held) else next(
+            (kind_of(item) for name, place in belief.places.items()
+             if place.status != "closed" and kind_of(name) != goal.target
+             for item in place.items or () if fits(kind_of(item))), "")
+        if not kind:
+            return None
+        return Goal(obj=kind, target=goal.target, lamp=goal.lamp)
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
@@ -235,17 +253,19 @@ class DecoyAgent:
             return await self.then.act(task, observation, history, episode_id)
         belief = Belief.parse(observation.state)
         options = list(observation.info.get("admissible") or [])
-        decoy = self.decoy(goal, belief, episode_id)
-        if decoy is None:  # the lamp first
+        mode = self.mode(goal, episode_id)
+        if mode == "lamp first":
             lamp = next(((name, item) for name, place in belief.places.items()
                          for item in place.items or () if kind_of(item) == goal.lamp), None)
             command = (self.searcher.explore(belief, goal.lamp) if lamp is None
                        else f"use {lamp[1]}" if belief.at == lamp[0] else f"go to {lamp[0]}")
         else:
-            command = self.searcher.choose(belief, decoy)
+            decoy = self.decoy(goal, belief, mode)
+            command = (self.searcher.choose(belief, decoy) if decoy is not None
+                       else self.searcher.explore(belief, goal.obj))
         if command is None or (options and command not in options):
             return await self.then.act(task, observation, history, episode_id)
-        return Decision(action=command, reasoning=f"{EXPLORATION}: a near miss")
+        return Decision(action=command, reasoning=f"{EXPLORATION}: a near miss ({mode})")
 
 
 def offline_agents(seed: int = 0, noise: float = 0.3) -> dict[str, Any]:

@@ -84,6 +84,13 @@ class Goal:
                     for name, place in belief.places.items()
                     if kind_of(name) == self.receptacle), default=0)
 
+    def lit_at(self, place: str, belief: Belief) -> bool:
+        """Whether a lamp of the goal's kind is known to be on at ``place``."""
+        known = belief.places.get(place)
+        return known is not None and any(kind_of(o) == self.lamp
+                                         and "on" in belief.properties.get(o, [])
+                                         for o in known.items or [])
+
     def role(self, name: str, belief: Belief) -> str:
         """What ``name`` (an object or a receptacle) is to the goal, in a few words."""
         kind = kind_of(name)
@@ -93,6 +100,8 @@ class Goal:
             return f"the goal's kind, not {self.needs}"
         if self.lamp and kind == self.lamp:
             return "the goal's lamp"
+        if self.lamp and self.lit_at(name, belief):
+            return f"where a {self.lamp} is on"
         if self.receptacle and kind == self.receptacle:
             return "the goal's place"
         return "other"
@@ -132,11 +141,11 @@ def goal_met(intent: str, state: str | Belief) -> bool | None:
 def goal_checks(intent: str, state: str, action: str) -> str | None:
     """What can be read off the task, the state and the command about the goal, as one line
     (None: a wording of no task type): the goal, how far it is (put tasks: how many fitting
-    objects one receptacle of its kind holds; examine: whether a lamp of its kind is on here),
-    what the player holds, and what each name of the command is to the goal (``@1 fits; @2
-    the goal's place``, the codec's references):
+    objects one receptacle of its kind still lacks; examine: whether a lamp of its kind is on
+    here), what the player holds, and what each name of the command is to the goal (``@1 fits;
+    @2 the goal's place``, the codec's references; a receptacle where the goal's lamp is on):
 
-        checks: goal 2 clean soapbar in bathtubbasin; now 1 of 2; holding fits; @1 fits;
+        checks: goal 2 clean soapbar in bathtubbasin; 1 to go; holding fits; @1 fits;
         @2 the goal's place
 
     The experience model still decides what the game answers and whether the task is done
@@ -150,13 +159,9 @@ def goal_checks(intent: str, state: str, action: str) -> str | None:
     belief = Belief.parse(state)
     parts = [f"goal {goal.describe()}"]
     if goal.lamp:
-        here = belief.places.get(belief.at)
-        lit = here is not None and any(kind_of(o) == goal.lamp
-                                       and "on" in belief.properties.get(o, [])
-                                       for o in here.items or [])
-        parts.append(f"{goal.lamp} on here: {'yes' if lit else 'no'}")
-    else:
-        parts.append(f"now {goal.placed(belief)} of {goal.count}")
+        parts.append(f"{goal.lamp} on here: {'yes' if goal.lit_at(belief.at, belief) else 'no'}")
+    else:  # how many are missing (a count to compare, not two: "1 to go" is the last one)
+        parts.append(f"{max(0, goal.count - goal.placed(belief))} to go")
     parts.append("holding " + (goal.role(belief.holding, belief) if belief.holding
                                else "nothing"))
     parts += [f"@{i} {goal.role(name, belief)}" for i, name in enumerate(action_names(action), 1)]

@@ -108,18 +108,27 @@ def test_goal_checks_say_what_the_task_asks_where_it_stands_and_what_each_name_i
              "Seen bathtubbasin 1: soapbar 1\nSeen cabinet 1: (open) soapbar 4")
     move = "move soapbar 3 to bathtubbasin 1"
     assert goal_checks("put two soapbar in bathtubbasin", state, move) == (
-        "goal 2 soapbar in bathtubbasin; now 1 of 2; holding fits; @1 fits; "
+        "goal 2 soapbar in bathtubbasin; 1 to go; holding fits; @1 fits; "
         "@2 the goal's place")
     # the one soapbar in place is not clean, the held one is: not done yet, this move does it
     assert goal_checks("put a clean soapbar in bathtubbasin", state, move) == (
-        "goal 1 clean soapbar in bathtubbasin; now 0 of 1; holding fits; @1 fits; "
+        "goal 1 clean soapbar in bathtubbasin; 1 to go; holding fits; @1 fits; "
         "@2 the goal's place")
     assert goal_checks("heat some soapbar and put it in cabinet", state, move) == (
-        "goal 1 hot soapbar in cabinet; now 0 of 1; holding the goal's kind, not hot; "
+        "goal 1 hot soapbar in cabinet; 1 to go; holding the goal's kind, not hot; "
         "@1 the goal's kind, not hot; @2 other")
     assert goal_checks("examine the soapbar with the desklamp", state, "use desklamp 1") == (
         "goal a soapbar held where a desklamp is on; desklamp on here: no; holding fits; "
         "@1 the goal's lamp")
+    assert goal_checks("put two soapbar in cabinet", state, move).startswith(
+        "goal 2 soapbar in cabinet; 1 to go;")  # the open cabinet 1 holds one
+    assert goal_checks("put two soapbar in toilet", state, move).startswith(
+        "goal 2 soapbar in toilet; 2 to go;")
+    lit = ("Task: examine the pen with the desklamp\nRoom: desk 1, shelf 1\nAt: shelf 1\n"
+           "Holding: pen 1\nFeedback: x\nSeen desk 1: desklamp 1 (on)\nSeen shelf 1: nothing")
+    assert goal_checks("examine the pen with the desklamp", lit, "go to desk 1") == (
+        "goal a pen held where a desklamp is on; desklamp on here: no; holding fits; "
+        "@1 where a desklamp is on")
     assert goal_checks("make me a sandwich", state, move) is None
 
 
@@ -137,7 +146,7 @@ def test_the_codec_shows_the_checks_from_version_3_only():
         return message["content"]
 
     latest, old, unrecorded = prompt(None), prompt(2), prompt(0)
-    assert latest.splitlines()[-2].startswith("checks: goal 1 cool apple in countertop; now 0")
+    assert latest.splitlines()[-2].startswith("checks: goal 1 cool apple in countertop; 1 to go")
     assert latest.splitlines()[-1] == "answer:"
     assert "checks:" not in old and old == unrecorded  # the shipped model's prompt, unchanged
     assert latest.replace("\n" + latest.splitlines()[-2], "") == old
