@@ -19,7 +19,10 @@ shown again) are written ``@seen``:
     You arrive at @1. On the @1, you see @seen.
 
 (codec version 2; version 1 wrote the list out, and the model wrote a list of its own for one
-revisit in three). What no model can know (the contents a receptacle shows when first seen) is
+revisit in three). Version 3 shows the goal's checks before the answer
+(:func:`~dreamgym_agents.adapters.alfworld.goals.goal_checks`); version 4 writes the object held
+and the place the player is at, where the action does not name them, as ``@held`` and ``@at``
+(``You are facing the @at.``), and the game's help text as ``@help``. What no model can know (the contents a receptacle shows when first seen) is
 still written out, in the game's order. A next state that the sentence does not give is written
 as :class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
 """
@@ -47,6 +50,23 @@ SEEN_REF = "@seen"
 """The objects the state knows in the receptacle the action names last, as the game lists them."""
 MAX_NAMES = 3
 """More names than a command has (two at most: ``heat egg 1 with microwave 1``)."""
+HELD_REF = "@held"
+"""The object the player holds (codec version 4)."""
+AT_REF = "@at"
+"""The receptacle the player is at (codec version 4)."""
+HELP_REF = "@help"
+"""The game's answer to ``help`` (codec version 4): always :data:`HELP_TEXT`."""
+HELP_TEXT = (
+    "Available commands: look: look around your current location inventory: check your current "
+    "inventory go to (receptacle): move to a receptacle open (receptacle): open a receptacle "
+    "close (receptacle): close a receptacle take (object) from (receptacle): take an object from "
+    "a receptacle move (object) to (receptacle): place an object in or on a receptacle examine "
+    "(something): examine a receptacle or an object use (object): use an object heat (object) "
+    "with (receptacle): heat an object using a receptacle clean (object) with (receptacle): "
+    "clean an object using a receptacle cool (object) with (receptacle): cool an object using a "
+    "receptacle slice (object) with (object): slice an object using a sharp object")
+"""ALFWorld's help text, as the state's feedback line keeps it (whitespace joined)."""
+_NAMED = re.compile(r"[a-z]+ \d+")
 _REF = re.compile(r"@(\d+)")
 
 
@@ -66,25 +86,47 @@ def known_list(state: str, action: str) -> str | None:
     return game_list(place.items)
 
 
-def with_references(sentence: str, action: str, state: str = "") -> str:
+def with_references(sentence: str, action: str, state: str = "", version: int = 2) -> str:
     """``sentence`` with each of the ``action``'s names written as its reference, and the list
-    of objects it shows written :data:`SEEN_REF` when ``state`` knows that list already."""
+    of objects it shows written :data:`SEEN_REF` when ``state`` knows that list already; from
+    ``version`` 4 also the game's help as :data:`HELP_REF`, and the place the player is at and
+    the object it holds, when the action does not name them, as :data:`AT_REF` and
+    :data:`HELD_REF` (``look``: ``You are facing the @at.``; ``inventory``: ``You are carrying:
+    a @held.``)."""
+    if version >= 4 and sentence == HELP_TEXT:
+        return HELP_REF
     known = known_list(state, action) if state else None
     if known is not None and listed(sentence) == known:
         sentence = with_listed(sentence, SEEN_REF)
     names = action_names(action)
     for i, name in sorted(enumerate(names, 1), key=lambda p: -len(p[1])):
         sentence = re.sub(rf"\b{re.escape(name)}\b", f"@{i}", sentence)
+    if version >= 4 and state:
+        belief = Belief.parse(state)
+        for ref, name in ((HELD_REF, belief.holding), (AT_REF, belief.at)):
+            if name and name not in names and _NAMED.fullmatch(name):
+                sentence = re.sub(rf"\b{re.escape(name)}\b", ref, sentence)
     return sentence
 
 
 def without_references(sentence: str, action: str, state: str = "") -> str:
-    """The inverse of :func:`with_references`.
+    """The inverse of :func:`with_references` (every version's references).
 
     Raises:
-        StateReferenceError: A reference to a name the action does not have, or
-            :data:`SEEN_REF` where ``state`` knows no list.
+        StateReferenceError: A reference to a name the action does not have,
+            :data:`SEEN_REF` where ``state`` knows no list, :data:`HELD_REF` where the player
+            holds nothing, or :data:`AT_REF` where it is at no receptacle.
     """
+    if sentence.strip() == HELP_REF:
+        return HELP_TEXT
+    if HELD_REF in sentence or AT_REF in sentence:
+        belief = Belief.parse(state)
+        for ref, name, what in ((HELD_REF, belief.holding, "holds nothing"),
+                                (AT_REF, belief.at, "is at no receptacle")):
+            if ref in sentence:
+                if not name or not _NAMED.fullmatch(name):
+                    raise StateReferenceError(f"{ref}: the player {what}")
+                sentence = sentence.replace(ref, name)
     if SEEN_REF in sentence:
         known = known_list(state, action) if state else None
         if known is None:
@@ -123,9 +165,12 @@ def apply_feedback(state: str, action: str, sentence: str) -> str:
     return belief.render()
 
 
-CODEC_VERSION = 3
+CODEC_VERSION = 4
 """The codec's current version: 3 adds the goal checks line to the prompt (version 2, which the
-shipped bundle's model was trained with, and every model that recorded none, has none)."""
+shipped bundle's model was trained with, and every model that recorded none, has none); 4 adds
+the references :data:`HELD_REF`, :data:`AT_REF` and :data:`HELP_REF` to the answer (a random
+agent's ``look``, ``inventory`` and ``help`` were a fifth of its determined steps and half of
+what the model got wrong on them: docs/RESULTS.md)."""
 
 
 class AlfworldCodec(PlainCodec):
@@ -158,8 +203,7 @@ class AlfworldCodec(PlainCodec):
             messages[-1] = {**messages[-1], "content": f"{body}\nchecks: {checks}\n{last}"}
         return messages
 
-    @staticmethod
-    def sampling(state: str, action: str) -> dict[str, Any]:
+    def sampling(self, state: str, action: str) -> dict[str, Any]:
         """Nucleus sampling (:data:`REVEAL_SAMPLING`) where the step may reveal
         (:func:`may_reveal`): what a receptacle shows when first seen is a draw from the game's
         layouts, and greedy decoding wrote the likeliest list every time, never the task's
@@ -171,21 +215,28 @@ class AlfworldCodec(PlainCodec):
         provider never writes them): :data:`SEEN_REF` where the state knows no list for the
         receptacle the action names (the shipped model wrote it at a first visit, three samples
         running, in 28 of the searcher's 60 dream episodes), and a reference to a name the
-        action does not have (``@1`` answering ``help``)."""
+        action does not have (``@1`` answering ``help``); from version 4, :data:`HELD_REF`
+        where nothing is held, :data:`AT_REF` where the player is at no receptacle and
+        :data:`HELP_REF` but for ``help``."""
         out: dict[str, Any] = dict(REVEAL_SAMPLING) if may_reveal(state, action) else {}
         bad = [f"@{i}" for i in range(len(action_names(action)) + 1, MAX_NAMES + 1)]
         if known_list(state, action) is None:
             bad.append(SEEN_REF)
+        if self.version >= 4:
+            belief = Belief.parse(state)
+            bad += [ref for ref, name in ((HELD_REF, belief.holding), (AT_REF, belief.at))
+                    if not (name and _NAMED.fullmatch(name))]
+            if action.strip() != "help":
+                bad.append(HELP_REF)
         if bad:
             out["bad_words"] = bad
         return out
 
-    @staticmethod
-    def encode_state(target: str, state: str, pages: list[str], previous: str | None,
+    def encode_state(self, target: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
         sentence = Belief.parse(target).feedback
         if sentence and apply_feedback(state, action, sentence) == target.strip():
-            return f"{FEEDBACK_REF}\n{with_references(sentence, action, state)}"
+            return f"{FEEDBACK_REF}\n{with_references(sentence, action, state, self.version)}"
         return PlainCodec.encode_state(target, state, pages, previous, action)
 
     @staticmethod

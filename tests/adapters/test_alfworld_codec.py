@@ -20,7 +20,7 @@ from dreamgym_agents.types import Transition
 
 
 def codec() -> AlfworldCodec:
-    return AlfworldFamily().experience_codec()
+    return AlfworldFamily().experience_codec(3)  # version 4: test_version_4_references
 
 
 def test_names_become_references_and_back():
@@ -113,3 +113,35 @@ def test_a_written_list_is_read_in_the_game_order_each_object_once():
                "a soapbar 4, and a spraybottle 1.")
     state = c.expand_state(sampled, rendered[0], [], None, back)
     assert state == rendered[1]  # the game's sentence: a soapbar 4, and a spraybottle 1
+
+
+def test_version_4_references_read_back_every_recorded_step():
+    """From version 4 the answer writes the held object, the place and the help text as
+    references; every recorded step of the shipped episodes is written and read back exactly,
+    and a reference the state cannot fill is unreadable and a bad word of the step."""
+    from pathlib import Path
+
+    from dreamgym_agents.adapters.alfworld.codec import AT_REF, HELD_REF, HELP_REF
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
+    c = AlfworldFamily().experience_codec(4)
+    episodes = Path(__file__).resolve().parents[2] / "bundles" / "alfworld" / "episodes"
+    used = {HELD_REF: 0, AT_REF: 0, HELP_REF: 0}
+    steps = 0
+    for path in sorted(episodes.glob("*.jsonl.gz")):
+        for traj in read_episodes(path):
+            for t in traj.transitions:
+                written = c.encode_state(t.next_state, t.state, [], None, t.action)
+                assert c.expand_state(written, t.state, [], None, t.action) == t.next_state.strip()
+                for ref in used:
+                    used[ref] += ref in written
+                steps += 1
+    assert steps > 3000 and all(n > 20 for n in used.values()), used
+    rendered = states()
+    assert c.encode_state(rendered[1], rendered[0], [], None, "go to countertop 1") == \
+        codec().encode_state(rendered[1], rendered[0], [], None, "go to countertop 1")
+    with pytest.raises(StateReferenceError, match=HELD_REF):  # holds nothing at the start
+        c.expand_state(f"{FEEDBACK_REF}\nYou are carrying: a {HELD_REF}.", rendered[0], [], None,
+                       "inventory")
+    assert {HELD_REF, HELP_REF} <= set(c.sampling(rendered[0], "inventory")["bad_words"])
+    assert HELP_REF not in c.sampling(rendered[0], "help").get("bad_words", [])
