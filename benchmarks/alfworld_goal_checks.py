@@ -1,6 +1,7 @@
-"""Fine-tune the shipped ALFWorld experience model into codec version 3 (the goal's checks in
-its prompt) on the bundle's collection plus decoy episodes (near misses the game scores), and
-print what it was trained on.
+"""Fine-tune the shipped ALFWorld experience model into the latest codec (version 3: the goal's
+checks in its prompt; 4: references to the held object, the place and the help text) on the
+bundle's collection plus decoy episodes (near misses the game scores), and print what it was
+trained on.
 
     python benchmarks/alfworld_goal_checks.py --decoys runs/decoy/trajectories.jsonl \
         --out runs/em-v3 --steps 600
@@ -40,6 +41,8 @@ def main() -> None:
                         help="train a new model with the recipe's shape instead")
     parser.add_argument("--base-model", type=Path, default=None,
                         help="start from this checkpoint [the shipped bundle's experience model]")
+    parser.add_argument("--codec-version", type=int, default=None,
+                        help="the ALFWorld codec version to train in [the latest]")
     parser.add_argument("--max-examples", type=int, default=None,
                         help="examples sampled (final steps first) [the recipe's + 30 a decoy]")
     args = parser.parse_args()
@@ -78,7 +81,7 @@ def main() -> None:
                 decision_weight=recipe.decision_weight, checkpoint_every=100, seed=recipe.seed,
                 base_model=None if args.from_scratch else
                 str(args.base_model or bundle.root / "experience")),
-            codec_version=3, renamed=renamed,
+            codec_version=args.codec_version, renamed=renamed,
             on_step=None)
     finally:
         buffer.close()
