@@ -43,6 +43,9 @@ def main() -> None:
                         help="start from this checkpoint [the shipped bundle's experience model]")
     parser.add_argument("--codec-version", type=int, default=None,
                         help="the ALFWorld codec version to train in [the latest]")
+    parser.add_argument("--contrast-repeat", type=int, default=1,
+                        help="times a step whose reward most of its demonstrations do not share "
+                             "is shown [1]")
     parser.add_argument("--max-examples", type=int, default=None,
                         help="examples sampled (final steps first) [the recipe's + 30 a decoy]")
     args = parser.parse_args()
@@ -72,7 +75,8 @@ def main() -> None:
                           seed=recipe.seed,
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
                           use_reasoning=recipe.use_reasoning,
-                          final_answer_repeat=recipe.final_answer_repeat, judge_repeat=0),
+                          final_answer_repeat=recipe.final_answer_repeat, judge_repeat=0,
+                          contrast_repeat=args.contrast_repeat),
             ExperienceSFTConfig(
                 output_dir=str(args.out / "model"), vocab_size=recipe.vocab_size,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,

@@ -553,3 +553,26 @@ def test_a_derived_rationale_follows_how_the_next_state_is_written():
                                        em_rationale_source="teacher:m")
     example = build_examples([teacher], None, ExampleConfig(use_retrieval=False), WEB)[0]
     assert example["completion"].startswith("<reasoning>It opens the laptops.</reasoning>")
+
+
+def test_a_step_whose_outcome_its_demonstrations_do_not_show_can_weigh_more():
+    from dreamgym_agents.experience.data import contrasts
+
+    right, wrong = episode("a", "$9.99", True), episode("b", "$1.00", False)
+    rewarded, unrewarded = right.transitions[1], wrong.transitions[1]
+    assert contrasts(unrewarded, [rewarded, rewarded, unrewarded])  # most were rewarded
+    assert not contrasts(rewarded, [rewarded, rewarded, unrewarded])
+    assert contrasts(rewarded, [unrewarded, right.transitions[0]])  # none was
+    assert not contrasts(unrewarded, [])
+
+    class Rewarded:  # every step's demonstrations: rewarded answers
+        def retrieve(self, state, action, *, k=None, where=None, exclude_episode=None):
+            return [rewarded] * (k or 3)
+
+    examples = build_examples([wrong], Rewarded(), ExampleConfig(contrast_repeat=4), WEB)
+    steps = [e["meta"]["step"] for e in examples]
+    # the first step (no reward, its demos rewarded) and the wrong answer: four times each
+    assert steps == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert all(e["meta"].get("contrast") for e in examples)
+    once = build_examples([wrong], Rewarded(), ExampleConfig(), WEB)
+    assert [e["meta"]["step"] for e in once] == [0, 1]

@@ -55,6 +55,11 @@ class ExampleConfig:
             to read a verdict off the checks line from many cheap examples, then does so in
             full prompts, where the checks and the tally are the last lines too (measured:
             docs/RESULTS.md).
+        contrast_repeat: Times an example is included when its reward differs from that of
+            most of its retrieved demonstrations: there the answer cannot be copied from the
+            demonstrations, and such steps are few (ALFWorld: another object moved into the
+            goal's receptacle, retrieved next to the expert's rewarded moves into it, was
+            rewarded in the dream: docs/RESULTS.md).
     """
 
     top_k: int = 3
@@ -67,6 +72,7 @@ class ExampleConfig:
     exclude_same_task: bool = True
     final_answer_repeat: int = 1
     judge_repeat: int = 0
+    contrast_repeat: int = 1
 
 
 def completion_text(t: Transition, demos: list[Transition], codec: ExperienceCodec, *,
@@ -147,6 +153,14 @@ def decision_spans(completion: str, codec: ExperienceCodec, *,
     return [(a, b) for a, b in spans if b > a]
 
 
+def contrasts(t: Transition, demos: list[Transition]) -> bool:
+    """Whether ``t``'s reward differs from that of most of its ``demos`` (none: no)."""
+    if not demos:
+        return False
+    rewarded = sum(d.reward >= 1 for d in demos)
+    return (t.reward >= 1) != (rewarded * 2 > len(demos))
+
+
 def trainable(t: Transition) -> bool:
     """Steps the experience model should learn from: everything but unparseable actions
     (the dream handles those without the model) and experience-model failures."""
@@ -208,6 +222,9 @@ def build_examples(
         }
         final = codec.answer_text(t.action) is not None
         repeat = cfg.final_answer_repeat if final else 1
+        if cfg.contrast_repeat > 1 and contrasts(t, demos):
+            repeat = max(repeat, cfg.contrast_repeat)
+            example["meta"]["contrast"] = True
         examples.extend(dict(example) for _ in range(max(1, repeat)))
         if final and cfg.judge_repeat > 0:
             judge = {

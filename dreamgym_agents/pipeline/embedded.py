@@ -111,6 +111,9 @@ class EmbeddedRecipe:
         decoy_tasks: Train tasks a family's ``decoy`` collector plays (a near miss, then the
             expert: ALFWorld's), where the family has one; left out of the keys at 0, as
             ``state_version``.
+        contrast_repeat: Times an example whose reward differs from most of its retrieved
+            demonstrations' is included (:class:`~dreamgym_agents.experience.data.ExampleConfig`;
+            0 or 1: once); left out of the keys at 0, as ``state_version``.
     """
 
     seed: int = 0
@@ -145,6 +148,7 @@ class EmbeddedRecipe:
     codec_version: int = 0
     entity_swaps: int = 0
     decoy_tasks: int = 0
+    contrast_repeat: int = 0
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
         fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
@@ -164,7 +168,8 @@ class EmbeddedRecipe:
         return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
 
 
-_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "decoy_tasks")
+_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "decoy_tasks",
+                 "contrast_repeat")
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
@@ -376,7 +381,8 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
                           use_history=recipe.use_history, use_retrieval=recipe.use_retrieval,
                           use_reasoning=recipe.use_reasoning,
                           final_answer_repeat=recipe.final_answer_repeat,
-                          judge_repeat=recipe.judge_repeat),
+                          judge_repeat=recipe.judge_repeat,
+                          contrast_repeat=max(1, recipe.contrast_repeat)),
             ExperienceSFTConfig(
                 output_dir=str(folder / "model"), vocab_size=recipe.vocab_size,
                 hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
