@@ -22,9 +22,10 @@ shown again) are written ``@seen``:
 revisit in three). Version 3 shows the goal's checks before the answer
 (:func:`~dreamgym_agents.adapters.alfworld.goals.goal_checks`); version 4 writes the object held
 and the place the player is at, where the action does not name them, as ``@held`` and ``@at``
-(``You are facing the @at.``), and the game's help text as ``@help``. What no model can know (the contents a receptacle shows when first seen) is
-still written out, in the game's order. A next state that the sentence does not give is written
-as :class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
+(``You are facing the @at.``), and the game's help text as ``@help``. What no model can know
+(the contents a receptacle shows when first seen) is still written out, in the game's order. A
+next state that the sentence does not give is written as
+:class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
 """
 
 from __future__ import annotations
