@@ -41,9 +41,9 @@ SITE_VARIABLES: dict[str, str] = {
 
 BUNDLED_TASK_DIR = "webarena_shopping"
 BUNDLED_FOR_REAL = "DG_WEBARENA_ON_BUNDLED_SHOP"
+"""Set to 1 to play real WebArena tasks on the bundled shop (refused otherwise)."""
 BUNDLED_SHOP_DEVIATIONS = frozenset({"load_wait"})
 """The bundled shop's evaluator deviations by default (:meth:`WebArenaFamily.eval_deviations`)."""
-"""Set to 1 to play real WebArena tasks on the bundled shop (refused otherwise)."""
 REAL_MAX_STEPS = 30
 """WebArena's step limit (its ``run.py --max_steps``), the default on real sites."""
 SPLITS = ("train", "validation", "test")
