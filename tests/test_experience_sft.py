@@ -240,3 +240,26 @@ def test_a_judge_example_trains_only_its_decisions(tmp_path):
     trained = [i for i, w in zip(row["input_ids"], row["token_weights"], strict=True) if w]
     assert set(row["token_weights"]) == {0.0, 3.0}
     assert "complete" in tok.decode(trained) and "@state" not in tok.decode(trained)
+
+
+def test_a_run_killed_after_its_last_checkpoint_trains_no_more(tmp_path):
+    # the last checkpoint written, the model not yet saved (a killed build, or a run trained on
+    # another machine into this folder): a rerun saves the checkpoint's weights, no step more
+    from safetensors.torch import load_file
+
+    examples, base = examples_and_base(tmp_path)
+    cfg = tiny(tmp_path / "run", max_steps=8, base_model=str(base), checkpoint_every=4,
+               bf16=False)
+    first = train_experience_model(examples, cfg)
+    assert first.steps == 8 and (tmp_path / "run" / "trainer" / "checkpoint-8").is_dir()
+    trained = load_file(str(tmp_path / "run" / "model.safetensors"))
+    (tmp_path / "run" / "model.safetensors").unlink()
+    again = train_experience_model(examples, cfg)
+    assert again.steps == 8 and again.resumed_from_step == 8
+    assert again.first_loss == first.first_loss and again.last_loss == first.last_loss
+    saved = load_file(str(tmp_path / "run" / "model.safetensors"))
+    assert all(torch_close(trained[k], saved[k]) for k in trained)
+    state = json.loads((tmp_path / "run" / "trainer" / "checkpoint-8" / "trainer_state.json")
+                       .read_text())
+    assert state["global_step"] == 8 and not (tmp_path / "run" / "trainer"
+                                              / "checkpoint-9").exists()

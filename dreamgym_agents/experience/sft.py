@@ -23,6 +23,7 @@ never use a partial model as a recipe's.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -207,6 +208,13 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     steps = cfg.max_steps or math.ceil(len(rows) / cfg.batch_size * cfg.epochs)
     every = int(getattr(cfg, "checkpoint_every", 0) or 0)
     resume = resumable_checkpoint(out, cfg)
+    if (resume is not None and _checkpoint_step(resume) >= steps
+            and (resume / "model.safetensors").exists()):
+        # killed after the last checkpoint, before the model was saved (or trained on another
+        # machine into this folder): the checkpoint is the model; the Trainer would take one
+        # step more
+        return finished_run(resume, model, rows, steps=steps, start=start, device=device,
+                            bf16=native_bf16(device) if cfg.bf16 is None else cfg.bf16)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
     # would spend most of their compute on padding.
     options: dict[str, Any] = {"train_sampling_strategy": "group_by_length", **cfg.extra}
@@ -277,6 +285,30 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         resumed_from_step=_checkpoint_step(resume) if resume else None,
         model=trainer.model,
     )
+
+
+def finished_run(checkpoint: Path, model: Any, rows: list[dict[str, list]], *,
+                 steps: int, start: float, device: str, bf16: bool) -> SFTResult:
+    """The result of a run whose ``checkpoint`` holds all its ``steps``: ``model`` with the
+    checkpoint's weights, and the losses of the checkpoint's log."""
+    from safetensors.torch import load_file
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    losses = [float(e["loss"]) for e in state.get("log_history", []) if "loss" in e]
+    missing, unexpected = model.load_state_dict(
+        load_file(str(checkpoint / "model.safetensors")), strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied: not saved
+    if missing or unexpected:
+        raise ConfigError(f"{checkpoint} holds weights of another model "
+                          f"({(missing or unexpected)[0]}, …): remove it to train afresh")
+    done = _checkpoint_step(checkpoint)
+    logger.info("SFT already finished: %s holds step %d of %d", checkpoint, done, steps)
+    return SFTResult(
+        path=str(checkpoint.parent.parent), examples=len(rows), dropped_too_long=0, steps=done,
+        first_loss=losses[0] if losses else float("nan"),
+        last_loss=losses[-1] if losses else float("nan"),
+        seconds=time.perf_counter() - start, bf16=bf16, device=device, planned_steps=steps,
+        resumed_from_step=done, model=model)
 
 
 def resumable_checkpoint(out: Path, cfg: Any) -> Path | None:
