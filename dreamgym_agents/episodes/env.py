@@ -269,7 +269,9 @@ class TaskFamily(Protocol):
     ``state_success(task, state) -> bool | None``, whether a state satisfies the task when the
     state alone tells (ALFWorld's goals; None: it cannot): the dream's rewards are measured
     against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), replaced by it only
-    in the declared variant ``DreamConfig.reward = "state"``.
+    in the declared variant ``DreamConfig.reward = "state"``;
+    ``experience_only``, the collectors whose episodes teach the experience model only, never
+    a policy's warm start (ALFWorld's ``decoy``: its near miss is not to be imitated).
     """
 
     name: str

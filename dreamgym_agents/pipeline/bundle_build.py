@@ -64,6 +64,7 @@ from dreamgym_agents.pipeline.embedded import (
     family_recipe,
     read_collected,
     train_embedded,
+    warm_start_excluded,
 )
 from dreamgym_agents.pipeline.run import (
     WARM_START_VERSION,
@@ -261,7 +262,8 @@ class _Build:
             held_out = HeldOut.for_family(family)
         finally:
             family.close()
-        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE, exclude=("oracle",)),
+        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE,
+                                                exclude=warm_start_excluded(self.family)),
                                   *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))],
                                  "warm_start_data")
         sft_cfg = replace(self.warm_start_config(), time_budget_s=self.remaining(),

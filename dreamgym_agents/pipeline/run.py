@@ -550,11 +550,15 @@ class Pipeline:
 
     def offline_episodes(self) -> list[Any]:
         """The offline data the warm start learns from: the collection (its oracle episodes
-        replaced by the demonstrations, which replay the oracle on more tasks), the
-        collectors in alphabetical order, then the demonstrations."""
+        replaced by the demonstrations, which replay the oracle on more tasks; the family's
+        ``experience_only`` collectors left out), the collectors in alphabetical order, then the
+        demonstrations."""
+        from dreamgym_agents.pipeline.embedded import warm_start_excluded
+
         done = self.state["done"]["experience"]
         demos = done.get("demos")
-        episodes = [*read_offline(done["offline"], exclude=("oracle",) if demos else ()),
+        excluded = warm_start_excluded(self.cfg.task.split(".", 1)[0], demos=bool(demos))
+        episodes = [*read_offline(done["offline"], exclude=excluded),
                     *(read_offline(demos, collectors=("oracle",)) if demos else [])]
         return self.held_out().keep(episodes, "offline_episodes")
 

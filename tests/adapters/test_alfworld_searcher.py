@@ -4,6 +4,7 @@ so the same agent plays a real game and the dream."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -109,3 +110,28 @@ def test_the_decoy_misses_first_then_the_expert_reaches_the_goal(tmp_path):
     # marked as exploration: the warm start does not imitate a near miss
     assert all(f.reasoning.startswith("exploration") for f in firsts if f is not None)
     assert sum(ep.success for ep in episodes) >= 9
+
+
+def test_a_warm_start_never_learns_from_the_decoy(tmp_path):
+    """The decoy's episodes teach the experience model only (its near miss is no example for
+    a policy): a warm start's offline data leaves them out, from a collection folder or from
+    a bundle's compact file."""
+    from dreamgym_agents.pipeline.bundle import write_episodes
+    from dreamgym_agents.pipeline.embedded import warm_start_excluded
+    from dreamgym_agents.pipeline.run import read_offline
+    from dreamgym_agents.types import Trajectory
+
+    task = make_family("alfworld").load_tasks("train")[0]
+    made = {name: Trajectory(episode_id=f"{name}-1", task=task, agent=name, success=True)
+            for name in ("decoy", "noisy", "oracle", "random")}
+    for name, traj in made.items():
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "trajectories.jsonl").write_text(
+            json.dumps(traj.to_dict()) + "\n")
+    write_episodes(tmp_path / "collect.jsonl.gz", list(made.items()))
+    excluded = warm_start_excluded("alfworld")
+    assert set(excluded) == {"oracle", "decoy"}
+    for source in (tmp_path / "runs", tmp_path / "collect.jsonl.gz"):
+        assert sorted(t.agent for t in read_offline(source, exclude=excluded)) == [
+            "noisy", "random"]
+    assert warm_start_excluded("webarena") == ("oracle",)
