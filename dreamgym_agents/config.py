@@ -48,7 +48,7 @@ def apply_mapping(obj: Any, mapping: dict[str, Any], prefix: str = "") -> None:
                 raise ConfigError(f"config key {path!r} needs a mapping of its fields")
             apply_mapping(current, value, prefix=f"{path}.")
         else:
-            setattr(obj, key, _coerce(value, types[key], path))
+            setattr(obj, key, coerce_value(value, types[key], path))
     if hasattr(obj, "__post_init__"):
         obj.__post_init__()
 
@@ -57,11 +57,20 @@ class RawText(str):
     """A ``--set`` value as typed: read as YAML unless the field is a string."""
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
+def coerce_value(value: Any, tp: Any, path: str) -> Any:
+    """``value`` (from YAML or ``--set``) as the type ``tp`` of the field ``path``.
+
+    Raises:
+        ConfigError: It cannot be one.
+    """
     origin = typing.get_origin(tp)
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     if origin in (typing.Union, types.UnionType) and args:
         tp = args[0]
+        origin = typing.get_origin(tp)
+    if origin is dict and isinstance(value, dict):  # each --set value typed as the dict's
+        inner = typing.get_args(tp)[1] if len(typing.get_args(tp)) == 2 else Any
+        return {k: coerce_value(v, inner, f"{path}.{k}") for k, v in value.items()}
     if isinstance(value, RawText):
         if tp is str:
             return str(value)

@@ -330,3 +330,20 @@ def test_the_seeds_benchmark_retrains_and_measures_a_build(tiny_build, tmp_path,
     assert "| build |" in first and "| seed 7 |" in first and "over 2 models" in first
     module.main()  # finished seeds are read back, not retrained
     assert capsys.readouterr().out.splitlines()[-3:] == first.splitlines()[-3:]
+
+
+def test_recipe_fields_set_one_by_one_are_typed_as_the_recipe():
+    # `--set experience_recipe.decoy_tasks=240` is the number 240, not the text "240": the
+    # recipe's key is the same as from YAML, and the collectors compare counts
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline.bundle_build import BuildConfig
+
+    one = load_config(BuildConfig(), overrides=["experience_recipe.decoy_tasks=240",
+                                                "experience_recipe.learning_rate=1e-3",
+                                                "experience_recipe.use_history=false"])
+    assert one.experience_recipe == {"decoy_tasks": 240, "learning_rate": 0.001,
+                                     "use_history": False}
+    assert all(type(v) is not str for v in one.experience_recipe.values())
+    whole = load_config(BuildConfig(), overrides=[
+        'experience_recipe={"decoy_tasks": 240, "learning_rate": 0.001, "use_history": false}'])
+    assert whole.experience_recipe == one.experience_recipe

@@ -57,13 +57,13 @@ from dreamgym_agents.pipeline.embedded import (
     COLLECT_VERSION,
     DEMOS_VERSION,
     RECIPE_VERSION,
-    check_recipe_keys,
     collect,
     demos_name,
     ensure_demos,
     family_recipe,
     read_collected,
     train_embedded,
+    typed_recipe_fields,
     warm_start_excluded,
 )
 from dreamgym_agents.pipeline.run import (
@@ -127,7 +127,7 @@ class BuildConfig:
     fidelity_concurrency: int = 2
 
     def __post_init__(self) -> None:
-        check_recipe_keys(self.experience_recipe)
+        self.experience_recipe = typed_recipe_fields(self.experience_recipe)
         if self.weights_dtype not in ("bfloat16", "float32"):
             raise ConfigError(f"weights_dtype must be bfloat16 or float32, got "
                               f"{self.weights_dtype!r}")

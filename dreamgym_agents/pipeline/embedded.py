@@ -30,6 +30,7 @@ import hashlib
 import json
 import logging
 import time
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -185,6 +186,20 @@ def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = ()) -> None:
     if unknown:
         raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(sorted(known))}")
+
+
+def typed_recipe_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Recipe ``fields`` typed as the :class:`EmbeddedRecipe` fields they set (a ``--set``
+    value is read as YAML without knowing its field: ``1e-3`` stays text there).
+
+    Raises:
+        ConfigError: A key the recipe does not have, or a value its field cannot take.
+    """
+    from dreamgym_agents.config import coerce_value
+
+    check_recipe_keys(fields)
+    hints = typing.get_type_hints(EmbeddedRecipe)
+    return {k: coerce_value(v, hints[k], f"experience_recipe.{k}") for k, v in fields.items()}
 
 
 def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:

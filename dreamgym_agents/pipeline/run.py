@@ -172,10 +172,11 @@ class PipelineConfig:
             raise ConfigError(f"experience_buffer {self.experience_buffer} is not a folder (a "
                               "buffer that dg-agents train-experience or buffer seed made)")
 
-        from dreamgym_agents.pipeline.embedded import check_recipe_keys
+        from dreamgym_agents.pipeline.embedded import check_recipe_keys, typed_recipe_fields
 
         # the run sets these two itself (use_retrieval, use_reasoning are its own flags)
         check_recipe_keys(self.experience_recipe, exclude=("use_retrieval", "use_reasoning"))
+        self.experience_recipe = typed_recipe_fields(self.experience_recipe)
         if self.dream_eval_types not in (None, "family"):
             from dreamgym_agents.episodes.env import make_family
 
