@@ -213,7 +213,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         # killed after the last checkpoint, before the model was saved (or trained on another
         # machine into this folder): the checkpoint is the model; the Trainer would take one
         # step more
-        return finished_run(resume, model, rows, steps=steps, start=start, device=device,
+        return finished_run(resume, model, rows, out=out, steps=steps, start=start, device=device,
                             bf16=native_bf16(device) if cfg.bf16 is None else cfg.bf16)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
     # would spend most of their compute on padding.
@@ -287,7 +287,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     )
 
 
-def finished_run(checkpoint: Path, model: Any, rows: list[dict[str, list]], *,
+def finished_run(checkpoint: Path, model: Any, rows: list[dict[str, list]], *, out: Path,
                  steps: int, start: float, device: str, bf16: bool) -> SFTResult:
     """The result of a run whose ``checkpoint`` holds all its ``steps``: ``model`` with the
     checkpoint's weights, and the losses of the checkpoint's log."""
@@ -304,7 +304,7 @@ def finished_run(checkpoint: Path, model: Any, rows: list[dict[str, list]], *,
     done = _checkpoint_step(checkpoint)
     logger.info("SFT already finished: %s holds step %d of %d", checkpoint, done, steps)
     return SFTResult(
-        path=str(checkpoint.parent.parent), examples=len(rows), dropped_too_long=0, steps=done,
+        path=str(out), examples=len(rows), dropped_too_long=0, steps=done,
         first_loss=losses[0] if losses else float("nan"),
         last_loss=losses[-1] if losses else float("nan"),
         seconds=time.perf_counter() - start, bf16=bf16, device=device, planned_steps=steps,

@@ -260,10 +260,10 @@ class _Build:
         family = make_family(self.family)
         try:
             held_out = HeldOut.for_family(family)
+            excluded = warm_start_excluded(family)
         finally:
             family.close()
-        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE,
-                                                exclude=warm_start_excluded(self.family)),
+        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE, exclude=excluded),
                                   *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))],
                                  "warm_start_data")
         sft_cfg = replace(self.warm_start_config(), time_budget_s=self.remaining(),

@@ -514,18 +514,11 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
     return folder
 
 
-def warm_start_excluded(family: str, demos: bool = True) -> tuple[str, ...]:
-    """The collectors whose episodes a warm start of the ``family`` does not learn from: the
-    oracle's when demonstrations replace them, and the family's optional ``experience_only``
-    (near misses made for the experience model)."""
-    from dreamgym_agents.episodes.env import make_family
-
-    made = make_family(family)
-    try:
-        only = tuple(getattr(made, "experience_only", ()))
-    finally:
-        made.close()
-    return (("oracle",) if demos else ()) + only
+def warm_start_excluded(family: Any, demos: bool = True) -> tuple[str, ...]:
+    """The collectors whose episodes a warm start of the ``family`` (a made one) does not learn
+    from: the oracle's when demonstrations replace them, and the family's optional
+    ``experience_only`` (near misses made for the experience model)."""
+    return (("oracle",) if demos else ()) + tuple(getattr(family, "experience_only", ()))
 
 
 def read_collected(folder: Path, names: list[str]) -> list[Any]:

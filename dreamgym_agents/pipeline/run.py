@@ -554,11 +554,16 @@ class Pipeline:
         replaced by the demonstrations, which replay the oracle on more tasks; the family's
         ``experience_only`` collectors left out), the collectors in alphabetical order, then the
         demonstrations."""
+        from dreamgym_agents.episodes.env import make_family
         from dreamgym_agents.pipeline.embedded import warm_start_excluded
 
         done = self.state["done"]["experience"]
         demos = done.get("demos")
-        excluded = warm_start_excluded(self.cfg.task.split(".", 1)[0], demos=bool(demos))
+        made = make_family(self.cfg.task)  # no site is started
+        try:
+            excluded = warm_start_excluded(made, demos=bool(demos))
+        finally:
+            made.close()
         episodes = [*read_offline(done["offline"], exclude=excluded),
                     *(read_offline(demos, collectors=("oracle",)) if demos else [])]
         return self.held_out().keep(episodes, "offline_episodes")

@@ -129,9 +129,9 @@ def test_a_warm_start_never_learns_from_the_decoy(tmp_path):
         (tmp_path / "runs" / name / "trajectories.jsonl").write_text(
             json.dumps(traj.to_dict()) + "\n")
     write_episodes(tmp_path / "collect.jsonl.gz", list(made.items()))
-    excluded = warm_start_excluded("alfworld")
+    excluded = warm_start_excluded(make_family("alfworld"))
     assert set(excluded) == {"oracle", "decoy"}
     for source in (tmp_path / "runs", tmp_path / "collect.jsonl.gz"):
         assert sorted(t.agent for t in read_offline(source, exclude=excluded)) == [
             "noisy", "random"]
-    assert warm_start_excluded("webarena") == ("oracle",)
+    assert warm_start_excluded(make_family("webarena")) == ("oracle",)
