@@ -267,3 +267,80 @@ def test_num_iterations_reuses_each_batch_of_rollouts(tmp_path, counter_env_fact
     logged = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
                if "grpo/loss" in line]
     assert len(logged) == 6
+
+
+class VLLMGenerationStandIn:
+    """What the rollout reads of TRL's ``trainer.vllm_generation`` (vLLM needs a CUDA machine):
+    ``generate`` of token prompts, one completion each, sampled by the same weights through
+    ``transformers``, with the log-probability of each sampled token."""
+
+    def __init__(self, model, eos_id: int) -> None:
+        self.model, self.eos_id = model, eos_id
+        self.max_completion_length = 4096  # the trainer's: a whole episode
+        self.calls: list[int] = []
+
+    def generate(self, prompts, images, num_generations):
+        assert images is None and num_generations == 1
+        self.calls.append(len(prompts))
+        completions, logprobs = [], []
+        for ids in prompts:
+            with torch.no_grad():
+                out = self.model.generate(
+                    input_ids=torch.tensor([ids]), do_sample=True, top_k=0,
+                    max_new_tokens=self.max_completion_length, pad_token_id=self.eos_id,
+                    eos_token_id=self.eos_id, output_scores=True, return_dict_in_generate=True)
+            new = out.sequences[0, len(ids):].tolist()
+            completions.append(new)
+            logprobs.append([[float(torch.log_softmax(out.scores[k][0], -1)[tok])]
+                             for k, tok in enumerate(new)])
+        return prompts, completions, logprobs, None
+
+
+def test_rollouts_sample_their_actions_through_trl_s_vllm_generation(tmp_path,
+                                                                      counter_env_factory):
+    demos = counter_demos(tmp_path, counter_env_factory, 6)
+    path = tiny_sft(tmp_path, demos, steps=20)
+    pool = EnvPool(CounterEnv, 4)
+    cfg = GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
+                          max_episode_steps=3, use_vllm=True)
+    view = PolicyConfig(max_action_tokens=12, constrained_decoding=False)
+    rollout = EpisodeRollout(counter_tasks(2), pool, cfg, view, tmp_path)
+    trainer = FakeTrainer(path, 2)
+    trainer.use_vllm = True
+    trainer.vllm_generation = VLLMGenerationStandIn(trainer.model, int(
+        trainer.processing_class.eos_token_id))
+    torch.manual_seed(0)
+    out = rollout(["0", "0", "1", "1"], trainer)
+    pool.close()
+    episodes = read_trajectories(tmp_path / "rollouts.jsonl")
+    turns = sum(len(t.transitions) for t in episodes)
+    generation = trainer.vllm_generation
+    # every action came from vLLM's generate (concurrent turns batched), one action long each
+    assert sum(generation.calls) == turns > 0 and generation.max_completion_length == 12
+    assert len(out["completion_ids"]) == 4 and all(out["completion_ids"])
+    assert rollout.counters.episodes == 4
+
+
+def test_a_vllm_stage_is_handed_to_trl_and_refused_when_it_cannot_run(monkeypatch):
+    from dreamgym_agents.errors import ConfigError, MissingExtraError
+    from dreamgym_agents.rl.grpo import check_vllm, vllm_args
+
+    assert vllm_args(GRPOStageConfig()) == {}
+    server = GRPOStageConfig(use_vllm=True, vllm_server_base_url="http://10.0.0.2:8000")
+    assert vllm_args(server) == {"use_vllm": True, "vllm_mode": "server",
+                                 "vllm_importance_sampling_correction": False,
+                                 "vllm_server_base_url": "http://10.0.0.2:8000"}
+    colocate = GRPOStageConfig(use_vllm=True, vllm_mode="colocate",
+                               vllm_gpu_memory_utilization=0.4)
+    assert vllm_args(colocate)["vllm_gpu_memory_utilization"] == 0.4
+    with pytest.raises(ConfigError, match="vllm_mode must be one of server, colocate"):
+        GRPOStageConfig(use_vllm=True, vllm_mode="remote")
+    with pytest.raises(ConfigError, match="constrained_decoding=false"):
+        check_vllm(server, PolicyConfig(), "dream_rl")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"dreamgym-agents\[vllm\]"):
+        check_vllm(server, PolicyConfig(constrained_decoding=False), "dream_rl")

@@ -47,11 +47,14 @@ def _dream(out, model, buffer, *extra):
     return summary, sorted(steps, key=lambda s: (s["task_id"], s["step"]))
 
 
+@pytest.mark.parametrize("provider", ["openai", "hosted_vllm"])
 def test_a_served_experience_model_dreams_like_the_in_process_one(served, tmp_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, provider):
+    """``hosted_vllm/…`` is LiteLLM's route to a vLLM server (``vllm serve CHECKPOINT``), the
+    GPU way to serve an experience model: the same OpenAI-compatible API as the server here."""
     checkpoint, buffer, base_url = served
     monkeypatch.setenv("DG_SERVED_KEY", "not-a-real-key")
-    hosted, hosted_steps = _dream(tmp_path / "served", f"openai/{checkpoint}", buffer,
+    hosted, hosted_steps = _dream(tmp_path / "served", f"{provider}/{checkpoint}", buffer,
                                   "--set", f"llm.api_base={base_url}", *KEY)
     local, local_steps = _dream(tmp_path / "local", f"hf/{checkpoint}", buffer)
     # prompted alike (the checkpoint's settings are read through the served path), answered

@@ -22,7 +22,8 @@ shown again) are written ``@seen``:
 revisit in three). Version 3 shows the goal's checks before the answer
 (:func:`~dreamgym_agents.adapters.alfworld.goals.goal_checks`); version 4 writes the object held
 and the place the player is at, where the action does not name them, as ``@held`` and ``@at``
-(``You are facing the @at.``), and the game's help text as ``@help``. What no model can know
+(``You are facing the @at.``), and the game's help text as ``@help``; version 5 ends the checks
+with the goal's state if the command works (``if it works: done``). What no model can know
 (the contents a receptacle shows when first seen) is still written out, in the game's order. A
 next state that the sentence does not give is written as
 :class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
@@ -198,7 +199,8 @@ class AlfworldCodec(PlainCodec):
         messages = super().render(intent, history, state, action, demos,
                                   history_steps=history_steps, use_reasoning=use_reasoning,
                                   params=params, tally=tally)
-        checks = goal_checks(intent, state, action) if self.version >= 3 else None
+        checks = (goal_checks(intent, state, action, if_it_works=self.version >= 5)
+                  if self.version >= 3 else None)
         if checks:
             body, _, last = messages[-1]["content"].rpartition("\n")
             messages[-1] = {**messages[-1], "content": f"{body}\nchecks: {checks}\n{last}"}

@@ -18,6 +18,7 @@ stays the experience model's own.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -138,7 +139,32 @@ def goal_met(intent: str, state: str | Belief) -> bool | None:
     return None if goal is None else goal.met(state)
 
 
-def goal_checks(intent: str, state: str, action: str) -> str | None:
+_SUCCESS = (  # the game's sentence when the command works (what Belief.update reads)
+    (re.compile(r"^take ([a-z]+ \d+) from ([a-z]+ \d+)$"), "You pick up the {0} from the {1}."),
+    (re.compile(r"^move ([a-z]+ \d+) to ([a-z]+ \d+)$"), "You move the {0} to the {1}."),
+    (re.compile(r"^(clean|heat|cool) ([a-z]+ \d+) with ([a-z]+ \d+)$"),
+     "You {0} the {1} using the {2}."),
+    (re.compile(r"^use ([a-z]+ \d+)$"), "You turn on the {0}."),
+    (re.compile(r"^go to ([a-z]+ \d+)$"), "You arrive at {0}."),
+)
+
+
+def met_if_it_works(goal: Goal, belief: Belief, action: str) -> bool:
+    """Whether the goal holds after ``action`` if the game carries it out (the sentence it
+    answers a command that works with; a command that changes nothing leaves the goal as it
+    is). Whether it works (the object held, the receptacle open, the lamp here) is the
+    experience model's to say."""
+    command = " ".join(action.lower().split())
+    after = copy.deepcopy(belief)
+    for pattern, sentence in _SUCCESS:
+        if m := pattern.match(command):
+            after.update(command, sentence.format(*m.groups()))
+            break
+    return goal.met(after)
+
+
+def goal_checks(intent: str, state: str, action: str, *,
+                if_it_works: bool = False) -> str | None:
     """What can be read off the task, the state and the command about the goal, as one line
     (None: a wording of no task type): the goal, how far it is (put tasks: how many fitting
     objects one receptacle of its kind still lacks; examine: whether a lamp of its kind is on
@@ -147,6 +173,11 @@ def goal_checks(intent: str, state: str, action: str) -> str | None:
 
         checks: goal 2 clean soapbar in bathtubbasin; 1 to go; holding fits; @1 fits;
         @2 the goal's place
+
+    With ``if_it_works`` (codec version 5) the line ends with what the goal would be after the
+    command if the game carries it out (:func:`met_if_it_works`: ``if it works: done`` or
+    ``if it works: not done``), so that the task's verdict is the model's answer to one
+    question, whether the command works, rather than a composition of the checks.
 
     The experience model still decides what the game answers and whether the task is done
     (a move fails when the object is not held, a lamp turned on elsewhere lights nothing); a
@@ -165,4 +196,7 @@ def goal_checks(intent: str, state: str, action: str) -> str | None:
     parts.append("holding " + (goal.role(belief.holding, belief) if belief.holding
                                else "nothing"))
     parts += [f"@{i} {goal.role(name, belief)}" for i, name in enumerate(action_names(action), 1)]
+    if if_it_works:
+        parts.append("if it works: " + ("done" if met_if_it_works(goal, belief, action)
+                                        else "not done"))
     return "; ".join(parts)

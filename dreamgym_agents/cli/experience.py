@@ -26,6 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dreamgym_agents import launch
 from dreamgym_agents.cli.common import (
     BUFFER_URL_ENV,
     DEFAULT_BUFFER_PATH,
@@ -684,11 +685,15 @@ def train_experience_command(
                                   time_budget_s=time_budget_s,
                                   decision_weight=decision_weight,
                                   **({"learning_rate": 5e-5} if base_model else {}))
+    # under a launcher (torchrun, accelerate launch) the main process alone opens the buffer
+    # and prints; every process trains (dreamgym_agents.launch)
+    main = launch.is_main()
     buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer"),
-                                       family=trajectories[0].task.family))
-    console = make_console()
+                                       family=trajectories[0].task.family)) if main else None
+    console = make_console(quiet=not main)
     try:
-        console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}")
+        console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}"
+                      + (f", {launch.world_size()} processes" if launch.world_size() > 1 else ""))
         manifest = train_from_trajectories(
             trajectories, buffer,
             ExampleConfig(max_examples=max_examples, judge_repeat=judge_repeat, **flags),
@@ -696,7 +701,8 @@ def train_experience_command(
             counterfactual_answers=counterfactual_answers,
             counterfactual_stops=counterfactual_stops)
     finally:
-        buffer.close()
+        if buffer is not None:
+            buffer.close()
     console.print(f"loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} over "
                   f"{manifest['steps']} steps, {manifest['examples']} examples; use "
                   f"--experience-model hf/{out} --buffer-path {buffer_path or out / 'buffer'}")

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - depends on the typer version
     from click import ClickException as _ClickException
 import click
 
+from dreamgym_agents import launch
 from dreamgym_agents.cli.common import (
     AgentOpt,
     ConcurrencyOpt,
@@ -298,8 +299,19 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, previous)
 
 
+LAUNCHABLE = ("train-experience",)
+"""The commands that train in several processes under ``torchrun`` / ``accelerate launch``
+(:mod:`dreamgym_agents.launch`); the others would run whole, once per process."""
+
+
 def _main(argv: list[str] | None) -> int:
     try:
+        words = sys.argv[1:] if argv is None else argv
+        command = next((w for w in words if not w.startswith("-")), None)
+        if launch.world_size() > 1 and command is not None and command not in LAUNCHABLE:
+            raise ConfigError(f"dg-agents {command} runs in one process: under torchrun or "
+                              f"accelerate launch only {', '.join(LAUNCHABLE)} trains in "
+                              "several (docs/GPU.md)")
         result = app(args=argv, standalone_mode=False)
     except (typer.Exit, click.exceptions.Exit) as exc:
         return exc.exit_code

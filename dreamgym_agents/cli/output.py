@@ -36,10 +36,12 @@ def setup_logging(verbose: bool) -> None:
                                 category=FutureWarning)
 
 
-def make_console() -> Any:
+def make_console(*, quiet: bool = False) -> Any:
+    """The commands' console (stderr); ``quiet``: it prints nothing (a launcher's processes
+    but the main one)."""
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    return Console(stderr=True, soft_wrap=True, quiet=quiet)
 
 
 def raise_if_failed(result: Any, out: Path) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents import launch
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.gateway.local import configure_torch_threads
 
@@ -155,17 +156,21 @@ def train_experience_model(
 
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
-        source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
-    elif cfg.base_model is None:
-        texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
-        make_tiny_checkpoint(out, texts, vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-                             num_layers=cfg.num_layers, max_positions=cfg.max_length,
-                             seed=cfg.seed)
-        source = str(out)
-    else:
-        source = cfg.base_model
-    tokenizer, model = load_causal_lm(source)
+    device = training_device()
+    with launch.main_first(device):  # under a launcher the main process makes the tokenizer
+        if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
+            source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
+        elif cfg.base_model is None:
+            if launch.is_main():
+                texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"]
+                                   for e in examples]
+                make_tiny_checkpoint(out, texts, vocab_size=cfg.vocab_size,
+                                     hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                                     max_positions=cfg.max_length, seed=cfg.seed)
+            source = str(out)
+        else:
+            source = cfg.base_model
+        tokenizer, model = load_causal_lm(source)
     rows, dropped = [], 0
     for e in examples:
         row = tokenize_example(tokenizer, e, cfg.decision_weight)
@@ -181,8 +186,9 @@ def train_experience_model(
     result = fit_weighted(model, tokenizer, rows, cfg, out=out, start=start, on_step=on_step,
                           optimizers=cosine_schedule(model, cfg.learning_rate, steps))
     result.dropped_too_long = dropped
-    result.model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    if launch.is_main():
+        result.model.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
     return result
 
 
@@ -260,7 +266,8 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if on_step is not None:
                 on_step(1)
-            if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
+            over = bool(cfg.time_budget_s) and time.perf_counter() - start > cfg.time_budget_s
+            if launch.any_process(over, device):  # every process stops at the same step
                 logger.warning("SFT time budget of %.0f s reached at step %d/%d: the model is "
                                "partial", cfg.time_budget_s, state.global_step, state.max_steps)
                 control.should_training_stop = True
@@ -277,6 +284,7 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     if resume is not None:
         logger.info("SFT resumes from %s", resume)
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    launch.check_weights_agree(trainer.model, device)
     return SFTResult(
         path=str(out), examples=len(rows), dropped_too_long=0,
         steps=int(result.global_step), first_loss=losses[0] if losses else float("nan"),
@@ -409,9 +417,31 @@ def native_bf16(device: str) -> bool:
 
 def body_and_head(model: Any) -> tuple[Any, Any]:
     """The transformer body (hidden states out) and the LM head of a causal LM, through a PEFT
-    wrapper (whose ``base_model_prefix`` names the whole causal LM, not its body)."""
+    wrapper (whose ``base_model_prefix`` names the whole causal LM, not its body) and a
+    DistributedDataParallel one."""
+    model = getattr(model, "module", model) if _data_parallel(model) else model
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return getattr(base, base.base_model_prefix), base.get_output_embeddings()
+
+
+def _data_parallel(model: Any) -> bool:
+    import torch
+
+    return isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+def last_hidden(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """The body's last hidden states of a causal LM (what its LM head reads). Under a launcher
+    the model is wrapped in DistributedDataParallel, whose own forward must run for the
+    gradients to be averaged across processes: the whole model then runs, keeping one position
+    of logits; alone, the body runs and the LM head is left for the positions that need it."""
+    if _data_parallel(model):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                    output_hidden_states=True, logits_to_keep=1)
+        return out.hidden_states[-1]
+    backbone, _ = body_and_head(model)
+    return backbone(input_ids=input_ids, attention_mask=attention_mask,
+                    use_cache=False).last_hidden_state
 
 
 def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu") -> type:
@@ -424,14 +454,13 @@ def _weighted_trainer_class(trl: Any, *, bf16: bool = False, device: str = "cpu"
                          num_items_in_batch: Any = None) -> Any:
             weights = inputs.pop("token_weights")[:, 1:]
             labels = inputs.pop("labels")[:, 1:]
-            backbone, head = body_and_head(model)
+            _, head = body_and_head(model)
             mask = labels != -100
             # The trainer's own mixed precision wraps model.forward, which this loss bypasses
             # (the LM head runs on completion positions only): autocast here instead.
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                hidden = backbone(input_ids=inputs["input_ids"],
-                                  attention_mask=inputs.get("attention_mask"),
-                                  use_cache=False).last_hidden_state[:, :-1]
+                hidden = last_hidden(model, inputs["input_ids"],
+                                     inputs.get("attention_mask"))[:, :-1]
                 logits = head(hidden[mask])
             nll = torch.nn.functional.cross_entropy(logits.float(), labels[mask],
                                                     reduction="none")

@@ -15,10 +15,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dreamgym_agents import launch
 from dreamgym_agents.episodes.env import make_family
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.annotate import annotate_deterministic, annotate_with_teacher
 from dreamgym_agents.experience.data import ExampleConfig, build_examples
-from dreamgym_agents.experience.sft import ExperienceSFTConfig, train_experience_model
+from dreamgym_agents.experience.sft import (
+    ExperienceSFTConfig,
+    train_experience_model,
+    training_device,
+)
 from dreamgym_agents.types import Trajectory
 
 if TYPE_CHECKING:
@@ -33,7 +39,7 @@ RECORDED = {"provenance": {"$in": ["offline", "real"]}}
 
 def train_from_trajectories(
     trajectories: list[Trajectory],
-    buffer: ReplayBuffer,
+    buffer: ReplayBuffer | None,
     example_cfg: ExampleConfig,
     sft_cfg: ExperienceSFTConfig,
     *,
@@ -48,7 +54,9 @@ def train_from_trajectories(
 
     Args:
         trajectories: Recorded episodes (they seed an empty buffer).
-        buffer: The replay buffer the examples' demonstrations come from.
+        buffer: The replay buffer the examples' demonstrations come from (None in a
+            launcher's other processes: the main process builds the examples,
+            :mod:`dreamgym_agents.launch`).
         example_cfg: What the examples show.
         sft_cfg: How the model is trained.
         teacher: A model writing the rationales; None derives them deterministically.
@@ -66,33 +74,48 @@ def train_from_trajectories(
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
     """
-    timings: dict[str, float] = {}
     codec = experience_codec(trajectories, codec_version)
-    start = time.perf_counter()
-    variants, stops = relabelled(trajectories, answers=counterfactual_answers,
-                                 stops=counterfactual_stops, seed=example_cfg.seed)
-    everything = [*trajectories, *variants, *stops, *(renamed or [])]
-    if teacher is None:
-        annotated = annotate_deterministic(everything, codec)
-        source = "deterministic"
-    else:
-        annotated = annotate_with_teacher(everything, teacher, codec)
-        source = f"teacher:{teacher.cfg.model}"
-    timings["annotate_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    if buffer.count() == 0:
-        buffer.add_trajectories(trajectories, provenance="offline")
-    timings["seed_buffer_s"] = time.perf_counter() - start
+    def prepare() -> dict[str, Any]:
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        variants, stops = relabelled(trajectories, answers=counterfactual_answers,
+                                     stops=counterfactual_stops, seed=example_cfg.seed)
+        everything = [*trajectories, *variants, *stops, *(renamed or [])]
+        if teacher is None:
+            annotated = annotate_deterministic(everything, codec)
+            source = "deterministic"
+        else:
+            annotated = annotate_with_teacher(everything, teacher, codec)
+            source = f"teacher:{teacher.cfg.model}"
+        timings["annotate_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    examples = build_examples(everything, buffer, example_cfg, codec, where=RECORDED)
-    timings["build_examples_s"] = time.perf_counter() - start
+        if buffer is None:
+            raise ConfigError("train_from_trajectories needs the replay buffer in the main "
+                              "process")
+        start = time.perf_counter()
+        if buffer.count() == 0:
+            buffer.add_trajectories(trajectories, provenance="offline")
+        timings["seed_buffer_s"] = time.perf_counter() - start
 
-    # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
-    # site's full pages, so page text costs few tokens.
-    corpus = [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
-    corpus += [t.next_state for traj in trajectories for t in traj.transitions[:3]]
+        start = time.perf_counter()
+        examples = build_examples(everything, buffer, example_cfg, codec, where=RECORDED)
+        timings["build_examples_s"] = time.perf_counter() - start
+        # The tokenizer (from scratch) learns its merges from the prompts, the answers and the
+        # site's full pages, so page text costs few tokens.
+        corpus = [e["messages"][-1]["content"] + "\n" + e["completion"] for e in examples]
+        corpus += [t.next_state for traj in trajectories for t in traj.transitions[:3]]
+        return {"examples": examples, "corpus": corpus, "annotated": annotated,
+                "source": source, "timings": timings,
+                "variants": (len(variants), sum(v.success for v in variants)),
+                "stops": (len(stops), sum(v.success for v in stops))}
+
+    # Under a launcher the main process alone touches the buffer; every process trains on its
+    # examples (launch.shared).
+    data = launch.shared(prepare, training_device())
+    examples, corpus, annotated, source = (data["examples"], data["corpus"], data["annotated"],
+                                           data["source"])
+    timings = data["timings"]
     result = train_experience_model(examples, sft_cfg, corpus=corpus, on_step=on_step)
     timings["sft_s"] = result.seconds
     manifest = {
@@ -103,11 +126,11 @@ def train_from_trajectories(
         "transitions": sum(len(t.transitions) for t in trajectories),
         "annotated": annotated,
         "counterfactual_answers": {
-            "per_answer": counterfactual_answers, "variants": len(variants),
-            "successful": sum(v.success for v in variants)},
+            "per_answer": counterfactual_answers, "variants": data["variants"][0],
+            "successful": data["variants"][1]},
         "counterfactual_stops": {
-            "per_episode": counterfactual_stops, "stops": len(stops),
-            "successful": sum(v.success for v in stops)},
+            "per_episode": counterfactual_stops, "stops": data["stops"][0],
+            "successful": data["stops"][1]},
         "renamed_episodes": len(renamed or []),
         "rationale_source": source,
         "examples": result.examples,
@@ -124,7 +147,10 @@ def train_from_trajectories(
         "sft_config": {k: v for k, v in asdict(sft_cfg).items() if k != "extra"},
         "timings": {k: round(v, 1) for k, v in timings.items()},
     }
-    Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    if launch.world_size() > 1:
+        manifest["processes"] = launch.world_size()
+    if launch.is_main():
+        Path(result.path, MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
 
 
@@ -135,7 +161,6 @@ def experience_codec(trajectories: list[Trajectory], version: int | None = None)
     Raises:
         ConfigError: The episodes are of several families (one model simulates one family).
     """
-    from dreamgym_agents.errors import ConfigError
 
     names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
     if len(names) != 1:

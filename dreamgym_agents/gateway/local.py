@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,17 +135,26 @@ def _check_interrupted() -> None:
         raise ModelError("local generation interrupted", retryable=False)
 
 
+Engine = Callable[[list[GenerationRequest]], list[list[int]]]
+"""What generates a batch of requests instead of the model's own ``generate``: each request's
+new token ids, and (requests that ``trace``) their ``logps`` and ``allowed`` filled in. TRL's
+vLLM generation is one (:func:`dreamgym_agents.rl.grpo.vllm_engine`)."""
+
+
 class Batcher:
     """Runs one model's generations in a worker thread, in batches of the requests waiting.
 
     No request waits for company: the worker takes whatever is queued when it is free, so a lone
     caller sees no added latency and concurrent callers fill the next batch while one runs.
+    An ``engine`` generates the batches instead of the model (:data:`Engine`).
     """
 
     IDLE_EXIT_S = 30.0
 
-    def __init__(self, model: Any, pad_id: int, max_batch: int) -> None:
+    def __init__(self, model: Any, pad_id: int, max_batch: int,
+                 engine: Engine | None = None) -> None:
         self.model = model
+        self.engine = engine
         self.pad_id = pad_id
         self.max_batch = max(1, max_batch)
         self._queue: list[GenerationRequest] = []
@@ -183,7 +193,7 @@ class Batcher:
     def _loop(self) -> None:
         while (batch := self._take()) is not None:
             try:
-                rows = self._generate(batch)
+                rows = (self.engine or self._generate)(batch)
             except BaseException as exc:  # handed to every caller of the batch
                 for r in batch:
                     r.future.set_exception(exc)
@@ -200,6 +210,9 @@ class Batcher:
         for i, r in enumerate(batch):  # left padding: every row continues at the same column
             input_ids[i, width - len(r.ids):] = torch.tensor(r.ids, dtype=torch.long)
             attention[i, width - len(r.ids):] = 1
+        device = getattr(self.model, "device", None)
+        if device is not None and device.type != "cpu":  # a trainer's model on a GPU
+            input_ids, attention = input_ids.to(device), attention.to(device)
         first = batch[0]
         kwargs: dict[str, Any] = {"max_new_tokens": max(r.max_tokens for r in batch),
                                   "pad_token_id": self.pad_id}

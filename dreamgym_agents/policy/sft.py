@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents import launch
 from dreamgym_agents.episodes.agent import EXPLORATION
 from dreamgym_agents.episodes.env import family_part
 from dreamgym_agents.errors import ConfigError, MissingExtraError
@@ -276,7 +277,11 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     Raises:
         ConfigError: No successful episode to learn from.
     """
-    from dreamgym_agents.experience.sft import fit_weighted, resumable_checkpoint
+    from dreamgym_agents.experience.sft import (
+        fit_weighted,
+        resumable_checkpoint,
+        training_device,
+    )
     from dreamgym_agents.gateway.local import load_causal_lm, make_tiny_checkpoint
 
     policy_cfg = policy_cfg or PolicyConfig()
@@ -290,16 +295,20 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
         raise ConfigError(LORA_NEEDS_A_BASE)
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
-        source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
-    elif cfg.base_model is None:
-        make_tiny_checkpoint(out, corpus(trajectories, policy_cfg), vocab_size=cfg.vocab_size,
-                             hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                             max_positions=cfg.max_length, seed=cfg.seed)
-        source = str(out)
-    else:
-        source = cfg.base_model
-    tokenizer, model = load_causal_lm(source)
+    device = training_device()
+    with launch.main_first(device):  # under a launcher the main process makes the tokenizer
+        if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
+            source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
+        elif cfg.base_model is None:
+            if launch.is_main():
+                make_tiny_checkpoint(out, corpus(trajectories, policy_cfg),
+                                     vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                                     num_layers=cfg.num_layers, max_positions=cfg.max_length,
+                                     seed=cfg.seed)
+            source = str(out)
+        else:
+            source = cfg.base_model
+        tokenizer, model = load_causal_lm(source)
     _add_turn_tokens(tokenizer, model, turn_format(tokenizer, policy_cfg.turn_format))
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
@@ -315,9 +324,10 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     trained = result.model
     if cfg.lora_r:
         trained = trained.merge_and_unload()
-    trained.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
-    policy.save_settings(out)
+    if launch.is_main():
+        trained.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
+        policy.save_settings(out)
     return {"path": str(out), "episodes": len(wins), "swapped_episodes": len(examples) - len(wins),
             "turns": len(rows), "dropped_too_long": cut,
             "steps": result.steps,

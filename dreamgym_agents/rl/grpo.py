@@ -35,7 +35,7 @@ from typing import Any
 
 from dreamgym_agents.episodes.graph import EnvPool, play_episodes
 from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
-from dreamgym_agents.experience.sft import body_and_head
+from dreamgym_agents.experience.sft import body_and_head, last_hidden
 from dreamgym_agents.policy.model import (
     ASSISTANT,
     USER,
@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 ROLLOUTS_FILE = "rollouts.jsonl"
 METRICS_FILE = "metrics.jsonl"
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
+VLLM_MODES = ("server", "colocate")
 
 
 @dataclass
@@ -88,10 +89,21 @@ class GRPOStageConfig:
         concurrency: Episodes played at once (dream: experience-model calls batched together;
             real: browsers).
         seed: Seed of task order and sampling.
-        bf16: bfloat16 autocast of the scoring passes (None: where the CPU computes it natively).
+        bf16: bfloat16 autocast of the scoring passes (None: where the training device
+            computes it natively).
         lora_r: LoRA rank (0: every weight is trained): only the adapters learn, the
             reference of the KL term is the adapters switched off, and they are merged into the
             saved checkpoint.
+        use_vllm: The rollouts' actions sampled by vLLM through TRL (``use_vllm``; TRL copies
+            the trained weights into vLLM before each batch) instead of the trainer's model:
+            a GPU and ``pip install vllm``. vLLM samples whole actions without the family's
+            grammar, so the policy's ``constrained_decoding`` must be off.
+        vllm_mode: ``server`` (a ``trl vllm-serve --model CHECKPOINT`` process on other GPUs,
+            at ``vllm_server_base_url``) or ``colocate`` (vLLM inside the training process,
+            sharing its GPU).
+        vllm_server_base_url: The server's address in ``server`` mode (None: TRL's default,
+            ``http://localhost:8000``).
+        vllm_gpu_memory_utilization: The share of the GPU vLLM takes in ``colocate`` mode.
     """
 
     num_generations: int = 4
@@ -111,8 +123,18 @@ class GRPOStageConfig:
     seed: int = 0
     bf16: bool | None = None
     lora_r: int = 0
+    use_vllm: bool = False
+    vllm_mode: str = "server"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = 0.3
 
     def __post_init__(self) -> None:
+        if self.vllm_mode not in VLLM_MODES:
+            raise ConfigError(f"vllm_mode must be one of {', '.join(VLLM_MODES)}, got "
+                              f"{self.vllm_mode!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigError(f"vllm_gpu_memory_utilization is a share of the GPU in (0, 1], got "
+                              f"{self.vllm_gpu_memory_utilization}")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0 (0: no LoRA), got {self.lora_r}")
         if self.num_generations < 2:
@@ -256,7 +278,10 @@ class EpisodeRollout:
 
     def _policy_for(self, trainer: Any) -> PolicyModel:
         if self._policy is None or self._policy.model is not trainer.model:
-            self._policy = PolicyModel(trainer.model, trainer.processing_class, self.policy_cfg)
+            engine = vllm_engine(trainer.vllm_generation, self.policy_cfg.max_action_tokens) \
+                if getattr(trainer, "use_vllm", False) else None
+            self._policy = PolicyModel(trainer.model, trainer.processing_class, self.policy_cfg,
+                                       engine=engine)
         return self._policy
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -349,6 +374,29 @@ class EpisodeRollout:
                             "curriculum/held_out": s.held_out,
                             "curriculum/pool": len(self.curriculum.pool)})
         return figures
+
+
+def vllm_engine(generation: Any, max_tokens: int) -> Any:
+    """TRL's vLLM generation (``trainer.vllm_generation``, holding the trained weights: TRL copies
+    them in before each batch) as the policy's engine
+    (:data:`~dreamgym_agents.gateway.local.Engine`): each batch of waiting turns is one
+    ``generate`` call, one action each, at most ``max_tokens`` tokens (the trainer's completion
+    length is a whole episode's). The log-probabilities are vLLM's; no constraint applies."""
+    generation.max_completion_length = max_tokens
+
+    def engine(batch: list[Any]) -> list[list[int]]:
+        _, completions, logprobs, _ = generation.generate(
+            prompts=[list(r.ids) for r in batch], images=None, num_generations=1)
+        rows = []
+        for r, ids, lps in zip(batch, completions, logprobs, strict=True):
+            ids = list(ids)[: r.max_tokens]
+            if r.trace:
+                r.logps = [float(lp[0]) for lp in lps][: len(ids)]
+                r.allowed = [None] * len(ids)
+            rows.append(ids)
+        return rows
+
+    return engine
 
 
 def run_async(coro: Any, workers: int) -> Any:
@@ -452,9 +500,10 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
             if e > first_completion:
                 rows.append((b, s, e))
     rows.sort(key=lambda r: r[2] - r[1])
-    backbone, head = body_and_head(model)
-    logps = torch.zeros((batch, logits_to_keep), dtype=torch.float32)
-    entropies = torch.zeros((batch, logits_to_keep), dtype=torch.float32) \
+    _, head = body_and_head(model)
+    device = input_ids.device  # where the trainer keeps the batch: the model's device
+    logps = torch.zeros((batch, logits_to_keep), dtype=torch.float32, device=device)
+    entropies = torch.zeros((batch, logits_to_keep), dtype=torch.float32, device=device) \
         if compute_entropy else None
     for k in range(0, len(rows), rows_per_pass):
         chunk = rows[k:k + rows_per_pass]
@@ -480,10 +529,11 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
                     dst_c.append(s + j - first_completion)
         if not src_r:
             continue
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            hidden = backbone(input_ids=ids, attention_mask=mask,
-                              use_cache=False).last_hidden_state
-        rows_t, cols_t = torch.tensor(src_r), torch.tensor(src_c)
+        ids, mask = ids.to(device), mask.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            hidden = last_hidden(model, ids, mask)
+        rows_t = torch.tensor(src_r, device=device)
+        cols_t = torch.tensor(src_c, device=device)
         logits = head(hidden[rows_t, cols_t - 1].float()).float() / temperature
         if allowed_of:
             mask = torch.zeros_like(logits, dtype=torch.bool)
@@ -493,13 +543,13 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
                     lo, allowed = allowed_of[b]
                     choice = allowed[s + j - lo]
                     if choice is not None:
-                        mask[n, torch.tensor(choice, dtype=torch.long)] = True
+                        mask[n, torch.tensor(choice, dtype=torch.long, device=device)] = True
                         continue
                 mask[n] = True  # unconstrained
             logits = logits.masked_fill(~mask, float("-inf"))
         logp_all = torch.log_softmax(logits, dim=-1)
         token_lp = logp_all.gather(-1, ids[rows_t, cols_t].unsqueeze(-1)).squeeze(-1)
-        where = (torch.tensor(dst_b), torch.tensor(dst_c))
+        where = (torch.tensor(dst_b, device=device), torch.tensor(dst_c, device=device))
         logps = logps.index_put(where, token_lp)
         if entropies is not None:
             ent = -(logp_all.exp() * logp_all.masked_fill(logp_all == float("-inf"), 0.0)).sum(-1)
@@ -560,12 +610,14 @@ def train_grpo(
         import trl
     except ImportError as exc:
         raise MissingExtraError(exc.name or "trl", "train") from None
-    from dreamgym_agents.experience.sft import cpu_has_native_bf16
+    from dreamgym_agents.experience.sft import native_bf16, training_device
     from dreamgym_agents.gateway.local import load_causal_lm
 
     if not tasks:
         raise ConfigError(f"{stage}: no tasks to train on")
     policy_cfg = policy_cfg or PolicyConfig()
+    if cfg.use_vllm:
+        check_vllm(cfg, policy_cfg, stage)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -576,7 +628,8 @@ def train_grpo(
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
     assistant_id = tokenizer.convert_tokens_to_ids(ASSISTANT) if compact else -1
-    bf16 = cpu_has_native_bf16() if cfg.bf16 is None else cfg.bf16
+    device = training_device()
+    bf16 = native_bf16(device) if cfg.bf16 is None else cfg.bf16
     rollout = EpisodeRollout(tasks, pool, cfg, policy_cfg, out, curriculum=curriculum,
                              stage=stage, on_batch=on_batch)
     # The dataset is the task ids, enough of them for every step (TRL shuffles and repeats).
@@ -585,6 +638,7 @@ def train_grpo(
             for i in range(max(len(ids), cfg.max_steps * cfg.tasks_per_step))]
     accumulation = cfg.episodes_per_step // cfg.micro_batch
     args = trl.GRPOConfig(
+        **vllm_args(cfg),
         output_dir=str(out / "trainer"), per_device_train_batch_size=cfg.micro_batch,
         gradient_accumulation_steps=accumulation, num_generations=cfg.num_generations,
         max_steps=cfg.max_steps * cfg.num_iterations, num_iterations=cfg.num_iterations,
@@ -592,7 +646,7 @@ def train_grpo(
         lr_scheduler_type="constant",
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
         loss_type=cfg.loss_type,
-        use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to=[],
+        use_cpu=device == "cpu", bf16=False, logging_steps=1, save_strategy="no", report_to=[],
         seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
         mask_truncated_completions=True, disable_tqdm=True, dataloader_num_workers=0,
     )
@@ -644,6 +698,32 @@ def train_grpo(
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
             "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
             "curriculum": vars(curriculum.stats) if curriculum else None}
+
+
+def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
+    """The stage's vLLM settings as TRL's ``GRPOConfig`` fields (none when it does not use it)."""
+    if not cfg.use_vllm:
+        return {}
+    out: dict[str, Any] = {"use_vllm": True, "vllm_mode": cfg.vllm_mode,
+                           # the rollout's log-probabilities are the trainer's own (TRL's
+                           # correction needs vLLM's, per token, which multi-turn rows lack)
+                           "vllm_importance_sampling_correction": False}
+    if cfg.vllm_mode == "server" and cfg.vllm_server_base_url:
+        out["vllm_server_base_url"] = cfg.vllm_server_base_url
+    if cfg.vllm_mode == "colocate":
+        out["vllm_gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+    return out
+
+
+def check_vllm(cfg: GRPOStageConfig, policy_cfg: PolicyConfig, stage: str) -> None:
+    """Refuse a vLLM stage that cannot run, saying how to fix it."""
+    import importlib.util
+
+    if policy_cfg.constrained_decoding:
+        raise ConfigError(f"{stage}: use_vllm samples whole actions without the family's "
+                          "grammar: set policy.constrained_decoding=false")
+    if importlib.util.find_spec("vllm") is None:
+        raise MissingExtraError("vllm", "vllm")  # a CUDA machine's
 
 
 def outcome_reward(prompts: list[Any], completions: list[Any], episode_reward: list[float],

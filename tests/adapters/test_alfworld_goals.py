@@ -150,3 +150,49 @@ def test_the_codec_shows_the_checks_from_version_3_only():
     assert latest.splitlines()[-1] == "answer:"
     assert "checks:" not in old and old == unrecorded  # the shipped model's prompt, unchanged
     assert latest.replace("\n" + latest.splitlines()[-2], "") == old
+
+
+def test_if_it_works_says_whether_the_command_would_meet_the_goal():
+    from dreamgym_agents.adapters.alfworld.goals import goal_checks
+
+    state = ("Task: put two soapbar in bathtubbasin.\nRoom: bathtubbasin 1, cabinet 1\n"
+             "At: bathtubbasin 1\nHolding: soapbar 3 (clean)\nFeedback: x\n"
+             "Seen bathtubbasin 1: soapbar 1\nSeen cabinet 1: (open) soapbar 4")
+    move = "move soapbar 3 to bathtubbasin 1"
+    assert goal_checks("put two soapbar in bathtubbasin", state, move,
+                       if_it_works=True).endswith("; if it works: done")
+    assert goal_checks("put two soapbar in cabinet", state, "move soapbar 3 to cabinet 1",
+                       if_it_works=True).endswith("; if it works: done")
+    for task, command in (("put two soapbar in bathtubbasin", "look"),  # changes nothing
+                          ("put two soapbar in toilet", move),  # the wrong place
+                          ("heat some soapbar and put it in bathtubbasin", move),  # not hot
+                          ("examine the soapbar with the desklamp", "use desklamp 1")):
+        assert goal_checks(task, state, command, if_it_works=True).endswith(
+            "; if it works: not done"), (task, command)
+    assert goal_checks("put two soapbar in bathtubbasin", state, move) == (
+        "goal 2 soapbar in bathtubbasin; 1 to go; holding fits; @1 fits; "
+        "@2 the goal's place")  # codec versions before 5: no verdict
+    lit = ("Task: examine the pen with the desklamp\nRoom: desk 1, shelf 1\nAt: shelf 1\n"
+           "Holding: pen 1\nFeedback: x\nSeen desk 1: desklamp 1 (on)\nSeen shelf 1: nothing")
+    assert goal_checks("examine the pen with the desklamp", lit, "go to desk 1",
+                       if_it_works=True).endswith("; if it works: done")
+
+
+def test_a_command_that_met_the_goal_was_one_the_verdict_said_would():
+    """On every recorded transition the game rewards exactly the commands that worked and
+    whose verdict was ``done``: the verdict is the reward's whole reading of the goal."""
+    from dreamgym_agents.adapters.alfworld.belief import Belief
+    from dreamgym_agents.adapters.alfworld.goals import met_if_it_works
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
+    checked = rewarded = 0
+    for path in sorted(EPISODES.glob("*.jsonl.gz")):
+        for traj in read_episodes(path):
+            goal = Goal.parse(traj.task.intent)
+            for t in traj.transitions:
+                done = met_if_it_works(goal, Belief.parse(t.state), t.action)
+                worked = Belief.parse(t.next_state).feedback != "Nothing happens."
+                assert (t.reward > 0) == (done and worked), (traj.task.intent, t.action)
+                checked += 1
+                rewarded += t.reward > 0
+    assert checked > 3000 and rewarded > 300
