@@ -255,6 +255,7 @@ class AlfworldFamily:
     def experience_codec(self, version: int | None = None) -> Any:
         """Short text states, the next one written as the game's feedback sentence with the
         action's names as references, the goal's checks before the answer from version 3
+        (from version 5 ending with whether the command would meet the goal)
         (:class:`.codec.AlfworldCodec`; ``version``: the one the model was trained with, None:
         the latest)."""
         from dreamgym_agents.adapters.alfworld.codec import AlfworldCodec

@@ -145,8 +145,10 @@ def test_the_codec_shows_the_checks_from_version_3_only():
                                   use_reasoning=True)
         return message["content"]
 
-    latest, old, unrecorded = prompt(None), prompt(2), prompt(0)
+    latest, old, unrecorded, four = prompt(None), prompt(2), prompt(0), prompt(4)
     assert latest.splitlines()[-2].startswith("checks: goal 1 cool apple in countertop; 1 to go")
+    assert latest.splitlines()[-2].endswith("; if it works: done")  # version 5
+    assert four.splitlines()[-2] == latest.splitlines()[-2].removesuffix("; if it works: done")
     assert latest.splitlines()[-1] == "answer:"
     assert "checks:" not in old and old == unrecorded  # the shipped model's prompt, unchanged
     assert latest.replace("\n" + latest.splitlines()[-2], "") == old
