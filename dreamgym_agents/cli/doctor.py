@@ -35,6 +35,19 @@ def dist_version(dist: str) -> str | None:
         return None
 
 
+def training_devices() -> str:
+    """Where training runs, in words: the visible CUDA GPUs, or the CPU."""
+    if dist_version("torch") is None:
+        return "[yellow]no torch: pip install 'dreamgym-agents[train]'"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu (no CUDA GPU visible)"
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return f"[green]cuda: {len(names)} × {names[0]}" + (
+        " (several: accelerate launch, docs/GPU.md)" if len(names) > 1 else "")
+
+
 def public_url(url: str) -> str:
     """``url`` without credentials, query or fragment (safe to print)."""
     parts = urllib.parse.urlsplit(url)
@@ -83,6 +96,10 @@ def run_doctor(task: str = "webarena") -> int:
             f"[green]{version}" if version else f"[yellow]missing: pip install "
             f"'dreamgym-agents[{extra}]'",
         )
+    table.add_row("training device", training_devices())
+    vllm = dist_version("vllm")
+    table.add_row("vllm \\[vllm]", f"[green]{vllm}" if vllm else
+                  "not installed (optional: GRPO's rollouts on vLLM, docs/GPU.md)")
     for key in API_KEYS:
         table.add_row(key, "[green]set" if os.environ.get(key) else "not set")
     usable: dict[str, bool] = {}
