@@ -151,26 +151,12 @@ def train_experience_model(
         corpus: Texts the from-scratch tokenizer learns its merges from (defaults to the examples).
         on_step: Called after each optimisation step (a progress bar).
     """
-    _, transformers, _ = _imports()
-    from dreamgym_agents.gateway.local import load_causal_lm, make_tiny_checkpoint
-
+    _imports()
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    device = training_device()
-    with launch.main_first(device):  # under a launcher the main process makes the tokenizer
-        if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
-            source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
-        elif cfg.base_model is None:
-            if launch.is_main():
-                texts = corpus or [e["messages"][-1]["content"] + "\n" + e["completion"]
-                                   for e in examples]
-                make_tiny_checkpoint(out, texts, vocab_size=cfg.vocab_size,
-                                     hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
-                                     max_positions=cfg.max_length, seed=cfg.seed)
-            source = str(out)
-        else:
-            source = cfg.base_model
-        tokenizer, model = load_causal_lm(source)
+    tokenizer, model = starting_model(
+        cfg, out, lambda: corpus or [e["messages"][-1]["content"] + "\n" + e["completion"]
+                                     for e in examples])
     rows, dropped = [], 0
     for e in examples:
         row = tokenize_example(tokenizer, e, cfg.decision_weight)
@@ -190,6 +176,28 @@ def train_experience_model(
         result.model.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
     return result
+
+
+def starting_model(cfg: Any, out: Path, texts: Callable[[], list[str]]) -> tuple[Any, Any]:
+    """(tokenizer, model) a run in ``out`` starts from: an interrupted run's (its tokenizer and
+    initial weights are saved there), ``cfg.base_model``, or a new tiny model whose tokenizer
+    learns its merges from ``texts()`` (``cfg``'s ``vocab_size``, ``hidden_size``,
+    ``num_layers``, ``max_length``, ``seed``). Under a launcher the main process makes it and
+    the others load it after."""
+    from dreamgym_agents.gateway.local import load_causal_lm, make_tiny_checkpoint
+
+    with launch.main_first(training_device()):
+        if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
+            source = str(out)
+        elif cfg.base_model is None:
+            if launch.is_main():
+                make_tiny_checkpoint(out, texts(), vocab_size=cfg.vocab_size,
+                                     hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
+                                     max_positions=cfg.max_length, seed=cfg.seed)
+            source = str(out)
+        else:
+            source = cfg.base_model
+        return load_causal_lm(source)
 
 
 def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: Any, *,

@@ -277,12 +277,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
     Raises:
         ConfigError: No successful episode to learn from.
     """
-    from dreamgym_agents.experience.sft import (
-        fit_weighted,
-        resumable_checkpoint,
-        training_device,
-    )
-    from dreamgym_agents.gateway.local import load_causal_lm, make_tiny_checkpoint
+    from dreamgym_agents.experience.sft import fit_weighted, starting_model
 
     policy_cfg = policy_cfg or PolicyConfig()
     wins = successful(trajectories)
@@ -295,20 +290,7 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
         raise ConfigError(LORA_NEEDS_A_BASE)
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    device = training_device()
-    with launch.main_first(device):  # under a launcher the main process makes the tokenizer
-        if cfg.base_model is None and resumable_checkpoint(out, cfg) is not None:
-            source = str(out)  # an interrupted run: its tokenizer and initial weights are saved
-        elif cfg.base_model is None:
-            if launch.is_main():
-                make_tiny_checkpoint(out, corpus(trajectories, policy_cfg),
-                                     vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-                                     num_layers=cfg.num_layers, max_positions=cfg.max_length,
-                                     seed=cfg.seed)
-            source = str(out)
-        else:
-            source = cfg.base_model
-        tokenizer, model = load_causal_lm(source)
+    tokenizer, model = starting_model(cfg, out, lambda: corpus(trajectories, policy_cfg))
     _add_turn_tokens(tokenizer, model, turn_format(tokenizer, policy_cfg.turn_format))
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
