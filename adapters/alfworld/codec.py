@@ -221,7 +221,8 @@ class AlfworldCodec(PlainCodec):
         provider never writes them): :data:`SEEN_REF` where the state knows no list for the
         receptacle the action names (the shipped model wrote it at a first visit, three samples
         running, in 28 of the searcher's 60 dream episodes), and a reference to a name the
-        action does not have (``@1`` answering ``help``); from version 4, :data:`HELD_REF`
+        action does not have (``@1`` answering ``help``); from version 4 ``@0`` (no name's
+        reference: a model wrote ``You are carrying: a @0`` for ``inventory``), :data:`HELD_REF`
         where nothing is held, :data:`AT_REF` where the player is at no receptacle and
         :data:`HELP_REF` but for ``help``."""
         out: dict[str, Any] = dict(REVEAL_SAMPLING) if may_reveal(state, action) else {}
@@ -229,6 +230,7 @@ class AlfworldCodec(PlainCodec):
         if known_list(state, action) is None:
             bad.append(SEEN_REF)
         if self.version >= 4:
+            bad.append("@0")  # no such reference (the names count from @1); em6 wrote it
             belief = Belief.parse(state)
             bad += [ref for ref, name in ((HELD_REF, belief.holding), (AT_REF, belief.at))
                     if not (name and _NAMED.fullmatch(name))]
