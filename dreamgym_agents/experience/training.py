@@ -161,7 +161,6 @@ def experience_codec(trajectories: list[Trajectory], version: int | None = None)
     Raises:
         ConfigError: The episodes are of several families (one model simulates one family).
     """
-
     names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
     if len(names) != 1:
         raise ConfigError(f"an experience model learns one task family; the episodes are of "
