@@ -100,7 +100,7 @@ def any_process(flag: bool, device: str) -> bool:
     import torch.distributed as dist
 
     start(device)
-    value = torch.tensor([int(flag)], device=device if device == "cpu" else "cuda")
+    value = torch.tensor([int(flag)], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 
