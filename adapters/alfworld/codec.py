@@ -24,14 +24,25 @@ revisit in three). Version 3 shows the goal's checks before the answer
 and the place the player is at, where the action does not name them, as ``@held`` and ``@at``
 (``You are facing the @at.``), and the game's help text as ``@help``; version 5 ends the checks
 with the goal's state if the command works (``if it works: done``). What no model can know
-(the contents a receptacle shows when first seen) is still written out, in the game's order. A
-next state that the sentence does not give is written as
+from the states (the contents a receptacle shows when first seen) is written out, in the
+game's order, up to version 5. From version 6 the prompt of a step that may show it has the
+game's hidden layout for that receptacle (``here: a soapbar 1, and a cloth 2``; the family's
+:meth:`~dreamgym_agents.adapters.alfworld.family.AlfworldFamily.layout`, read from the game
+without playing it), and the answer writes the list it shows as :data:`LAYOUT_REF`:
+
+    @feedback
+    You open the @1. The @1 is open. In it, you see @here.
+
+The model still decides whether the step shows it (a closed drawer shows nothing). A next
+state that the sentence does not give is written as
 :class:`~dreamgym_agents.experience.codec.PlainCodec` writes it.
 """
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 from dreamgym_agents.adapters.alfworld.belief import (
@@ -39,12 +50,14 @@ from dreamgym_agents.adapters.alfworld.belief import (
     Place,
     action_names,
     game_list,
+    game_order,
     in_game_order,
     listed,
     with_listed,
 )
 from dreamgym_agents.adapters.alfworld.goals import goal_checks
 from dreamgym_agents.experience.codec import PlainCodec, StateReferenceError, verdict
+from dreamgym_agents.types import Task
 
 FEEDBACK_REF = "@feedback"
 """The reference of a next state written as the game's feedback sentence."""
@@ -68,6 +81,9 @@ HELP_TEXT = (
     "clean an object using a receptacle cool (object) with (receptacle): cool an object using a "
     "receptacle slice (object) with (object): slice an object using a sharp object")
 """ALFWorld's help text, as the state's feedback line keeps it (whitespace joined)."""
+LAYOUT_REF = "@here"
+"""What the game's hidden layout puts in the receptacle the action names last, as the prompt's
+``here:`` line lists it (codec version 6)."""
 _NAMED = re.compile(r"[a-z]+ \d+")
 _REF = re.compile(r"@(\d+)")
 
@@ -88,18 +104,23 @@ def known_list(state: str, action: str) -> str | None:
     return game_list(place.items)
 
 
-def with_references(sentence: str, action: str, state: str = "", version: int = 2) -> str:
+def with_references(sentence: str, action: str, state: str = "", version: int = 2,
+                    here: str | None = None) -> str:
     """``sentence`` with each of the ``action``'s names written as its reference, and the list
     of objects it shows written :data:`SEEN_REF` when ``state`` knows that list already; from
     ``version`` 4 also the game's help as :data:`HELP_REF`, and the place the player is at and
     the object it holds, when the action does not name them, as :data:`AT_REF` and
     :data:`HELD_REF` (``look``: ``You are facing the @at.``; ``inventory``: ``You are carrying:
-    a @held.``)."""
+    a @held.``); a list that is ``here`` (the layout's, :func:`layout_list`) as
+    :data:`LAYOUT_REF`."""
     if version >= 4 and sentence == HELP_TEXT:
         return HELP_REF
     known = known_list(state, action) if state else None
     if known is not None and listed(sentence) == known:
         sentence = with_listed(sentence, SEEN_REF)
+    elif here is not None and listed(sentence) is not None \
+            and listed(in_game_order(sentence)) == here:
+        sentence = with_listed(sentence, LAYOUT_REF)
     names = action_names(action)
     for i, name in sorted(enumerate(names, 1), key=lambda p: -len(p[1])):
         sentence = re.sub(rf"\b{re.escape(name)}\b", f"@{i}", sentence)
@@ -111,16 +132,23 @@ def with_references(sentence: str, action: str, state: str = "", version: int = 
     return sentence
 
 
-def without_references(sentence: str, action: str, state: str = "") -> str:
+def without_references(sentence: str, action: str, state: str = "",
+                       here: str | None = None) -> str:
     """The inverse of :func:`with_references` (every version's references).
 
     Raises:
         StateReferenceError: A reference to a name the action does not have,
-            :data:`SEEN_REF` where ``state`` knows no list, :data:`HELD_REF` where the player
-            holds nothing, or :data:`AT_REF` where it is at no receptacle.
+            :data:`SEEN_REF` where ``state`` knows no list, :data:`LAYOUT_REF` where the prompt
+            showed no layout (``here``), :data:`HELD_REF` where the player holds nothing, or
+            :data:`AT_REF` where it is at no receptacle.
     """
     if sentence.strip() == HELP_REF:
         return HELP_TEXT
+    if LAYOUT_REF in sentence:
+        if here is None:
+            raise StateReferenceError(f"{LAYOUT_REF}: the prompt showed no layout for what "
+                                      f"{action!r} names")
+        sentence = sentence.replace(LAYOUT_REF, here)
     if HELD_REF in sentence or AT_REF in sentence:
         belief = Belief.parse(state)
         for ref, name, what in ((HELD_REF, belief.holding, "holds nothing"),
@@ -160,6 +188,16 @@ def may_reveal(state: str, action: str) -> bool:
     return place is None or (action.startswith("open ") and place.items is None)
 
 
+def layout_list(layout: dict[str, list[str]] | None, state: str, action: str) -> str | None:
+    """What the game's hidden ``layout`` puts in the receptacle ``action`` names last, as the
+    game lists it, where the step may show it (:func:`may_reveal`); None elsewhere, or where
+    the layout has no such receptacle."""
+    if layout is None or not may_reveal(state, action):
+        return None
+    objects = layout.get(action_names(action)[-1])
+    return None if objects is None else game_list(sorted(objects, key=game_order))
+
+
 def apply_feedback(state: str, action: str, sentence: str) -> str:
     """The state after ``action`` answered with ``sentence`` (the game's own update)."""
     belief = Belief.parse(state)
@@ -167,7 +205,7 @@ def apply_feedback(state: str, action: str, sentence: str) -> str:
     return belief.render()
 
 
-CODEC_VERSION = 5
+CODEC_VERSION = 6
 """The codec's current version: 3 adds the goal checks line to the prompt (version 2, which the
 shipped bundle's model was trained with, and every model that recorded none, has none); 4 adds
 the references :data:`HELD_REF`, :data:`AT_REF` and :data:`HELP_REF` to the answer (a random
@@ -175,7 +213,9 @@ agent's ``look``, ``inventory`` and ``help`` were a fifth of its determined step
 what the model got wrong on them: docs/RESULTS.md); 5 ends the checks with the goal's state if
 the command works (``if it works: done``): a model trained with versions 3–4 rewarded 88 % of a
 learning policy's dream rewards falsely, copying its demonstrations' verdicts; fine-tuned in
-version 5, none (docs/RESULTS.md)."""
+version 5, none (docs/RESULTS.md); 6 shows the game's hidden layout to a step that may reveal
+it and writes the list as :data:`LAYOUT_REF` (a first visit's sampled list cannot be the
+game's, and a plan made on the real layout failed where the dream put its lamp elsewhere)."""
 
 
 class AlfworldCodec(PlainCodec):
@@ -187,13 +227,32 @@ class AlfworldCodec(PlainCodec):
     Args:
         version: The codec version the model was trained with (``experience.codec_version``);
             None: :data:`CODEC_VERSION`.
+        layout_for: A task's hidden layout (receptacle → objects at the start; the family's
+            ``layout``), bound by :meth:`for_task` from version 6; None: never shown.
     """
 
     follows = (*PlainCodec.follows, "The game answers")
 
-    def __init__(self, *args: Any, version: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, version: int | None = None,
+                 layout_for: Callable[[Task], dict[str, list[str]] | None] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.version = CODEC_VERSION if version is None else version
+        self.layout_for = layout_for
+        self.layout: dict[str, list[str]] | None = None
+
+    def for_task(self, task: Task | None) -> AlfworldCodec:
+        """From version 6, a copy with the task's hidden layout bound in (:func:`layout_list`
+        shows it to the steps that may reveal it); itself before, or with no task."""
+        if self.version < 6 or self.layout_for is None or task is None:
+            return self
+        bound = copy.copy(self)
+        bound.layout = self.layout_for(task)
+        return bound
+
+    def here(self, state: str, action: str) -> str | None:
+        """The ``here:`` list of this step (:func:`layout_list` of the bound layout)."""
+        return layout_list(self.layout, state, action) if self.version >= 6 else None
 
     def render(self, intent: str, history: list[Any] | None, state: str, action: str,
                demos: list[Any] | None, *, history_steps: int, use_reasoning: bool,
@@ -204,9 +263,12 @@ class AlfworldCodec(PlainCodec):
                                   params=params, tally=tally)
         checks = (goal_checks(intent, state, action, if_it_works=self.version >= 5)
                   if self.version >= 3 else None)
-        if checks:
+        here = self.here(state, action)
+        lines = ([f"here: {here}"] if here is not None else []) + \
+            ([f"checks: {checks}"] if checks else [])
+        if lines:
             body, _, last = messages[-1]["content"].rpartition("\n")
-            messages[-1] = {**messages[-1], "content": f"{body}\nchecks: {checks}\n{last}"}
+            messages[-1] = {**messages[-1], "content": "\n".join([body, *lines, last])}
         return messages
 
     def sampling(self, state: str, action: str) -> dict[str, Any]:
@@ -224,8 +286,11 @@ class AlfworldCodec(PlainCodec):
         action does not have (``@1`` answering ``help``); from version 4 ``@0`` (no name's
         reference: a model wrote ``You are carrying: a @0`` for ``inventory``), :data:`HELD_REF`
         where nothing is held, :data:`AT_REF` where the player is at no receptacle and
-        :data:`HELP_REF` but for ``help``."""
-        out: dict[str, Any] = dict(REVEAL_SAMPLING) if may_reveal(state, action) else {}
+        :data:`HELP_REF` but for ``help``. From version 6 a step shown its layout (``here:``)
+        follows from the prompt: greedy; :data:`LAYOUT_REF` is a bad word of every other step."""
+        here = self.here(state, action)
+        out: dict[str, Any] = dict(REVEAL_SAMPLING) \
+            if may_reveal(state, action) and here is None else {}
         bad = [f"@{i}" for i in range(len(action_names(action)) + 1, MAX_NAMES + 1)]
         if known_list(state, action) is None:
             bad.append(SEEN_REF)
@@ -236,19 +301,25 @@ class AlfworldCodec(PlainCodec):
                     if not (name and _NAMED.fullmatch(name))]
             if action.strip() != "help":
                 bad.append(HELP_REF)
+        if self.version >= 6 and here is None:
+            bad.append(LAYOUT_REF)
         if bad:
             out["bad_words"] = bad
         return out
 
     def encode_state(self, target: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
+        return self._encode(target, state, pages, previous, action, self.here(state, action))
+
+    def _encode(self, target: str, state: str, pages: list[str], previous: str | None,
+                action: str, here: str | None) -> str:
         sentence = Belief.parse(target).feedback
         if sentence and apply_feedback(state, action, sentence) == target.strip():
-            return f"{FEEDBACK_REF}\n{with_references(sentence, action, state, self.version)}"
+            written = with_references(sentence, action, state, self.version, here)
+            return f"{FEEDBACK_REF}\n{written}"
         return PlainCodec.encode_state(target, state, pages, previous, action)
 
-    @staticmethod
-    def expand_state(text: str, state: str, pages: list[str], previous: str | None,
+    def expand_state(self, text: str, state: str, pages: list[str], previous: str | None,
                      action: str) -> str:
         body = text.strip()
         first, _, rest = body.partition("\n")
@@ -258,12 +329,13 @@ class AlfworldCodec(PlainCodec):
         if not sentence:
             raise StateReferenceError(f"{FEEDBACK_REF} without a sentence")
         # A written list is the game's: a sampled one may come out of order or repeat a name.
-        return apply_feedback(state, action,
-                              in_game_order(without_references(sentence, action, state)))
+        return apply_feedback(state, action, in_game_order(
+            without_references(sentence, action, state, self.here(state, action))))
 
     def demo_change(self, demo: Any) -> str:
-        """A demonstration's change as the answer writes it (its sentence, referenced)."""
-        written = self.encode_state(demo.next_state, demo.state, [], None, demo.action)
+        """A demonstration's change as the answer writes it (its sentence, referenced; never
+        with this task's layout: a demonstration comes from another game)."""
+        written = self._encode(demo.next_state, demo.state, [], None, demo.action, None)
         return written if written.startswith(FEEDBACK_REF) else super().demo_change(demo)
 
     def rationale(self, t: Any, intent: str = "", *, written_as: str | None = None,

@@ -55,9 +55,9 @@ class AlfworldFamily:
     take 3-9 commands; the web's 10 would leave a policy one wrong command to spare)."""
 
     def __init__(self) -> None:
-        self._openings: dict[str, str | None] = {}
-        self._openings_lock = threading.Lock()
-        self._opening_locks: dict[str, threading.Lock] = {}
+        self._kept: dict[str, Any] = {}
+        self._kept_lock = threading.Lock()
+        self._game_locks: dict[str, threading.Lock] = {}
 
     def load_tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
@@ -144,39 +144,69 @@ class AlfworldFamily:
     def opening(self, task: Task) -> str | None:
         """The task's real opening state (the game's first observation: the room's
         receptacles and the goal), read without playing a step: the dream starts a task no
-        recorded episode starts from here rather than in a room it must invent. Kept per game,
-        in memory and beside the game file (for the code that renders it: a changed renderer
-        reads the game again; the official games' folder is never written); None when the game
-        cannot be made."""
-        key = json.dumps(task.config.get("game") or task.config.get("game_file"),
-                         sort_keys=True)
-        with self._openings_lock:  # one lock per game: other games load meanwhile
-            lock = self._opening_locks.setdefault(key, threading.Lock())
+        recorded episode starts from here rather than in a room it must invent. None when the
+        game cannot be made."""
+        def read(game: Path) -> str | None:
+            del game  # the task's own: its reset plays it
+            env = self.make_env(EnvConfig(max_steps=1))
+            try:
+                return env.reset(task).state
+            except EnvError as exc:
+                logger.warning("no opening for %s: %s", task.task_id, exc)
+                return None
+            finally:
+                env.close()
+
+        return self._per_game("opening", task, read, str, lambda text: text)
+
+    def layout(self, task: Task) -> dict[str, list[str]] | None:
+        """What each receptacle of the task's game holds at its start (receptacle → objects;
+        :func:`.games.initial_contents`), read without playing a step, with a renamed copy's
+        names (``config["renames"]``): what the experience model is shown where a step may
+        reveal a receptacle's contents (codec version 6). None when the game cannot be made."""
+        from dreamgym_agents.adapters.alfworld.belief import rename_words
+        from dreamgym_agents.adapters.alfworld.games import initial_contents
+
+        def read(game: Path) -> dict[str, list[str]] | None:
+            try:
+                return initial_contents(game)
+            except Exception as exc:  # noqa: BLE001 - a game textworld cannot load
+                logger.warning("no layout for %s: %s", task.task_id, exc)
+                return None
+
+        contents = self._per_game("contents", task, read, json.dumps, json.loads)
+        names = task.config.get("renames") or {}
+        if contents is None or not names:
+            return contents
+        return {rename_words(r, names): [rename_words(o, names) for o in objects]
+                for r, objects in contents.items()}
+
+    def _per_game(self, what: str, task: Task, read: Any, dump: Any, load: Any) -> Any:
+        """``read(game)`` of the task's game, once: kept in memory and beside the games
+        generated here (``<what>-<renderer key>.txt``, for the code that reads it: a changed
+        reader reads the game again; the official games' folder is never written)."""
+        key = what + json.dumps(task.config.get("game") or task.config.get("game_file"),
+                                sort_keys=True)
+        with self._kept_lock:  # one lock per game: other games load meanwhile
+            lock = self._game_locks.setdefault(key, threading.Lock())
         with lock:
-            if key in self._openings:
-                return self._openings[key]
-            opening: str | None = None
+            if key in self._kept:
+                return self._kept[key]
             try:
                 game = self.game_path(task)
             except (ConfigError, EnvError):
-                game = None
-            # kept beside the games generated here only, never in a user's official games
-            kept = game.parent / f"opening-{_renderer_key()}.txt" \
-                if game is not None and _generated_here(game) else None
+                self._kept[key] = None
+                return None
+            kept = game.parent / f"{what}-{_renderer_key()}.txt" \
+                if _generated_here(game) else None
             if kept is not None and kept.is_file():
-                opening = kept.read_text(encoding="utf-8")
+                value = load(kept.read_text(encoding="utf-8"))
             else:
-                env = self.make_env(EnvConfig(max_steps=1))
-                try:
-                    opening = env.reset(task).state
-                except EnvError as exc:
-                    logger.warning("no opening for %s: %s", task.task_id, exc)
-                finally:
-                    env.close()
-                if opening is not None and kept is not None:
-                    _write_quietly(kept, opening)
-            self._openings[key] = opening
-            return opening
+                value = read(game)
+                if value is not None and kept is not None:
+                    _write_quietly(kept, dump(value))
+            self._kept[key] = value
+            return value
 
     def action_set(self) -> Any:
         from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet
@@ -255,13 +285,15 @@ class AlfworldFamily:
     def experience_codec(self, version: int | None = None) -> Any:
         """Short text states, the next one written as the game's feedback sentence with the
         action's names as references, the goal's checks before the answer from version 3
-        (from version 5 ending with whether the command would meet the goal)
+        (from version 5 ending with whether the command would meet the goal; from version 6 the
+        game's hidden layout where a step may reveal it: :meth:`layout`)
         (:class:`.codec.AlfworldCodec`; ``version``: the one the model was trained with, None:
         the latest)."""
         from dreamgym_agents.adapters.alfworld.codec import AlfworldCodec
 
         return AlfworldCodec(self.action_set(), "a household text game",
-                             head_prefixes=("At:", "Holding:"), version=version)
+                             head_prefixes=("At:", "Holding:"), version=version,
+                             layout_for=self.layout)
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
@@ -341,4 +373,4 @@ def _write_quietly(path: Path, text: str) -> None:
     try:
         write_atomic(path, text)
     except OSError as exc:
-        logger.debug("opening not kept at %s: %s", path, exc)
+        logger.debug("not kept at %s: %s", path, exc)

@@ -187,18 +187,20 @@ class Game:
 
     ``reset() -> (observation, info)`` and ``step(command) -> (observation, won, info)``;
     ``info`` holds ``admissible_commands``, ``expert_plan`` (the fast expert's plan from here;
-    empty without an expert) and ``won``.
+    empty without an expert) and ``won``; with ``facts``, ``contents`` too (what each receptacle
+    holds now, the game's hidden layout: :func:`initial_contents`).
     """
 
     def __init__(self, game_path: str | Path, *, max_steps: int = 1000,
-                 expert: bool = True) -> None:
+                 expert: bool = True, facts: bool = False) -> None:
         textworld, gym = _textworld()
         try:
             from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         except ImportError:
             raise MissingExtraError("alfworld", "alfworld") from None
         enable_pddl_cache()
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+        infos = textworld.EnvInfos(won=True, admissible_commands=True, facts=facts,
+                                   extras=["gamefile"])
         wrappers: list[Any] = [AlfredDemangler(shuffle=False), AlfredInfos]
         if expert:
             wrappers.append(fast_expert_wrapper()())
@@ -212,9 +214,20 @@ class Game:
     @staticmethod
     def _info(infos: dict[str, Any]) -> dict[str, Any]:
         plan = infos.get("extra.expert_plan")
-        return {"admissible_commands": list(infos["admissible_commands"][0]),
-                "expert_plan": list(plan[0]) if plan is not None else [],
-                "won": bool(infos["won"][0])}
+        out = {"admissible_commands": list(infos["admissible_commands"][0]),
+               "expert_plan": list(plan[0]) if plan is not None else [],
+               "won": bool(infos["won"][0])}
+        if infos.get("facts") is not None:
+            contents: dict[str, list[str]] = {}
+            for fact in infos["facts"][0]:
+                if fact.name == "receptacleatlocation":
+                    contents.setdefault(fact.arguments[0].name, [])
+            for fact in infos["facts"][0]:
+                if fact.name == "inreceptacle":
+                    obj, receptacle = (v.name for v in fact.arguments)
+                    contents.setdefault(receptacle, []).append(obj)
+            out["contents"] = contents
+        return out
 
     def reset(self) -> tuple[str, dict[str, Any]]:
         observations, infos = self.env.reset()
@@ -227,6 +240,19 @@ class Game:
 
     def close(self) -> None:
         self.env.close()
+
+
+def initial_contents(game_path: str | Path) -> dict[str, list[str]]:
+    """What each receptacle of a game holds at its start (receptacle → objects, names as the
+    game writes them; every receptacle of the room): the layout a player finds by looking,
+    read from the game's facts without playing a step."""
+    with TEXTWORLD_LOCK:
+        game = Game(game_path, expert=False, facts=True)
+        try:
+            _, info = game.reset()
+        finally:
+            game.close()
+    return info["contents"]
 
 
 def games_root() -> Path:

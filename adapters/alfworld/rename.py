@@ -88,8 +88,9 @@ def rename_map(traj: Trajectory, rng: random.Random) -> dict[str, str]:
 
 def renamed(trajectories: list[Trajectory], copies: int, seed: int = 0) -> list[Trajectory]:
     """``copies`` renamed copies of each episode (:func:`rename_map`), each marked with
-    ``info[RENAMED_FROM]`` and ``info[RENAMES]`` and keeping its task's id (its game:
-    demonstrations of the same game stay out of its examples)."""
+    ``info[RENAMED_FROM]`` and ``info[RENAMES]`` (its task's ``config[RENAMES]`` too: the
+    layout the experience model is shown is renamed the same way) and keeping its task's id
+    (its game: demonstrations of the same game stay out of its examples)."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for traj in trajectories:
@@ -98,7 +99,8 @@ def renamed(trajectories: list[Trajectory], copies: int, seed: int = 0) -> list[
             if not names:
                 continue
             intent = rename_words(traj.task.intent, names)
-            task = replace(traj.task, intent=intent, config={**traj.task.config, "intent": intent})
+            task = replace(traj.task, intent=intent, config={**traj.task.config, "intent": intent,
+                                                             RENAMES: names})
             episode_id = f"{traj.episode_id}~rename{n}"
             steps = [replace(t, state=renamed_state(t.state, names),
                              next_state=renamed_state(t.next_state, names),

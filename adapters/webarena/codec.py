@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dreamgym_agents.adapters.webarena import experience_prompt, rationale, state_delta
-from dreamgym_agents.types import Transition
+from dreamgym_agents.types import Task, Transition
 
 
 class WebCodec:
@@ -18,6 +18,10 @@ class WebCodec:
     verdicts = rationale.VERDICTS
     follows = rationale.FOLLOWS
     prompt_file = "experience_model.md"
+
+    def for_task(self, task: Task | None) -> WebCodec:
+        del task  # a page shows everything the model is told of the site
+        return self
 
     @staticmethod
     def sampling(state: str, action: str) -> dict[str, Any]:

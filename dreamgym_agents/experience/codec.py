@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from dreamgym_agents.episodes.env import ActionSet
-    from dreamgym_agents.types import Transition
+    from dreamgym_agents.types import Task, Transition
 
 
 class StateReferenceError(ValueError):
@@ -52,6 +52,13 @@ class ExperienceCodec(Protocol):
         step. ``bad_words`` are strings the answer cannot contain to be read back in this state
         (the local provider never writes them; other providers ignore them, and the answer is
         checked as always)."""
+        ...
+
+    def for_task(self, task: Task | None) -> ExperienceCodec:
+        """The codec for one task's steps: what the family knows of the task's world beyond its
+        states (ALFWorld's codec 6: the game's hidden layout) bound in; itself when it knows
+        nothing more. Training and prediction both call it, so a prompt shows the same either
+        way."""
         ...
 
     def head(self, state: str) -> str:
@@ -197,6 +204,10 @@ class PlainCodec:
     def _verb(self, action: str) -> str:
         parsed = self._parsed(action)
         return parsed[0].verb if parsed else ""
+
+    def for_task(self, task: Task | None) -> PlainCodec:
+        del task  # plain states show everything
+        return self
 
     # -- the prompt --------------------------------------------------------------------------
     def render(self, intent: str, history: list[Transition] | None, state: str, action: str,

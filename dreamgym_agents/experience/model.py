@@ -584,7 +584,7 @@ class ExperienceModel:
         else the program's or the template's)."""
         if self.cfg.prompt_style == "compact":
             cfg = self.cfg
-            return self.codec.render(
+            return self.task_codec(task).render(
                 task.intent if isinstance(task, Task) else task,
                 history if cfg.use_history else None, state, action,
                 demos if cfg.use_retrieval else None,
@@ -596,11 +596,16 @@ class ExperienceModel:
         return render_messages(instruction or self.instruction, inputs,
                                use_reasoning=self.cfg.use_reasoning, prompt_file=template)
 
-    def sampling(self, state: str, action: str) -> dict[str, Any]:
+    def task_codec(self, task: Task | str) -> ExperienceCodec:
+        """The codec bound to ``task`` (``ExperienceCodec.for_task``; a bare intent: none)."""
+        return self.codec.for_task(task if isinstance(task, Task) else None)
+
+    def sampling(self, state: str, action: str, task: Task | str | None = None) -> dict[str, Any]:
         """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
-        and ``top_p``, else the codec's ``sampling`` of the step, its ``bad_words`` kept;
-        empty: the gateway's own)."""
-        out = dict(self.codec.sampling(state, action))
+        and ``top_p``, else the ``task``'s codec's ``sampling`` of the step, its ``bad_words``
+        kept; empty: the gateway's own)."""
+        codec = self.task_codec(task) if task is not None else self.codec
+        out = dict(codec.sampling(state, action))
         for key in ("temperature", "top_p"):
             if getattr(self.cfg, key) is not None:
                 out[key] = getattr(self.cfg, key)
@@ -637,7 +642,8 @@ class ExperienceModel:
                               task_id=task_id)
         messages = self.build_messages(task, history, state, action, demos, instruction)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
-        overrides = self.sampling(state, action)
+        overrides = self.sampling(state, action, task)
+        codec = self.task_codec(task)
         for attempt in range(1 + self.cfg.max_parse_retries):
             try:
                 completion = self.gateway.complete(messages, **overrides)
@@ -659,10 +665,10 @@ class ExperienceModel:
                 # A next state written as a reference plus edits (the family's codec) is
                 # expanded here, so everything downstream sees full states. The compact prompt
                 # shows the demos as the codec does (demo_pages); the full one as recorded.
-                pages = (self.codec.demo_pages(demos, state, action)
+                pages = (codec.demo_pages(demos, state, action)
                          if self.cfg.prompt_style == "compact"
                          else [d.next_state for d in demos])
-                prediction.output.next_state = self.codec.expand_state(
+                prediction.output.next_state = codec.expand_state(
                     prediction.output.next_state, state, pages,
                     self.codec.back_page(history) if self.cfg.use_history else None,
                     action,

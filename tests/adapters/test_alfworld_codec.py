@@ -145,3 +145,98 @@ def test_version_4_references_read_back_every_recorded_step():
                        "inventory")
     assert {"@0", HELD_REF, HELP_REF} <= set(c.sampling(rendered[0], "inventory")["bad_words"])
     assert HELP_REF not in c.sampling(rendered[0], "help").get("bad_words", [])
+
+
+LAYOUT = {"cabinet 1": [], "countertop 1": ["spraybottle 1", "soapbar 4"],
+          "fridge 1": ["egg 2", "apple 1"], "toilet 1": []}
+"""The hidden layout of the room :func:`states` plays (what each receptacle holds at the start)."""
+
+
+def codec_6(monkeypatch: pytest.MonkeyPatch, layout: dict | None = LAYOUT) -> AlfworldCodec:
+    from dreamgym_agents.types import Task
+
+    family = AlfworldFamily()
+    monkeypatch.setattr(family, "layout", lambda task: layout)
+    return family.experience_codec(6).for_task(Task(task_id="t", family="alfworld", intent="put a cool apple in "
+                                                                         "countertop"))
+
+
+def test_version_6_shows_the_layout_where_a_step_may_reveal_and_writes_it_as_here(monkeypatch):
+    from dreamgym_agents.adapters.alfworld.codec import LAYOUT_REF
+
+    rendered, c = states(), codec_6(monkeypatch)
+    first = "go to countertop 1"
+    prompt = c.render("put a cool apple in countertop", [], rendered[0], first, [],
+                      history_steps=2, use_reasoning=True)[-1]["content"]
+    assert "\nhere: a soapbar 4, and a spraybottle 1\nchecks: " in prompt  # the game's order
+    written = c.encode_state(rendered[1], rendered[0], [], None, first)
+    assert written.splitlines()[1] == f"You arrive at @1. On the @1, you see {LAYOUT_REF}."
+    assert c.expand_state(written, rendered[0], [], None, first) == rendered[1]
+    assert "temperature" not in c.sampling(rendered[0], first)  # it follows from the prompt
+    assert LAYOUT_REF not in c.sampling(rendered[0], first)["bad_words"]
+    # a closed fridge is shown its layout, and the answer says it is closed
+    closed = c.encode_state(rendered[2], rendered[1], [], None, "go to fridge 1")
+    assert LAYOUT_REF not in closed and c.here(rendered[1], "go to fridge 1") is not None
+    opened = c.encode_state(rendered[3], rendered[2], [], None, "open fridge 1")
+    assert c.expand_state(opened, rendered[2], [], None, "open fridge 1") == rendered[3]
+    assert LAYOUT_REF in opened
+    # a revisit shows no layout: its list is @seen, and @here there is unreadable and banned
+    back = "go to countertop 1"
+    assert c.here(rendered[7], back) is None and "here:" not in c.render(
+        "put a cool apple in countertop", [], rendered[7], back, [], history_steps=2,
+        use_reasoning=True)[-1]["content"]
+    assert LAYOUT_REF in c.sampling(rendered[7], back)["bad_words"]
+    with pytest.raises(StateReferenceError, match=LAYOUT_REF):
+        c.expand_state(f"{FEEDBACK_REF}\nYou arrive at @1. On the @1, you see {LAYOUT_REF}.",
+                       rendered[7], [], None, back)
+    # a demonstration (another game) is never written with this task's layout
+    demo = Transition(episode_id="d", task_id="d", step=0, state=rendered[0], action=first,
+                      next_state=rendered[1])
+    assert LAYOUT_REF not in c.demo_change(demo)
+
+
+def test_without_a_layout_or_before_version_6_nothing_is_shown(monkeypatch):
+    from dreamgym_agents.adapters.alfworld.codec import LAYOUT_REF
+    from dreamgym_agents.types import Task
+
+    rendered = states()
+    no_layout = codec_6(monkeypatch, None)
+    assert no_layout.here(rendered[0], "go to countertop 1") is None
+    assert no_layout.sampling(rendered[0], "go to countertop 1")["temperature"] > 0
+    five = AlfworldFamily().experience_codec(5)
+    assert five.for_task(Task(task_id="t", family="alfworld", intent="x")) is five
+    assert LAYOUT_REF not in five.sampling(rendered[0], "go to countertop 1")["bad_words"]
+
+
+@pytest.mark.slow
+def test_the_layout_is_what_every_recorded_first_visit_showed_renamed_copies_too():
+    """The family's layout of a game, read without playing it, lists exactly what each recorded
+    step that revealed a receptacle showed (the shipped collection's first 40 episodes and
+    their renamed copies), and every step is written and read back exactly in version 6."""
+    from pathlib import Path
+
+    from dreamgym_agents.adapters.alfworld.belief import Belief, in_game_order, listed
+    from dreamgym_agents.adapters.alfworld.codec import LAYOUT_REF, may_reveal
+    from dreamgym_agents.adapters.alfworld.rename import renamed
+    from dreamgym_agents.pipeline.bundle import read_episodes
+
+    family = AlfworldFamily()
+    c = family.experience_codec(6)
+    path = Path(__file__).resolve().parents[2] / "bundles" / "alfworld" / "episodes" / \
+        "collect.jsonl.gz"
+    episodes = read_episodes(path)[:40]
+    shown = used = steps = 0
+    for traj in [*episodes, *renamed(episodes, 1, seed=0)]:
+        bound = c.for_task(traj.task)
+        for t in traj.transitions:
+            sentence = Belief.parse(t.next_state).feedback or ""
+            if t.valid and may_reveal(t.state, t.action) and listed(sentence) is not None:
+                assert listed(in_game_order(sentence)) == bound.here(t.state, t.action), \
+                    (traj.episode_id, t.action)
+                shown += 1
+            written = bound.encode_state(t.next_state, t.state, [], None, t.action)
+            assert bound.expand_state(written, t.state, [], None, t.action) == \
+                t.next_state.strip()
+            used += LAYOUT_REF in written
+            steps += 1
+    assert shown > 100 and used == shown and steps > 400, (shown, used, steps)
