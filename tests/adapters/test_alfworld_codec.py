@@ -157,8 +157,8 @@ def codec_6(monkeypatch: pytest.MonkeyPatch, layout: dict | None = LAYOUT) -> Al
 
     family = AlfworldFamily()
     monkeypatch.setattr(family, "layout", lambda task: layout)
-    return family.experience_codec(6).for_task(Task(task_id="t", family="alfworld", intent="put a cool apple in "
-                                                                         "countertop"))
+    task = Task(task_id="t", family="alfworld", intent="put a cool apple in countertop")
+    return family.experience_codec(6).for_task(task)
 
 
 def test_version_6_shows_the_layout_where_a_step_may_reveal_and_writes_it_as_here(monkeypatch):
