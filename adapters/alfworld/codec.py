@@ -191,7 +191,10 @@ def may_reveal(state: str, action: str) -> bool:
 def layout_list(layout: dict[str, list[str]] | None, state: str, action: str) -> str | None:
     """What the game's hidden ``layout`` puts in the receptacle ``action`` names last, as the
     game lists it, where the step may show it (:func:`may_reveal`); None elsewhere, or where
-    the layout has no such receptacle."""
+    the layout has no such receptacle. The layout is the start's: a receptacle shown, closed
+    (the state forgets a closed receptacle's contents) and opened again may hold what the
+    player put there meanwhile, and the answer writes that list out (1 of the shipped
+    collection's 829 reveals)."""
     if layout is None or not may_reveal(state, action):
         return None
     objects = layout.get(action_names(action)[-1])

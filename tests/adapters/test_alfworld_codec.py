@@ -211,8 +211,11 @@ def test_without_a_layout_or_before_version_6_nothing_is_shown(monkeypatch):
 @pytest.mark.slow
 def test_the_layout_is_what_every_recorded_first_visit_showed_renamed_copies_too():
     """The family's layout of a game, read without playing it, lists exactly what each recorded
-    step that revealed a receptacle showed (the shipped collection's first 40 episodes and
-    their renamed copies), and every step is written and read back exactly in version 6."""
+    step that revealed a receptacle for the first time showed (the shipped collection's first 40
+    episodes and their renamed copies), and every step is written and read back exactly in
+    version 6. (A receptacle shown, closed and opened again may hold what the player put there:
+    the state forgets a closed receptacle's contents and the layout is the start's; such a
+    list is written out, 1 of the collection's 829 reveals.)"""
     from pathlib import Path
 
     from dreamgym_agents.adapters.alfworld.belief import Belief, in_game_order, listed
@@ -227,16 +230,19 @@ def test_the_layout_is_what_every_recorded_first_visit_showed_renamed_copies_too
     episodes = read_episodes(path)[:40]
     shown = used = steps = 0
     for traj in [*episodes, *renamed(episodes, 1, seed=0)]:
-        bound = c.for_task(traj.task)
+        bound, before = c.for_task(traj.task), set()
         for t in traj.transitions:
             sentence = Belief.parse(t.next_state).feedback or ""
             if t.valid and may_reveal(t.state, t.action) and listed(sentence) is not None:
-                assert listed(in_game_order(sentence)) == bound.here(t.state, t.action), \
-                    (traj.episode_id, t.action)
-                shown += 1
+                place = t.action.split(" ", 1)[1].removeprefix("to ")
+                if place not in before:
+                    assert listed(in_game_order(sentence)) == bound.here(t.state, t.action), \
+                        (traj.episode_id, t.action)
+                    shown += 1
+                before.add(place)
             written = bound.encode_state(t.next_state, t.state, [], None, t.action)
             assert bound.expand_state(written, t.state, [], None, t.action) == \
                 t.next_state.strip()
             used += LAYOUT_REF in written
             steps += 1
-    assert shown > 100 and used == shown and steps > 400, (shown, used, steps)
+    assert shown > 100 and used >= shown and steps > 400, (shown, used, steps)
