@@ -43,10 +43,10 @@ def main() -> None:
                     if not t.valid:
                         continue
                     result = env.step(t.action)
-                    counts["steps"] += 1
                     if not result.valid:
                         counts["refused"] += 1
                         break
+                    counts["steps"] += 1
                     counts["state_exact"] += norm(result.observation.state.split()) == \
                         norm(t.next_state.split())
                     counts["reward_agrees"] += (result.reward > 0) == (t.reward > 0)
