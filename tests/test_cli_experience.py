@@ -238,6 +238,8 @@ def test_dream_counts_experience_model_failures_and_records_ablations(tmp_path, 
     (["--experience-model", "openai/test", "--frobnicate"], ["--frobnicate"]),
     (["--experience-model", "openai/test", "--buffer-url", "http://127.0.0.1:9"],
      ["cannot reach the Chroma server"]),
+    (["--experience-model", "openai/test", "--task", "alfworld", "--agent", "oracle"],
+     ["expert plan", "dg-agents fidelity"]),
 ])
 def test_dream_errors(tmp_path, capsys, args, needles):
     code, _, err = dg(capsys, "dream", "--out", str(tmp_path / "d"), "--buffer-path",

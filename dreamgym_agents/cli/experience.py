@@ -434,6 +434,10 @@ def dream_command(
     tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
                          section="agent", concurrency=concurrency, program=program)
+    if getattr(runner, "needs_expert", False):
+        raise ConfigError(f"--agent {agent} plays the real environment's expert plan, which a "
+                          "dream has not: use `dg-agents fidelity` (it replays recorded expert "
+                          "episodes in the dream) or an agent that acts on what it sees")
     model, gateway, buffer = build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer, concurrency)
