@@ -212,6 +212,12 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
     assert not any("collecting" in line or "demonstrations:" in line for line in said), said
     assert sft["steps"] == 4 and (tmp_path / "run" / "checkpoints" / "sft" /
                                   "model.safetensors").exists()
+    # with its settings: `eval --agent hf/<run>/checkpoints/sft` plays it in its own layout
+    from dreamgym_agents.policy.model import trained_policy_settings
+
+    settings = trained_policy_settings(tmp_path / "run" / "checkpoints" / "sft")
+    assert settings is not None and settings.turn_format == "compact"
+    assert settings.max_action_tokens == cfg.policy_view.max_action_tokens
     # the buffer was made from the shipped seed episodes on first use, once
     assert (tmp_path / "cache" / f"bundle-{bundle.id}" / "BUFFER_READY").exists()
     from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer

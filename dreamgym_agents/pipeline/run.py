@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.experience.dream import REWARD_SOURCES
 from dreamgym_agents.optimize.agent import OptimizeConfig
-from dreamgym_agents.policy.model import PolicyConfig, view_record
+from dreamgym_agents.policy.model import PolicyConfig, PolicyModel, view_record
 from dreamgym_agents.policy.sft import PolicySFTConfig
 from dreamgym_agents.rl.curriculum import CurriculumConfig
 from dreamgym_agents.rl.grpo import GRPOStageConfig
@@ -586,6 +586,9 @@ class Pipeline:
             self.reporter.say(f"sft: the embedded bundle's warm start ({bundle.policy_dir}; "
                               f"{shipped['result']['steps']} SFT steps)")
             shutil.copytree(bundle.policy_dir, target)
+            # its settings beside it, as a warm start trained here has them: `eval --agent
+            # hf/<run>/checkpoints/sft` plays it in its own layout, not as a chat model
+            PolicyModel.load(target, self.cfg.policy_view).save_settings(target)
             return {**shipped["result"], "path": str(target), "bundle": bundle.id}
         episodes = self.offline_episodes()
         counts = {"offline_episodes": len(episodes),
@@ -820,7 +823,7 @@ def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folde
     """
     from dreamgym_agents.episodes.env import EnvConfig
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
-    from dreamgym_agents.policy.model import PolicyAgent, PolicyModel
+    from dreamgym_agents.policy.model import PolicyAgent
 
     policy = PolicyModel.load(checkpoint, view)
     agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{name}")
