@@ -224,6 +224,19 @@ def test_dream_counts_experience_model_failures_and_records_ablations(tmp_path, 
         assert first.info["em_failure"] and first.done and not traj.success
 
 
+def test_dream_warns_that_an_expert_following_agent_has_no_plan_there(tmp_path, capsys):
+    code, out, err = dg(capsys, "dream", "--task", "alfworld", "--agent", "oracle", "--limit",
+                        "1", "--max-steps", "1", "--out", str(tmp_path / "d"),
+                        "--experience-model", "openai/test", "--buffer-path",
+                        str(tmp_path / "buf"), "--set", "llm.mock_response=garbage",
+                        "--set", "experience.max_parse_retries=0")
+    assert code == 0, err
+    said = " ".join((out + err).split())
+    assert "expert plan, which a dream has not" in said and "dg-agents fidelity" in said
+    steps = read_trajectories(tmp_path / "d" / "trajectories.jsonl")[0].transitions
+    assert [t.action for t in steps] == ["look"]
+
+
 @pytest.mark.parametrize("args,needles", [
     (["--experience-model", "openai/test", "--set", "bogus.key=1"], ["bogus.key"]),
     (["--experience-model", "openai/test", "--set", "experience.top_k=0"],
@@ -238,8 +251,6 @@ def test_dream_counts_experience_model_failures_and_records_ablations(tmp_path, 
     (["--experience-model", "openai/test", "--frobnicate"], ["--frobnicate"]),
     (["--experience-model", "openai/test", "--buffer-url", "http://127.0.0.1:9"],
      ["cannot reach the Chroma server"]),
-    (["--experience-model", "openai/test", "--task", "alfworld", "--agent", "oracle"],
-     ["expert plan", "dg-agents fidelity"]),
 ])
 def test_dream_errors(tmp_path, capsys, args, needles):
     code, _, err = dg(capsys, "dream", "--out", str(tmp_path / "d"), "--buffer-path",

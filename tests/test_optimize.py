@@ -223,7 +223,7 @@ def test_optimize_the_experience_prompt_by_fidelity_on_held_out_real_steps(tmp_p
     codec = make_family("alfworld").experience_codec()
     assert program.target == "experience" and program.template == codec.prompt_file
     # the program is used through --set experience.program on the dream
-    code = main(["dream", "--task", "alfworld", "--agent", "oracle", "--limit", "1",
+    code = main(["dream", "--task", "alfworld", "--agent", "random", "--limit", "1",
                  "--max-steps", "1", "--experience-model", "openai/scripted-em",
                  "--out", str(tmp_path / "dream"),
                  "--set", f"experience.program={out / 'program.json'}",

@@ -434,10 +434,6 @@ def dream_command(
     tasks = tasks[:limit]
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
                          section="agent", concurrency=concurrency, program=program)
-    if getattr(runner, "needs_expert", False):
-        raise ConfigError(f"--agent {agent} plays the real environment's expert plan, which a "
-                          "dream has not: use `dg-agents fidelity` (it replays recorded expert "
-                          "episodes in the dream) or an agent that acts on what it sees")
     model, gateway, buffer = build_experience(sections, family, experience_model, buffer_path,
                                                buffer_url, no_history, no_retrieval, no_reasoning,
                                                model_buffer, concurrency)
@@ -457,6 +453,11 @@ def dream_command(
                           "buffer seed trajectories.jsonl`)")
         console.print(f"{len(tasks)} task(s), agent {runner.name}, concurrency {concurrency} "
                       f"→ {out}")
+        if getattr(runner, "needs_expert", False):
+            console.print(f"[yellow]warning:[/] --agent {agent} follows the real environment's "
+                          "expert plan, which a dream has not: it only looks around here (its "
+                          "plans in the dream: `dg-agents fidelity`, which replays recorded "
+                          "expert episodes)")
         run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
         result = run_with_progress(
             console, len(tasks),
