@@ -7,9 +7,10 @@ the dream's, and the real episode's success the dream's::
 
     python benchmarks/dream_replay.py --task alfworld runs/dream-policy/trajectories.jsonl
 
-A real step the environment refuses (the dream accepted it) counts as a mismatch and ends that
-episode's replay. Only for environments that restart the same from a task (ALFWorld's games,
-the bundled shop); the real steps are not training data and are not recorded.
+A step the real environment refuses (the dream accepted it) is counted as ``refused`` and ends
+that episode's replay; the state and reward rates are over the steps it accepted. Only for
+environments that restart the same from a task (ALFWorld's games, the bundled shop); the real
+steps are not training data and are not recorded.
 """
 
 from __future__ import annotations

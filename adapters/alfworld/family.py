@@ -166,6 +166,7 @@ class AlfworldFamily:
         reveal a receptacle's contents (codec version 6). None when the game cannot be made."""
         from dreamgym_agents.adapters.alfworld.belief import rename_words
         from dreamgym_agents.adapters.alfworld.games import initial_contents
+        from dreamgym_agents.adapters.alfworld.rename import RENAMES
 
         def read(game: Path) -> dict[str, list[str]] | None:
             try:
@@ -175,7 +176,7 @@ class AlfworldFamily:
                 return None
 
         contents = self._per_game("contents", task, read, json.dumps, json.loads)
-        names = task.config.get("renames") or {}
+        names = task.config.get(RENAMES) or {}
         if contents is None or not names:
             return contents
         return {rename_words(r, names): [rename_words(o, names) for o in objects]

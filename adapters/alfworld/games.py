@@ -220,10 +220,9 @@ class Game:
         if infos.get("facts") is not None:
             contents: dict[str, list[str]] = {}
             for fact in infos["facts"][0]:
-                if fact.name == "receptacleatlocation":
+                if fact.name == "receptacleatlocation":  # every receptacle, empty ones too
                     contents.setdefault(fact.arguments[0].name, [])
-            for fact in infos["facts"][0]:
-                if fact.name == "inreceptacle":
+                elif fact.name == "inreceptacle":
                     obj, receptacle = (v.name for v in fact.arguments)
                     contents.setdefault(receptacle, []).append(obj)
             out["contents"] = contents

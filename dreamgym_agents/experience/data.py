@@ -190,12 +190,11 @@ def build_examples(
         order = sorted(range(len(steps)), key=key.__getitem__)
         steps = [steps[j] for j in sorted(order[: cfg.max_examples])]
     examples = []
-    generic, bound = codec, {}
+    generic, episode = codec, None
     for traj, i in steps:
         t = traj.transitions[i]
-        if traj.episode_id not in bound:  # the codec of the episode's task (its world bound in)
-            bound = {traj.episode_id: generic.for_task(traj.task)}
-        codec = bound[traj.episode_id]
+        if traj.episode_id != episode:  # the codec of the episode's task (its world bound in)
+            episode, codec = traj.episode_id, generic.for_task(traj.task)
         demos: list[Transition] = []
         if cfg.use_retrieval and retriever is not None:
             scope = where

@@ -578,13 +578,15 @@ class ExperienceModel:
 
     def build_messages(
         self, task: Task | str, history: list[Transition], state: str, action: str,
-        demos: list[Transition], instruction: str | None = None,
+        demos: list[Transition], instruction: str | None = None, *,
+        codec: ExperienceCodec | None = None,
     ) -> list[dict[str, str]]:
         """The chat messages of one prediction (the full prompt's instruction: ``instruction``,
-        else the program's or the template's)."""
+        else the program's or the template's; ``codec``: the one bound to ``task`` already,
+        None: bound here)."""
         if self.cfg.prompt_style == "compact":
             cfg = self.cfg
-            return self.task_codec(task).render(
+            return (codec or self.task_codec(task)).render(
                 task.intent if isinstance(task, Task) else task,
                 history if cfg.use_history else None, state, action,
                 demos if cfg.use_retrieval else None,
@@ -600,12 +602,13 @@ class ExperienceModel:
         """The codec bound to ``task`` (``ExperienceCodec.for_task``; a bare intent: none)."""
         return self.codec.for_task(task if isinstance(task, Task) else None)
 
-    def sampling(self, state: str, action: str, task: Task | str | None = None) -> dict[str, Any]:
+    def sampling(self, state: str, action: str,
+                 codec: ExperienceCodec | None = None) -> dict[str, Any]:
         """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
-        and ``top_p``, else the ``task``'s codec's ``sampling`` of the step, its ``bad_words``
-        kept; empty: the gateway's own)."""
-        codec = self.task_codec(task) if task is not None else self.codec
-        out = dict(codec.sampling(state, action))
+        and ``top_p``, else the codec's ``sampling`` of the step — ``codec``: the one bound to
+        the step's task, None: the model's — its ``bad_words`` kept; empty: the gateway's
+        own)."""
+        out = dict((codec or self.codec).sampling(state, action))
         for key in ("temperature", "top_p"):
             if getattr(self.cfg, key) is not None:
                 out[key] = getattr(self.cfg, key)
@@ -640,10 +643,11 @@ class ExperienceModel:
         task_id = str(task.task_id) if isinstance(task, Task) else ""
         demos = self.retrieve(state, action, exclude_episode, intent=intent, params=params,
                               task_id=task_id)
-        messages = self.build_messages(task, history, state, action, demos, instruction)
+        codec = self.task_codec(task)  # bound once: prompt, decoding and reading alike
+        messages = self.build_messages(task, history, state, action, demos, instruction,
+                                       codec=codec)
         prediction = ExperiencePrediction(output=None, demos=[transition_id(t) for t in demos])
-        overrides = self.sampling(state, action, task)
-        codec = self.task_codec(task)
+        overrides = self.sampling(state, action, codec)
         for attempt in range(1 + self.cfg.max_parse_retries):
             try:
                 completion = self.gateway.complete(messages, **overrides)
@@ -670,7 +674,7 @@ class ExperienceModel:
                          else [d.next_state for d in demos])
                 prediction.output.next_state = codec.expand_state(
                     prediction.output.next_state, state, pages,
-                    self.codec.back_page(history) if self.cfg.use_history else None,
+                    codec.back_page(history) if self.cfg.use_history else None,
                     action,
                 )
             except (ExperienceParseError, StateReferenceError) as exc:
