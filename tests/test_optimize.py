@@ -225,7 +225,7 @@ def test_optimize_the_experience_prompt_by_fidelity_on_held_out_real_steps(tmp_p
     # the program is used through --set experience.program on the dream
     code = main(["dream", "--task", "alfworld", "--agent", "random", "--limit", "1",
                  "--max-steps", "1", "--experience-model", "openai/scripted-em",
-                 "--out", str(tmp_path / "dream"),
+                 "--out", str(tmp_path / "dream"), "--buffer-path", str(tmp_path / "buf"),
                  "--set", f"experience.program={out / 'program.json'}",
                  "--set", f"llm.mock_response={EM_ANSWER}"])
     assert code == 0
