@@ -73,20 +73,12 @@ def fresh_games(family, seeds: list, seed: int) -> list:
     from dreamgym_agents.heldout import HeldOut
     from dreamgym_agents.rl.curriculum import Curriculum, CurriculumConfig
 
-    generator, feasible = family.task_generator(family.load_tasks("train"), seed=seed)
-    curriculum = Curriculum(CurriculumConfig(), generator, family.load_tasks("train"),
-                            feasible=feasible, held_out=HeldOut.for_family(family),
+    train = family.load_tasks("train")
+    generator, feasible = family.task_generator(train, seed=seed)
+    curriculum = Curriculum(CurriculumConfig(), generator, train, feasible=feasible,
+                            held_out=HeldOut.for_family(family),
                             keys=getattr(family, "task_keys", None))
-    out = []
-    for task in seeds:
-        candidates, choice = generator.generate(task, 4)
-        order = ([choice] if choice is not None else []) + list(range(len(candidates)))
-        for i in order:
-            made, _ = curriculum.check(task, candidates[i])
-            if made is not None:
-                out.append(made)
-                break
-    return out
+    return [made for task in seeds if (made := curriculum.variant(task)) is not None]
 
 
 def main() -> None:

@@ -223,7 +223,7 @@ class Curriculum:
                              self.cfg.seeds_per_round, self.cfg.min_variance)
         accepted = []
         for tid in seeds:
-            task = self._variant(self._by_id[tid])
+            task = self.variant(self._by_id[tid])
             if task is not None:
                 accepted.append(task)
         self.pool = [*self.pool, *accepted][-self.cfg.pool_size:]
@@ -242,7 +242,9 @@ class Curriculum:
         self.stats.synthetic_groups += slots
         return out
 
-    def _variant(self, seed: Task) -> Task | None:
+    def variant(self, seed: Task) -> Task | None:
+        """One accepted variant of ``seed`` (the generator's choice among its ``candidates``,
+        else the first that passes :meth:`check`; counted in :attr:`stats`), or None."""
         assert self.generator is not None
         candidates, choice = self.generator.generate(seed, self.cfg.candidates)
         self.stats.proposed += len(candidates)
