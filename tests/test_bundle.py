@@ -14,7 +14,13 @@ import pytest
 
 from dreamgym_agents.cli.main import main
 from dreamgym_agents.errors import ConfigError, PartialBuildError
-from dreamgym_agents.pipeline.bundle import COLLECT_FILE, Bundle, shipped_bundle
+from dreamgym_agents.pipeline.bundle import (
+    COLLECT_FILE,
+    DEMOS_FILE,
+    Bundle,
+    read_episodes,
+    shipped_bundle,
+)
 from dreamgym_agents.pipeline.embedded import (
     RECIPE_VERSION,
     EmbeddedRecipe,
@@ -353,3 +359,75 @@ def test_recipe_fields_set_one_by_one_are_typed_as_the_recipe():
     whole = load_config(BuildConfig(), overrides=[
         'experience_recipe={"decoy_tasks": 240, "learning_rate": 0.001, "use_history": false}'])
     assert whole.experience_recipe == one.experience_recipe
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_build_resumes_another_bundles_episodes_instead_of_playing_them(tiny_build, tmp_path,
+                                                                         capsys):
+    # the tiny bundle's own recipe, trained differently: every episode is reused, none played
+    source = tiny_build / "build"
+    other = {**TINY_BUILD, "experience_recipe": {**TINY_RECIPE, "sft_steps": 12},
+             "measure": False}
+    config = tmp_path / "build.yaml"
+    config.write_text(json.dumps(other))
+    out = tmp_path / "build"
+    code = main(["build-embedded", "--out", str(out), "--config", str(config),
+                 "--reuse-episodes", str(source)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    bundle = Bundle.open(out / "bundle")
+    assert "reused from the bundle" in err and "9 collected episodes, 3 demonstrations" in err
+    played = [t for path in [*(out / "collect").glob("*/trajectories.jsonl"),
+                             out / "demos" / "oracle" / "trajectories.jsonl"]
+              for t in read_trajectories(path)]
+    assert len(played) == 12 and all(t.wall_seconds == 0 for t in played)  # none replayed
+    for name in (COLLECT_FILE, DEMOS_FILE):  # the same episodes, byte for byte
+        assert (out / name).read_bytes() == (source / name).read_bytes()
+    assert bundle.manifest["built"]["reused_episodes"] == {
+        "bundle": Bundle.open(source / "bundle").id, "collected": 9, "demos": 3}
+    assert bundle.manifest["experience"]["training"]["steps"] == 12
+
+
+@pytest.mark.skipif(importlib.util.find_spec("alfworld") is None,
+                    reason="needs the alfworld extra")
+def test_reused_episodes_are_those_the_recipe_would_play(tmp_path):
+    from dreamgym_agents.pipeline.bundle_build import reuse_episodes
+
+    source = shipped_bundle("alfworld")
+    shipped = source.manifest["experience"]["recipe"]
+    # another recipe that adds the decoy collector: the others' episodes are reused, the
+    # decoy's are left to play
+    recipe = family_recipe("alfworld", decoy_tasks=5, random_tasks=shipped["random_tasks"] - 10)
+    demos = source.manifest["demos"]["name"]
+    reused = reuse_episodes(source, recipe, tmp_path, "alfworld", demos)
+    by_name = {name: read_trajectories(tmp_path / "collect" / name / "trajectories.jsonl")
+               for name in ("oracle", "noisy", "random")}
+    assert {k: len(v) for k, v in by_name.items() if k != "random"} == {
+        "oracle": shipped["oracle_tasks"], "noisy": shipped["noisy_tasks"]}
+    # fewer random episodes: those of the tasks this recipe gives the random agent, no other
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.episodes.graph import episode_id_for
+
+    family = make_family("alfworld")
+    plan = {name: {episode_id_for(t, agent.name) for t in chosen}
+            for name, agent, chosen, _ in family.collection_plan(recipe,
+                                                                 family.load_tasks("train"))}
+    family.close()
+    theirs = {t.episode_id for t in read_episodes(source.collect_file, collectors=["random"])}
+    assert {t.episode_id for t in by_name["random"]} == plan["random"] & theirs
+    assert 0 < len(by_name["random"]) < shipped["random_tasks"] - 10
+    assert not (tmp_path / "collect" / "decoy").exists()
+    assert reused == {"bundle": source.id, "collected": sum(map(len, by_name.values())),
+                      "demos": source.manifest["demos"]["episodes"]}
+    assert all(t.provenance == "real" for t in by_name["random"])
+    # a second call writes nothing twice
+    assert reuse_episodes(source, recipe, tmp_path, "alfworld", demos)["collected"] == 0
+    assert len(read_trajectories(tmp_path / "collect" / "oracle" / "trajectories.jsonl")) == \
+        shipped["oracle_tasks"]
+    # other episode settings, or another family's bundle: refused
+    with pytest.raises(ConfigError, match="max_steps"):
+        reuse_episodes(source, family_recipe("alfworld", max_steps=20), tmp_path / "x",
+                       "alfworld", demos)
+    with pytest.raises(ConfigError, match="family"):
+        reuse_episodes(source, family_recipe("webarena"), tmp_path / "y", "webarena", demos)

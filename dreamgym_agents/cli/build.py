@@ -22,6 +22,12 @@ def build_embedded_command(
                                    help="Stop after this many seconds: what was trained is kept "
                                         "but marked partial, no bundle is written, exit 3.")
     ] = None,
+    reuse_episodes: Annotated[
+        Path | None, typer.Option("--reuse-episodes",
+                                  help="A bundle (or a build folder) whose episodes this build "
+                                       "would play again: they are resumed, not replayed "
+                                       "(same episode settings only).")
+    ] = None,
     task: TaskOpt = "webarena",
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -33,13 +39,18 @@ def build_embedded_command(
     same command to resume. Ship it: copy OUT/bundle to bundles/<family>/.
     """
     from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline.bundle import MANIFEST_FILE, Bundle
     from dreamgym_agents.pipeline.bundle_build import BuildConfig, build_embedded
 
     setup_logging(verbose)
     cfg = load_config(BuildConfig(), config, overrides)
+    source = None
+    if reuse_episodes is not None:
+        built = reuse_episodes / "bundle"
+        source = Bundle.open(built if (built / MANIFEST_FILE).is_file() else reuse_episodes)
     with progress_reporter() as reporter:
         bundle = build_embedded(cfg, out, reporter, family=task.split(".", 1)[0],
-                                time_budget_s=time_budget_s)
+                                time_budget_s=time_budget_s, reuse=source)
         reporter.say(f"bundle {bundle.id}: {bundle.root} "
                      f"({bundle.manifest['bytes'] / 1e6:.1f} MB)")
     figures = bundle.manifest.get("figures", {})

@@ -19,8 +19,11 @@ recorded episodes stay, SFT resumes from its last checkpoint):
    only once it is complete.
 
 A recipe trains its fixed steps on any machine (a slow one takes longer; the progress bars say
-when each phase will finish). ``time_budget_s`` may stop a build early: what was trained is then
-kept, marked partial, never packaged, and the build raises
+when each phase will finish). A build may start from another bundle's episodes
+(:func:`reuse_episodes`, ``--reuse-episodes``): those its collectors would play again under the
+same episode settings are resumed, not replayed (a recipe that changes only training, or adds a
+collector, then skips most of the collection). ``time_budget_s`` may stop a build early: what
+was trained is then kept, marked partial, never packaged, and the build raises
 :class:`~dreamgym_agents.errors.PartialBuildError` (one line, exit code 3).
 """
 
@@ -57,6 +60,7 @@ from dreamgym_agents.pipeline.embedded import (
     COLLECT_VERSION,
     DEMOS_VERSION,
     RECIPE_VERSION,
+    EmbeddedRecipe,
     collect,
     demos_name,
     ensure_demos,
@@ -80,6 +84,9 @@ from dreamgym_agents.policy.sft import PolicySFTConfig
 
 PHASES = ("collect", "experience", "demos", "warm_start", "package", "measure")
 BUILD_FILE = "build.json"
+EPISODE_FIELDS = ("seed", "noise", "max_steps", "state_version")
+"""The recipe fields that shape an episode once its collector and train task are chosen: a
+bundle's episodes are reused (:func:`reuse_episodes`) only under the same ones."""
 QUICK_EVAL_TASKS = 31
 """Test tasks of ``dg-agents run --preset quick``'s evaluations (one per template): the warm
 start's success on them is in the manifest too."""
@@ -150,8 +157,10 @@ class _Build:
     """One build folder and its phases."""
 
     def __init__(self, cfg: BuildConfig, out: Path, reporter: Reporter,
-                 time_budget_s: float | None, family: str) -> None:
+                 time_budget_s: float | None, family: str,
+                 reuse: Bundle | None = None) -> None:
         self.cfg = cfg
+        self.reuse = reuse
         self.out = out
         self.reporter = reporter
         self.family = family
@@ -193,6 +202,14 @@ class _Build:
 
     def run(self) -> Bundle:
         self.open()
+        if self.reuse is not None and not {"collect", "demos"} <= set(self.record["phases"]):
+            reused = reuse_episodes(self.reuse, self.recipe, self.out, self.family,
+                                    demos_name(self.cfg.demo_tasks, self.recipe.seed))
+            self.reporter.say(f"reused from the bundle {reused['bundle']}: "
+                              f"{reused['collected']} collected episodes, {reused['demos']} "
+                              "demonstrations (the rest are played)")
+            self.record.setdefault("reused", reused)  # what the first run reused
+            self._save()
         for i, phase in enumerate(PHASES, 1):
             if phase in self.record["phases"]:
                 continue
@@ -326,7 +343,9 @@ class _Build:
                       "date": _dt.datetime.now(_dt.UTC).isoformat(
                 timespec="seconds"), "machine": f"{platform.machine()}, "
                 f"{_cpu_count()} CPUs", "phase_seconds": {
-                    p: phases[p].get("seconds") for p in PHASES if p in phases}},
+                    p: phases[p].get("seconds") for p in PHASES if p in phases},
+                **({"reused_episodes": self.record["reused"]} if "reused" in self.record
+                   else {})},
             "split": {"trained_on": "train", "evaluated_on": "test",
                       "note": "every model and seed episode comes from train-split tasks only"},
             "experience": {"key": recipe.key, "recipe_version": RECIPE_VERSION,
@@ -475,15 +494,94 @@ def _cpu_count() -> int:
 
 
 def build_embedded(cfg: BuildConfig, out: str | Path, reporter: Reporter | None = None, *,
-                   family: str, time_budget_s: float | None = None) -> Bundle:
+                   family: str, time_budget_s: float | None = None,
+                   reuse: Bundle | None = None) -> Bundle:
     """Make the task ``family``'s embedded bundle in ``out`` (``out/bundle``), resuming what
-    ``out`` holds.
+    ``out`` holds, and the episodes of ``reuse`` this build would play again
+    (:func:`reuse_episodes`).
 
     Raises:
         PartialBuildError: ``time_budget_s`` ran out before the build finished (what was
             trained is kept, marked partial; no bundle is written).
-        ConfigError: ``out`` holds a build with other settings; episodes failed.
+        ConfigError: ``out`` holds a build with other settings; episodes failed; ``reuse``
+            is another family's or was collected under other episode settings.
     """
     if time_budget_s is not None and time_budget_s <= 0:
         raise ConfigError(f"--time-budget-s must be positive, got {time_budget_s}")
-    return _Build(cfg, Path(out), reporter or SilentReporter(), time_budget_s, family).run()
+    return _Build(cfg, Path(out), reporter or SilentReporter(), time_budget_s, family,
+                  reuse).run()
+
+
+def reuse_episodes(source: Bundle, recipe: EmbeddedRecipe, out: Path, family: str,
+                   demos: str) -> dict[str, Any]:
+    """Write the episodes of ``source`` (a shipped or built bundle) that a build of ``recipe``
+    in ``out`` would play again into its run folders, where the build resumes them: each
+    collector's episodes on the train tasks the recipe gives it, and the demonstrations when
+    they are the same ones (``demos``: their name). Only under the same episode settings
+    (:data:`EPISODE_FIELDS`); a folder already complete is left alone, episodes already
+    recorded stay. Returns the source's id and how many episodes were written.
+
+    Raises:
+        ConfigError: ``source`` is another family's bundle, or was collected under other
+            episode settings.
+    """
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.episodes.graph import episode_id_for
+
+    if source.family != family:
+        raise ConfigError(f"the bundle {source.root} is the {source.family} family's, not "
+                          f"{family}'s: its episodes cannot be reused")
+    theirs = {**asdict(EmbeddedRecipe()), **source.manifest["experience"]["recipe"]}
+    differ = [f"{name} {theirs[name]} (this recipe: {getattr(recipe, name)})"
+              for name in EPISODE_FIELDS if theirs[name] != getattr(recipe, name)]
+    if differ:
+        raise ConfigError(f"the bundle {source.id} was collected with other episode settings "
+                          f"({', '.join(differ)}): its episodes cannot be reused")
+    made = make_family(family)
+    try:
+        plan = made.collection_plan(recipe, made.load_tasks("train"))
+    finally:
+        made.close()
+    wanted: dict[str, set[str] | None] = {
+        name: {episode_id_for(task, agent.name) for task in chosen}
+        for name, agent, chosen, _ in plan}
+    collected = _resume_from(source.collect_file, out / "collect", wanted)
+    shown = source.manifest.get("demos", {}).get("name") == demos
+    shown_count = _resume_from(source.demos_file, out / "demos", {"oracle": None}) \
+        if shown else 0
+    return {"bundle": source.id, "collected": collected, "demos": shown_count}
+
+
+def _resume_from(path: Path, folder: Path, wanted: dict[str, set[str] | None]) -> int:
+    """Append the compact episodes of ``path`` whose collector is in ``wanted`` (and whose
+    episode id is in its set; None: any) to ``folder/<collector>``'s trajectories, unless
+    recorded there already or ``folder`` is complete; return how many were written."""
+    import gzip
+
+    from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE
+    from dreamgym_agents.types import read_trajectories
+
+    if (folder / "COMPLETE").exists():
+        return 0
+    recorded: dict[str, set[str]] = {}
+    for name in wanted:
+        file = folder / name / TRAJECTORIES_FILE
+        recorded[name] = {t.episode_id for t in read_trajectories(file, repair=True)} \
+            if file.exists() else set()
+    lines: dict[str, list[str]] = {name: [] for name in wanted}
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            data = json.loads(line)
+            who, ident = str(data.get("info", {}).get("collector", "")), data["episode_id"]
+            ids = wanted.get(who, set())
+            if who in wanted and (ids is None or ident in ids) and ident not in recorded[who]:
+                lines[who].append(line.rstrip("\n"))
+                recorded[who].add(ident)
+    for name, chosen in lines.items():
+        if chosen:
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            with open(folder / name / TRAJECTORIES_FILE, "a", encoding="utf-8") as fh:
+                fh.write("".join(line + "\n" for line in chosen))
+    return sum(len(chosen) for chosen in lines.values())
