@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     family = make_family(args.task)
     family.prepare(EnvConfig(), None)
-    env = family.make_env(EnvConfig(max_steps=1000, expert=False))
+    env = family.make_env(EnvConfig(max_steps=1000, options={"expert": False}))
     norm = " ".join
     try:
         for path in args.files:

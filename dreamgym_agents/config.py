@@ -34,11 +34,21 @@ def _is_dataclass_type(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+EXTRA_KEYS = "__extra_keys__"
+"""A config dataclass whose class attribute of this name names one of its ``dict`` fields
+keeps keys that are not its fields there, as given, for another part to check (the
+environment's family-specific settings: :class:`~dreamgym_agents.episodes.env.EnvConfig`)."""
+
+
 def apply_mapping(obj: Any, mapping: dict[str, Any], prefix: str = "") -> None:
     """Set fields of a (nested) dataclass instance from a mapping, validating the keys."""
     types = _field_types(type(obj))
+    extra = getattr(type(obj), EXTRA_KEYS, None)
     for key, value in mapping.items():
         path = f"{prefix}{key}"
+        if key not in types and extra is not None:
+            getattr(obj, extra)[key] = value
+            continue
         if key not in types:
             valid = ", ".join(f"{prefix}{k}" for k in types)
             raise ConfigError(f"unknown config key {path!r}; valid keys: {valid}")

@@ -40,6 +40,8 @@ def assert_one_line_error(proc, *needles):
     (["--task", "alfworld-in-space"], "unknown task family"),
     (["--set", "bogus.key=1"], "bogus.key"),
     (["--set", "env.max_stepz=3"], "max_stepz"),
+    (["--set", "env.action_timeout_s=0"], "env.action_timeout_s must be positive"),
+    (["--task", "alfworld", "--set", "env.headless=false"], "env.headless"),
     (["--set", "env.max_steps=0"], "max_steps"),
     (["--agent", "notaprovider/xyz"], "notaprovider"),
     (["--config", "/nonexistent/dg.yaml"], "config file not found"),
@@ -136,6 +138,43 @@ def test_config_file_then_flags_then_set(tmp_path):
     overridden = Sections(cfg_file, ["env.max_steps=11"], ("env",)).configure(
         EnvConfig(), "env", {"max_steps": 9})
     assert overridden.max_steps == 11
+
+
+def test_a_familys_own_env_settings_are_its_own(tmp_path):
+    """The core's EnvConfig holds the settings every family shares; any other ``env`` key is
+    the family's, read as its ``env_options`` (a browser's for the web family, the expert for
+    ALFWorld) and refused, naming the valid keys, by a family that does not take it."""
+    import dataclasses
+
+    import yaml
+
+    from dreamgym_agents.cli.common import Sections
+    from dreamgym_agents.episodes.env import EnvConfig, env_options, make_family
+    from dreamgym_agents.errors import ConfigError
+
+    assert {f.name for f in dataclasses.fields(EnvConfig)} == {
+        "max_steps", "seed", "judge_model", "options"}
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump({"env": {"max_steps": 7, "key_settle_s": 0.5}}))
+    cfg = Sections(cfg_file, ["env.headless=false", "env.site_reset=http://h:80/reset?a=b"],
+                   ("env",)).configure(EnvConfig(), "env", {})
+    assert cfg.max_steps == 7
+    web = env_options(make_family("webarena"), cfg)
+    assert (web.headless, web.key_settle_s, web.site_reset) == (False, 0.5,
+                                                                "http://h:80/reset?a=b")
+    assert web.action_timeout_s == 2.0  # the rest: the family's defaults
+    with pytest.raises(ConfigError, match=r"unknown config key 'env\.(key_settle_s|headless)'"
+                       r".*valid keys: env\.expert, env\.max_steps"):
+        env_options(make_family("alfworld"), cfg)
+    assert env_options(make_family("alfworld"), EnvConfig(options={"expert": False})).expert \
+        is False
+
+    class Plain:
+        name = "plain"
+
+    assert env_options(Plain(), EnvConfig()) is None
+    with pytest.raises(ConfigError, match="env.headless.*takes none"):
+        env_options(Plain(), cfg)
 
 
 def test_a_gateways_requests_in_flight_follow_the_runs_concurrency_unless_set(tmp_path):

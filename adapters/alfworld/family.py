@@ -16,11 +16,18 @@ import json
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, every_nth
+from dreamgym_agents.episodes.env import (
+    EnvConfig,
+    Environment,
+    Requirement,
+    env_options,
+    every_nth,
+)
 from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError
 from dreamgym_agents.types import Task
 
@@ -46,10 +53,23 @@ def task_from_config(config: dict[str, Any], split: str = "") -> Task:
                 split=split, config=config)
 
 
+@dataclass
+class AlfworldEnvOptions:
+    """ALFWorld's environment settings (``--set env.<name>=…``).
+
+    Attributes:
+        expert: Offer the PDDL planner's plan in each observation (what the oracle follows);
+            False saves the planning when no agent needs it.
+    """
+
+    expert: bool = True
+
+
 class AlfworldFamily:
     """ALFWorld: generated games (or the official ones) played through textworld."""
 
     name = FAMILY
+    env_options = AlfworldEnvOptions
     rl_episode_steps = 15
     """An RL episode's step limit in the presets: as long as an evaluation's (the expert's plans
     take 3-9 commands; the web's 10 would leave a policy one wrong command to spare)."""
@@ -139,7 +159,7 @@ class AlfworldFamily:
     def make_env(self, cfg: EnvConfig) -> Environment:
         from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
 
-        return AlfworldEnv(self.game_path, expert=cfg.expert)
+        return AlfworldEnv(self.game_path, expert=env_options(self, cfg).expert)
 
     def opening(self, task: Task) -> str | None:
         """The task's real opening state (the game's first observation: the room's

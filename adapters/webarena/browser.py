@@ -10,7 +10,8 @@ every call onto that thread.
 Two more patches keep episodes fast: the chat window BrowserGym opens in a *second* browser is
 replaced by an in-memory message list (the agent talks to the task through ``send_msg_to_user``;
 nobody watches a chat window headless), and the per-step screenshot is skipped unless
-``EnvConfig.screenshots`` asks for it (text agents never read it; it costs ~40% of a step).
+``env.screenshots`` (:class:`~dreamgym_agents.adapters.webarena.options.WebEnvOptions`) asks
+for it (text agents never read it; it costs ~40% of a step).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dreamgym_agents.adapters.webarena.chromium import (
     stop_thread_playwright,
     thread_playwright,
 )
+from dreamgym_agents.adapters.webarena.options import WebEnvOptions
 from dreamgym_agents.episodes.env import EnvConfig, Observation, StepResult
 from dreamgym_agents.errors import EnvError, MissingExtraError
 from dreamgym_agents.types import Task
@@ -184,6 +186,7 @@ class BrowserGymEnv:
         task_entrypoint: The BrowserGym task class (``AbstractBrowserTask`` subclass).
         bind_task: Prepares one episode's task kwargs (see :data:`TaskBinder`).
         name: Name of the worker thread (for logs).
+        options: The browser's settings (None: the defaults).
     """
 
     provenance = "real"
@@ -194,14 +197,16 @@ class BrowserGymEnv:
         task_entrypoint: type,
         bind_task: TaskBinder,
         name: str = "browser",
+        options: WebEnvOptions | None = None,
     ) -> None:
         install_browsergym_patches()
         self.cfg = cfg
+        self.options = options or WebEnvOptions()
         self.action_set = WebActionSet()
         self._entrypoint = task_entrypoint
         self._bind_task = bind_task
         self._worker = ThreadWorker(name)
-        self._worker.call(lambda: setattr(_screenshots, "wanted", cfg.screenshots))
+        self._worker.call(lambda: setattr(_screenshots, "wanted", self.options.screenshots))
         self._env: Any = None
         self._cleanup: Callable[[], None] | None = None
         self._obs: Observation | None = None
@@ -240,7 +245,7 @@ class BrowserGymEnv:
             self._env = BrowserEnv(
                 task_entrypoint=self._entrypoint,
                 task_kwargs=task_kwargs,
-                headless=self.cfg.headless,
+                headless=self.options.headless,
                 action_mapping=None,  # we hand BrowserGym python code (WebActionSet.to_python)
                 pre_observation_delay=0.0,
                 wait_for_user_message=False,
@@ -275,11 +280,11 @@ class BrowserGymEnv:
         # BrowserGym's action functions give Playwright 500 ms; a click that starts a navigation
         # on a loaded 2-core machine can take longer and would be recorded as failed although the
         # page changed.
-        code = _ACTION_TIMEOUT.sub(f"timeout={int(self.cfg.action_timeout_s * 1000)}", code)
+        code = _ACTION_TIMEOUT.sub(f"timeout={int(self.options.action_timeout_s * 1000)}", code)
         # A key press can submit a form; Playwright does not wait for the navigation it starts
         # (a click does), so give the page a moment before BrowserGym observes it.
         settle = any(a.name == "keyboard_press" for a in actions)
-        self._env.pre_observation_delay = self.cfg.key_settle_s if settle else 0.0
+        self._env.pre_observation_delay = self.options.key_settle_s if settle else 0.0
         obs, reward, terminated, truncated, info = self._execute(code)
         self._obs = self._observe(obs)
         error = self._obs.error
@@ -295,7 +300,7 @@ class BrowserGymEnv:
         the last page is evaluated with an answer saying so), with the episode's sign-ins on
         its first step."""
         info = dict(result.info)
-        if not result.done and self.cfg.score_at_step_limit and \
+        if not result.done and self.options.score_at_step_limit and \
                 self._steps >= self.cfg.max_steps:
             answer = f"Early stop: Reach max steps {self.cfg.max_steps}"
             reward, task_info = self._env.task.score_now(self._env.page, answer)

@@ -21,8 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.adapters.webarena.options import WebEnvOptions
 from dreamgym_agents.adapters.webarena.state import parse_state
-from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement
+from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, env_options
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.types import Task, Trajectory
 
@@ -214,6 +215,8 @@ class WebArenaFamily:
     name = "webarena"
     agent_prompt = "web_agent.md"
     """The LLM agent's prompt: a page of ``[bid] role 'name'`` lines in a browser."""
+    env_options = WebEnvOptions
+    """The browser's settings (``env.headless``, ``env.eval_deviations`` …)."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         self._sites = configured_sites(environ)
@@ -450,16 +453,16 @@ class WebArenaFamily:
         return REAL_MAX_STEPS if self.uses_real_sites else None
 
     def make_env(self, cfg: EnvConfig) -> Environment:
-        from dataclasses import replace
-
         from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
         self.eval_deviations(cfg)  # an unknown name: one line before any episode
-        if cfg.score_at_step_limit is None:  # WebArena scores its early stops; the shop's
-            cfg = replace(cfg, score_at_step_limit=self.uses_real_sites)  # figures never did
+        options = env_options(self, cfg)
+        if options.score_at_step_limit is None:  # WebArena scores its early stops; the shop's
+            options.score_at_step_limit = self.uses_real_sites  # figures never did
         if self._task_class is None:
             self._task_class = _make_browsergym_task_class()
-        return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg))
+        return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg),
+                             options=options)
 
     def _bind(self, task: Task, cfg: EnvConfig) -> tuple[dict[str, Any], Any]:
         from dreamgym_agents.adapters.webarena.evaluation import needs_judge
@@ -489,7 +492,7 @@ class WebArenaFamily:
             "config": task.config,
             "site_urls": site_urls,
             "judge": self._judge,
-            "timeout_ms": int(cfg.step_timeout_s * 1000),
+            "timeout_ms": int(env_options(self, cfg).step_timeout_s * 1000),
             "helpers": self._helpers(),
             "storage_state": state,
             "sign_ins": records,
@@ -504,8 +507,9 @@ class WebArenaFamily:
         there)."""
         from dreamgym_agents.adapters.webarena.evaluation import check_deviations
 
-        if cfg.eval_deviations is not None:
-            return check_deviations(cfg.eval_deviations)
+        chosen = env_options(self, cfg).eval_deviations
+        if chosen is not None:
+            return check_deviations(chosen)
         return frozenset() if self.uses_real_sites else BUNDLED_SHOP_DEVIATIONS
 
     def _reset_sites(self, cfg: EnvConfig, task: Task) -> None:
@@ -513,7 +517,7 @@ class WebArenaFamily:
         that nobody resets them)."""
         from dreamgym_agents.adapters.webarena.accounts import reset_sites
 
-        hook = cfg.site_reset or self._environ.get("WA_FULL_RESET")
+        hook = env_options(self, cfg).site_reset or self._environ.get("WA_FULL_RESET")
         if hook:
             with self._lock:  # one reset at a time; episodes wait for it
                 reset_sites(hook)

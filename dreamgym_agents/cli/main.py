@@ -92,7 +92,7 @@ def eval_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run an agent on real environments and record its trajectories."""
-    from dreamgym_agents.episodes.env import EnvConfig, make_family
+    from dreamgym_agents.episodes.env import EnvConfig, env_options, make_family
 
     setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
@@ -104,6 +104,7 @@ def eval_command(
     default_steps = getattr(family, "default_max_steps", None)
     env_cfg = sections.configure(EnvConfig(**({"max_steps": default_steps}
                                               if default_steps else {})), "env", flags)
+    env_options(family, env_cfg)  # the family's own env.* keys: one line before any episode
     seed = env_cfg.seed
 
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)

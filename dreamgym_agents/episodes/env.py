@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 from dreamgym_agents.errors import ConfigError
@@ -167,49 +167,52 @@ class EnvConfig:
     Attributes:
         max_steps: Episode length limit; an episode that reaches it ends with termination
             ``max_steps`` and no success.
-        headless: Run browsers headless.
-        step_timeout_s: Default Playwright timeout of the page (navigation, evaluation).
-        action_timeout_s: Timeout of one browser action (a click, a fill) before it counts as
-            failed; BrowserGym's own 0.5 s is too tight on a loaded machine.
-        key_settle_s: Pause after a key press before observing (a key can submit a form, and
-            Playwright does not wait for the navigation a key press starts).
-        judge_model: Model string of the LLM judge used by ``fuzzy_match`` evaluators.
-        seed: Seed of the bundled site's data.
-        screenshots: Capture a screenshot at every browser step (for vision agents; slower).
-        expert: Families with an expert planner (ALFWorld) offer its plan in each observation
-            (what the oracle follows); False saves the planning when no agent needs it.
-        score_at_step_limit: Score an episode that reaches ``max_steps`` as if the agent
-            stopped there (WebArena's early stop: its final page is evaluated); None: the
-            family's choice (real WebArena sites: yes; the bundled shop and others: no).
-        site_reset: How to reset the sites before a task that changes them (WebArena's
-            ``require_reset``): a URL (BrowserGym's ``WA_FULL_RESET`` convention) or a command;
-            None reads ``WA_FULL_RESET``, else such tasks run on sites nobody resets (said once).
-        eval_deviations: Opt-in deviations of the family's evaluator from its benchmark's own
-            verdicts, by name (a list, or one comma-separated string; the family lists and
-            checks them: WebArena's in README); None: the family's default (WebArena on real
-            sites: none).
+        seed: Seed of the family's own randomness (the bundled site's data, generated games).
+        judge_model: Model string of the LLM judge a family's evaluators may call (WebArena's
+            ``fuzzy_match``).
+        options: The family's own settings (a browser's timeouts, a game's expert …): any other
+            key of the ``env`` section lands here, and the family reads them as its
+            ``env_options`` dataclass (:func:`env_options`), which names the valid keys.
     """
 
+    __extra_keys__ = "options"
+
     max_steps: int = 15
-    headless: bool = True
-    step_timeout_s: float = 5.0
-    action_timeout_s: float = 2.0
-    key_settle_s: float = 0.3
-    judge_model: str | None = None
     seed: int = 0
-    screenshots: bool = False
-    expert: bool = True
-    score_at_step_limit: bool | None = None
-    site_reset: str | None = None
-    eval_deviations: list[str] | None = None
+    judge_model: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ConfigError(f"max_steps must be at least 1, got {self.max_steps}")
-        if self.action_timeout_s <= 0:
-            raise ConfigError(f"action_timeout_s must be positive, got {self.action_timeout_s}")
-        if self.step_timeout_s <= 0:
-            raise ConfigError(f"step_timeout_s must be positive, got {self.step_timeout_s}")
+
+
+def env_options(family: Any, cfg: EnvConfig) -> Any:
+    """The ``family``'s settings from ``cfg.options``: an instance of its ``env_options``
+    dataclass (None when it has none and none are given).
+
+    Raises:
+        ConfigError: A key the family does not take (the message lists the valid ones), or a
+            value its dataclass refuses.
+    """
+    from dreamgym_agents.config import apply_mapping
+
+    cls = getattr(family, "env_options", None)
+    if cls is None:
+        if cfg.options:
+            raise ConfigError(f"unknown config key(s) {', '.join(f'env.{k}' for k in cfg.options)}"
+                              f": the {family.name} family takes none beyond env.max_steps, "
+                              "env.seed, env.judge_model")
+        return None
+    options = cls()
+    try:
+        apply_mapping(options, dict(cfg.options), "env.")
+    except ConfigError as exc:
+        if "unknown config key" not in str(exc):
+            raise
+        valid = ", ".join(f"env.{f.name}" for f in fields(EnvConfig) if f.name != "options")
+        raise ConfigError(f"{exc}, {valid}") from None
+    return options
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,10 @@ class TaskFamily(Protocol):
     against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), replaced by it only
     in the declared variant ``DreamConfig.reward = "state"``;
     ``experience_only``, the collectors whose episodes teach the experience model only, never
-    a policy's warm start (ALFWorld's ``decoy``: its near miss is not to be imitated).
+    a policy's warm start (ALFWorld's ``decoy``: its near miss is not to be imitated);
+    ``env_options``, the dataclass of the family's own environment settings (a browser's
+    timeouts, a game's expert), read from ``EnvConfig.options`` by :func:`env_options`
+    (``--set env.<name>=…``; none: the family takes no other ``env`` keys).
     """
 
     name: str

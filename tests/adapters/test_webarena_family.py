@@ -75,8 +75,8 @@ def test_evaluator_deviations_are_opt_in():
     # real WebArena: WebArena's verdicts; the bundled shop skips the 3 s waits (no verdict moves)
     assert real.eval_deviations(EnvConfig()) == frozenset()
     assert bundled.eval_deviations(EnvConfig()) == {"load_wait"}
-    chosen = EnvConfig(eval_deviations=["url_slash", "page_text"])
+    chosen = EnvConfig(options={"eval_deviations": ["url_slash", "page_text"]})
     assert real.eval_deviations(chosen) == {"url_slash", "page_text"}
-    assert bundled.eval_deviations(EnvConfig(eval_deviations=[])) == frozenset()
+    assert bundled.eval_deviations(EnvConfig(options={"eval_deviations": []})) == frozenset()
     with pytest.raises(ConfigError, match="unknown evaluator deviation"):
-        real.make_env(EnvConfig(eval_deviations="slash"))
+        real.make_env(EnvConfig(options={"eval_deviations": "slash"}))

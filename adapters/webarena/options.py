@@ -1,0 +1,49 @@
+"""The web family's own environment settings (``--set env.<name>=…``, a config's ``env:``
+section): read from :attr:`~dreamgym_agents.episodes.env.EnvConfig.options` by
+:func:`~dreamgym_agents.episodes.env.env_options`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dreamgym_agents.errors import ConfigError
+
+
+@dataclass
+class WebEnvOptions:
+    """A browser environment's settings.
+
+    Attributes:
+        headless: Run browsers headless.
+        step_timeout_s: Default Playwright timeout of the page (navigation, evaluation).
+        action_timeout_s: Timeout of one browser action (a click, a fill) before it counts as
+            failed; BrowserGym's own 0.5 s is too tight on a loaded machine.
+        key_settle_s: Pause after a key press before observing (a key can submit a form, and
+            Playwright does not wait for the navigation a key press starts).
+        screenshots: Capture a screenshot at every browser step (for vision agents; slower).
+        score_at_step_limit: Score an episode that reaches ``max_steps`` as if the agent
+            stopped there (WebArena's early stop: its final page is evaluated); None: real
+            WebArena sites yes, the bundled shop no.
+        site_reset: How to reset the sites before a task that changes them (WebArena's
+            ``require_reset``): a URL (BrowserGym's ``WA_FULL_RESET`` convention) or a command;
+            None reads ``WA_FULL_RESET``, else such tasks run on sites nobody resets (said once).
+        eval_deviations: Opt-in deviations of the evaluator from WebArena's own verdicts, by
+            name (a list, or one comma-separated string: README); None: real sites none, the
+            bundled shop ``load_wait``.
+    """
+
+    headless: bool = True
+    step_timeout_s: float = 5.0
+    action_timeout_s: float = 2.0
+    key_settle_s: float = 0.3
+    screenshots: bool = False
+    score_at_step_limit: bool | None = None
+    site_reset: str | None = None
+    eval_deviations: list[str] | str | None = None
+
+    def __post_init__(self) -> None:
+        if self.action_timeout_s <= 0:
+            raise ConfigError(f"env.action_timeout_s must be positive, got "
+                              f"{self.action_timeout_s}")
+        if self.step_timeout_s <= 0:
+            raise ConfigError(f"env.step_timeout_s must be positive, got {self.step_timeout_s}")
