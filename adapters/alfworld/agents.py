@@ -9,11 +9,10 @@ current state, replanned when the agent leaves it).
 from __future__ import annotations
 
 import random
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from dreamgym_agents.adapters.alfworld.belief import PROPERTY, TOOLS, Belief, Rules, kind_of
+from dreamgym_agents.adapters.alfworld.goals import Goal
 from dreamgym_agents.episodes.agent import EXPLORATION, Decision
 from dreamgym_agents.episodes.env import Observation
 from dreamgym_agents.types import Task, Transition
@@ -73,33 +72,6 @@ class RandomAgent:
         return Decision(action=rng.choice(options), reasoning="random")
 
 
-@dataclass(frozen=True)
-class Goal:
-    """What a task asks, read from its instruction: the object kind, the receptacle kind it
-    goes to (none: examine it under a lamp), the property it needs first (``clean``, ``hot``,
-    ``cool``) and the lamp kind. (Two objects: the searcher goes on until the game says done.)"""
-
-    obj: str
-    target: str = ""
-    needs: str = ""
-    lamp: str = ""
-
-    @classmethod
-    def of(cls, instruction: str, rules: Rules) -> Goal | None:
-        """None: an instruction that names no object the game knows."""
-        words = re.findall(r"[a-z]+", instruction.lower())
-        objects = set().union(*rules.can_contain.values())
-        obj = next((w for w in words if w in objects and w not in rules.lamps), "")
-        if not obj:
-            return None
-        lamp = next((w for w in words if w in rules.lamps), "")
-        after = words[words.index(obj) + 1:]
-        target = "" if lamp else next((w for w in reversed(after) if w in rules.can_contain), "")
-        needs = next((PROPERTY.get(w, w) for w in words
-                      if w in PROPERTY or w in PROPERTY.values()), "")
-        return cls(obj=obj, target=target, needs=needs, lamp=lamp)
-
-
 _NEEDS_TOOL = {PROPERTY[verb]: tool for tool, verb in TOOLS.items()}
 
 
@@ -121,7 +93,7 @@ class SearcherAgent:
                   episode_id: str) -> Decision:
         options = list(observation.info.get("admissible") or [])
         belief = Belief.parse(observation.state)
-        goal = Goal.of(task.intent, self.rules)
+        goal = Goal.parse(task.intent)
         command = self.choose(belief, goal) if goal else None
         if command is None or (options and command not in options):
             return Decision(action="look", reasoning=f"nothing to do ({command or 'no goal'})")
@@ -130,7 +102,7 @@ class SearcherAgent:
 
     def choose(self, b: Belief, goal: Goal) -> str | None:
         held = b.holding
-        if held and kind_of(held) == goal.obj:
+        if held and kind_of(held) == goal.kind:
             if goal.needs and goal.needs not in b.properties.get(held, []):
                 tool = next((r for r in b.receptacles
                              if kind_of(r) == _NEEDS_TOOL[goal.needs]), None)
@@ -146,7 +118,7 @@ class SearcherAgent:
                 if lamp is None:
                     return self.explore(b, goal.lamp)
                 return f"use {lamp[1]}" if b.at == lamp[0] else f"go to {lamp[0]}"
-            target = next((r for r in b.receptacles if kind_of(r) == goal.target), None)
+            target = next((r for r in b.receptacles if kind_of(r) == goal.receptacle), None)
             if target is None:
                 return None
             if b.at != target:
@@ -156,18 +128,18 @@ class SearcherAgent:
             return f"move {held} to {target}"
         if held:  # something else: put it down here
             return f"move {held} to {b.at}" if b.at else None
-        placed = {item for name, place in b.places.items() if kind_of(name) == goal.target
+        placed = {item for name, place in b.places.items() if kind_of(name) == goal.receptacle
                   for item in place.items or ()}
         seen = [(name, item) for name, place in b.places.items()
-                if place.status != "closed" and kind_of(name) != goal.target
-                for item in place.items or () if kind_of(item) == goal.obj
+                if place.status != "closed" and kind_of(name) != goal.receptacle
+                for item in place.items or () if kind_of(item) == goal.kind
                 and item not in placed]
         here = [item for name, item in seen if name == b.at]
         if here:
             return f"take {here[0]} from {b.at}"
         if seen:
             return f"go to {seen[0][0]}"
-        return self.explore(b, goal.obj)
+        return self.explore(b, goal.kind)
 
     def explore(self, b: Belief, kind: str) -> str | None:
         """Open what is closed here, else go to the next receptacle not seen inside: those that
@@ -225,29 +197,29 @@ class DecoyAgent:
     def decoy(self, goal: Goal, belief: Belief, mode: str) -> Goal | None:
         """The goal the episode pretends to have now (None: look for something first)."""
         if mode == "skip":
-            return Goal(obj=goal.obj, target=goal.target)
+            return Goal(goal.kind, goal.receptacle)
         if mode == "elsewhere":
             places = sorted({kind_of(r) for r in belief.receptacles
-                             if kind_of(r) != goal.target and kind_of(r) not in TOOLS
-                             and goal.obj in self.rules.can_contain.get(kind_of(r), ())})
-            return Goal(obj=goal.obj, target=places[0], needs=goal.needs) if places else goal
+                             if kind_of(r) != goal.receptacle and kind_of(r) not in TOOLS
+                             and goal.kind in self.rules.can_contain.get(kind_of(r), ())})
+            return Goal(goal.kind, places[0], needs=goal.needs) if places else goal
         # other: what it holds, else the first other object it has seen that fits the place
         def fits(kind: str) -> bool:
-            return kind != goal.obj and kind not in self.rules.lamps and bool(
-                goal.lamp or kind in self.rules.can_contain.get(goal.target, ()))
+            return kind != goal.kind and kind not in self.rules.lamps and bool(
+                goal.lamp or kind in self.rules.can_contain.get(goal.receptacle, ()))
 
         held = kind_of(belief.holding) if belief.holding else ""
         kind = held if held and fits(held) else next(
             (kind_of(item) for name, place in belief.places.items()
-             if place.status != "closed" and kind_of(name) != goal.target
+             if place.status != "closed" and kind_of(name) != goal.receptacle
              for item in place.items or () if fits(kind_of(item))), "")
         if not kind:
             return None
-        return Goal(obj=kind, target=goal.target, lamp=goal.lamp)
+        return Goal(kind, goal.receptacle, lamp=goal.lamp)
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
-        goal = Goal.of(task.intent, self.rules)
+        goal = Goal.parse(task.intent)
         done = any(t.valid and t.action.startswith(("move ", "use ")) for t in history)
         if goal is None or done:
             return await self.then.act(task, observation, history, episode_id)
@@ -262,7 +234,7 @@ class DecoyAgent:
         else:
             decoy = self.decoy(goal, belief, mode)
             command = (self.searcher.choose(belief, decoy) if decoy is not None
-                       else self.searcher.explore(belief, goal.obj))
+                       else self.searcher.explore(belief, goal.kind))
         if command is None or (options and command not in options):
             return await self.then.act(task, observation, history, episode_id)
         return Decision(action=command, reasoning=f"{EXPLORATION}: a near miss ({mode})")

@@ -9,7 +9,9 @@ six task types is checked on the player's :class:`~dreamgym_agents.adapters.alfw
 - pick two: two objects of the kind in one receptacle of the kind;
 - examine in light: an object of the kind held where a lamp of the kind is on.
 
-What it is for: spelling out, for a step, what the task asks and where it stands
+This is the family's one reading of a task's goal: the searcher and the decoy act on it
+(:mod:`~dreamgym_agents.adapters.alfworld.agents`); it also spells out, for a step, what the
+task asks and where it stands
 (:func:`goal_checks`: the experience model's prompt shows them from codec version 3), and
 measuring what the dream rewards against what the game would (:func:`goal_met` agrees with the
 game's reward on every recorded transition: the tests and docs/RESULTS.md). The dream's reward
@@ -118,19 +120,9 @@ class Goal:
         """Whether ``state`` satisfies the goal."""
         belief = state if isinstance(state, Belief) else Belief.parse(state)
         if self.lamp:
-            here = belief.places.get(belief.at)
-            lit = here is not None and any(
-                kind_of(o) == self.lamp and "on" in belief.properties.get(o, [])
-                for o in here.items or [])
-            return bool(belief.holding) and kind_of(belief.holding) == self.kind and lit
-        for name, place in belief.places.items():
-            if kind_of(name) != self.receptacle or not place.items:
-                continue
-            fits = [o for o in place.items if kind_of(o) == self.kind
-                    and (not self.needs or self.needs in belief.properties.get(o, []))]
-            if len(fits) >= self.count:
-                return True
-        return False
+            return bool(belief.holding) and kind_of(belief.holding) == self.kind and \
+                self.lit_at(belief.at, belief)
+        return self.placed(belief) >= self.count
 
 
 def goal_met(intent: str, state: str | Belief) -> bool | None:

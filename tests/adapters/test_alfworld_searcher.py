@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("alfworld")
 
-from dreamgym_agents.adapters.alfworld.agents import Goal, SearcherAgent  # noqa: E402
-from dreamgym_agents.adapters.alfworld.belief import Belief, Rules  # noqa: E402
+from dreamgym_agents.adapters.alfworld.agents import SearcherAgent  # noqa: E402
+from dreamgym_agents.adapters.alfworld.belief import Belief  # noqa: E402
+from dreamgym_agents.adapters.alfworld.goals import Goal  # noqa: E402
 from dreamgym_agents.episodes.env import EnvConfig, Observation, make_family  # noqa: E402
 from dreamgym_agents.episodes.graph import RunConfig, run_episodes  # noqa: E402
 from dreamgym_agents.types import Task, read_trajectories  # noqa: E402
@@ -23,13 +24,13 @@ from dreamgym_agents.types import Task, read_trajectories  # noqa: E402
     ("put a clean soapbar in bathtubbasin", Goal("soapbar", "bathtubbasin", "clean")),
     ("heat some egg and put it in garbagecan", Goal("egg", "garbagecan", "hot")),
     ("put a cool tomato in sinkbasin", Goal("tomato", "sinkbasin", "cool")),
-    ("find two mug and put them in fridge", Goal("mug", "fridge")),
+    ("find two mug and put them in fridge", Goal("mug", "fridge", count=2)),
     ("look at vase under the floorlamp", Goal("vase", lamp="floorlamp")),
     ("examine the pencil with the desklamp", Goal("pencil", lamp="desklamp")),
     ("dance with the moon", None),
 ])
 def test_the_goal_is_read_from_the_instruction(instruction, goal):
-    assert Goal.of(instruction, Rules.alfred()) == goal
+    assert Goal.parse(instruction) == goal
 
 
 def test_it_looks_where_the_object_can_be_opens_what_is_closed_and_takes_it():
