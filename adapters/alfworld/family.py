@@ -163,44 +163,47 @@ class AlfworldFamily:
 
     def opening(self, task: Task) -> str | None:
         """The task's real opening state (the game's first observation: the room's
-        receptacles and the goal), read without playing a step: the dream starts a task no
-        recorded episode starts from here rather than in a room it must invent. None when the
-        game cannot be made."""
-        def read(game: Path) -> str | None:
-            del game  # the task's own: its reset plays it
-            env = self.make_env(EnvConfig(max_steps=1))
-            try:
-                return env.reset(task).state
-            except EnvError as exc:
-                logger.warning("no opening for %s: %s", task.task_id, exc)
-                return None
-            finally:
-                env.close()
-
-        return self._per_game("opening", task, read, str, lambda text: text)
+        receptacles and the goal), read without playing a step (:meth:`first_look`): the dream
+        starts a task no recorded episode starts from here rather than in a room it must
+        invent. None when the game cannot be made."""
+        look = self.first_look(task)
+        return None if look is None else look["opening"]
 
     def layout(self, task: Task) -> dict[str, list[str]] | None:
-        """What each receptacle of the task's game holds at its start (receptacle → objects;
-        :func:`.games.initial_contents`), read without playing a step, with a renamed copy's
-        names (``config["renames"]``): what the experience model is shown where a step may
-        reveal a receptacle's contents (codec version 6). None when the game cannot be made."""
+        """What each receptacle of the task's game holds at its start (receptacle → objects),
+        read without playing a step (:meth:`first_look`), with a renamed copy's names
+        (``config["renames"]``): what the experience model is shown where a step may reveal a
+        receptacle's contents (codec version 6). None when the game cannot be made."""
         from dreamgym_agents.adapters.alfworld.belief import rename_words
-        from dreamgym_agents.adapters.alfworld.games import initial_contents
         from dreamgym_agents.adapters.alfworld.rename import RENAMES
 
-        def read(game: Path) -> dict[str, list[str]] | None:
-            try:
-                return initial_contents(game)
-            except Exception as exc:  # noqa: BLE001 - a game textworld cannot load
-                logger.warning("no layout for %s: %s", task.task_id, exc)
-                return None
-
-        contents = self._per_game("contents", task, read, json.dumps, json.loads)
+        look = self.first_look(task)
+        if look is None:
+            return None
+        contents = look["contents"]
         names = task.config.get(RENAMES) or {}
-        if contents is None or not names:
+        if not names:
             return contents
         return {rename_words(r, names): [rename_words(o, names) for o in objects]
                 for r, objects in contents.items()}
+
+    def first_look(self, task: Task) -> dict[str, Any] | None:
+        """The task's game as a player finds it (``opening``: the state its first observation
+        gives, as :meth:`make_env`'s reset renders it; ``contents``: its start's hidden layout,
+        :func:`.games.first_look`), from one load of the game, kept (:meth:`_per_game`). None
+        when the game cannot be made or loaded."""
+        from dreamgym_agents.adapters.alfworld.belief import Belief
+        from dreamgym_agents.adapters.alfworld.games import first_look
+
+        def read(game: Path) -> dict[str, Any] | None:
+            try:
+                opening, contents = first_look(game)
+            except Exception as exc:  # noqa: BLE001 - a game textworld cannot load
+                logger.warning("could not load the game of %s: %s", task.task_id, exc)
+                return None
+            return {"opening": Belief.start(opening).render(), "contents": contents}
+
+        return self._per_game("start", task, read, json.dumps, json.loads)
 
     def _per_game(self, what: str, task: Task, read: Any, dump: Any, load: Any) -> Any:
         """``read(game)`` of the task's game, once: kept in memory and beside the games

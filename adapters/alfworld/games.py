@@ -188,7 +188,7 @@ class Game:
     ``reset() -> (observation, info)`` and ``step(command) -> (observation, won, info)``;
     ``info`` holds ``admissible_commands``, ``expert_plan`` (the fast expert's plan from here;
     empty without an expert) and ``won``; with ``facts``, ``contents`` too (what each receptacle
-    holds now, the game's hidden layout: :func:`initial_contents`).
+    holds now, the game's hidden layout: :func:`first_look`).
     """
 
     def __init__(self, game_path: str | Path, *, max_steps: int = 1000,
@@ -241,17 +241,17 @@ class Game:
         self.env.close()
 
 
-def initial_contents(game_path: str | Path) -> dict[str, list[str]]:
-    """What each receptacle of a game holds at its start (receptacle → objects, names as the
-    game writes them; every receptacle of the room): the layout a player finds by looking,
-    read from the game's facts without playing a step."""
+def first_look(game_path: str | Path) -> tuple[str, dict[str, list[str]]]:
+    """A game as a player finds it, read in one load without playing a step: its opening
+    text, and what each receptacle holds at the start (receptacle → objects, names as the game
+    writes them; every receptacle of the room: the hidden layout, from the game's facts)."""
     with TEXTWORLD_LOCK:
         game = Game(game_path, expert=False, facts=True)
         try:
-            _, info = game.reset()
+            opening, info = game.reset()
         finally:
             game.close()
-    return info["contents"]
+    return opening, info["contents"]
 
 
 def games_root() -> Path:

@@ -3,6 +3,7 @@ never a train or held-out game, and the curriculum tells them apart by game, not
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -168,19 +169,25 @@ def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkey
             env.close()
     finally:
         first.close()
-    kept = list(first.game_path(task).parent.glob("opening-*.txt"))
-    assert len(kept) == 1 and kept[0].read_text() == opening
-    second = make_family("alfworld")  # another process: reads it, plays nothing
-    monkeypatch.setattr(second, "make_env", lambda cfg: pytest.fail("the game was loaded"))
+    kept = list(first.game_path(task).parent.glob("start-*.txt"))
+    assert len(kept) == 1
+    assert json.loads(kept[0].read_text()) == {"opening": opening,
+                                               "contents": first.layout(task)}
+    from dreamgym_agents.adapters.alfworld import games
+
+    second = make_family("alfworld")  # another process: reads it, loads no game
+    monkeypatch.setattr(games, "first_look", lambda path: pytest.fail("the game was loaded"))
     try:
-        assert second.opening(task) == opening
+        assert second.opening(task) == opening and second.layout(task) == first.layout(task)
     finally:
         second.close()
+    monkeypatch.undo()
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
     # a game of the user's own (the official games' folder): read, and nothing written there
     game = first.game_path(task)
     official = tmp_path / "official" / game.parent.name
     shutil.copytree(game.parent, official)
-    for kept_file in official.glob("opening-*.txt"):
+    for kept_file in official.glob("start-*.txt"):
         kept_file.unlink()
     theirs = Task(task_id="mine", family="alfworld", intent=task.intent, split="train",
                   config={"game_file": str(official / game.name)})
@@ -189,4 +196,4 @@ def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkey
         assert third.opening(theirs) == opening
     finally:
         third.close()
-    assert not list(official.glob("opening-*.txt"))
+    assert not list(official.glob("start-*.txt"))
