@@ -321,20 +321,24 @@ class AlfworldFamily:
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
-        """Expert, noisy-expert and random episodes (no quitter, no explorers: every command
-        the game accepts is listed, and episodes end only at the goal); no relabelled endings
-        (:meth:`relabel`); longer episodes than a web task's. State version 4: a ``Room``
-        line and one ``Seen`` line per receptacle visited, objects in the game's order
+        """Expert, noisy-expert and random episodes, and the decoy's near misses (a wrong
+        object or place, then the expert) on 240 train games (no quitter, no explorers: every
+        command the game accepts is listed, and episodes end only at the goal); no relabelled
+        endings (:meth:`relabel`); longer episodes than a web task's. State version 4: a
+        ``Room`` line and one ``Seen`` line per receptacle visited, objects in the game's order
         (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each episode
-        (:meth:`renamed`) triple the examples, and the steps grow with them. Codec version 2:
-        the next state written as the feedback sentence, a list the state knows as ``@seen``
-        (:meth:`experience_codec`). (Codec 4 with the ``decoy`` on every train game and
-        ``contrast_repeat`` 4 was built and measured, not shipped: docs/RESULTS.md.)"""
+        (:meth:`renamed`) triple the examples. Codec version 6: the next state written as the
+        feedback sentence with references, the goal's checks before the answer and the game's
+        hidden layout where a step may reveal it (:meth:`experience_codec`); examples whose
+        reward differs from their demonstrations' four times (``contrast_repeat``); 3,000 SFT
+        steps (measured on held-out games: docs/RESULTS.md, "The shipped ALFWorld bundle:
+        codec 6")."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 4, "codec_version": 2, "entity_swaps": 2,
-                "max_examples": 9000, "sft_steps": 1500}
+                "max_steps": 30, "state_version": 4, "codec_version": 6, "entity_swaps": 2,
+                "decoy_tasks": 240, "contrast_repeat": 4, "max_examples": 18000,
+                "sft_steps": 3000}
 
     collectors = ("oracle", "noisy", "random", "decoy")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""
