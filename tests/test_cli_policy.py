@@ -126,8 +126,8 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
 
 
 TINY_ALFWORLD = ["--set", "experience_recipe={oracle_tasks: 4, noisy_tasks: 1, random_tasks: 1, "
-                 "max_steps: 10, hidden_size: 32, num_layers: 1, vocab_size: 500, sft_steps: 10, "
-                 "batch_size: 4}", "--set", "eval_max_steps=8",
+                 "decoy_tasks: 1, max_steps: 10, hidden_size: 32, num_layers: 1, "
+                 "vocab_size: 500, sft_steps: 10, batch_size: 4}", "--set", "eval_max_steps=8",
                  *[arg for i in range(0, len(TINY), 2) for arg in TINY[i:i + 2]
                    if not TINY[i + 1].startswith(("experience_recipe", "eval_max_steps"))]]
 """The web tiny run's settings with an ALFWorld recipe (its episodes need a few more steps)."""
