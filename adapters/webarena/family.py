@@ -455,22 +455,23 @@ class WebArenaFamily:
     def make_env(self, cfg: EnvConfig) -> Environment:
         from dreamgym_agents.adapters.webarena.browser import BrowserGymEnv
 
-        self.eval_deviations(cfg)  # an unknown name: one line before any episode
+        deviations = self.eval_deviations(cfg)  # an unknown name: one line before any episode
         options = env_options(self, cfg)
         if options.score_at_step_limit is None:  # WebArena scores its early stops; the shop's
             options.score_at_step_limit = self.uses_real_sites  # figures never did
         if self._task_class is None:
             self._task_class = _make_browsergym_task_class()
-        return BrowserGymEnv(cfg, self._task_class, lambda task: self._bind(task, cfg),
-                             options=options)
+        return BrowserGymEnv(cfg, self._task_class,
+                             lambda task: self._bind(task, options, deviations), options=options)
 
-    def _bind(self, task: Task, cfg: EnvConfig) -> tuple[dict[str, Any], Any]:
+    def _bind(self, task: Task, options: WebEnvOptions,
+              deviations: frozenset[str]) -> tuple[dict[str, Any], Any]:
         from dreamgym_agents.adapters.webarena.evaluation import needs_judge
 
         if self._judge is None and needs_judge(task.config):
             raise ConfigError(f"task {task.task_id} needs an LLM judge: pass --judge MODEL")
         if task.config.get("require_reset") and self.uses_real_sites:
-            self._reset_sites(cfg, task)
+            self._reset_sites(options, task)
         signed_in = bool(task.config.get("require_login", True)) and self._signins is not None
         state, records = (self._signins.state_for(list(task.config.get("sites") or [])
                                                   or ["shopping"])
@@ -492,11 +493,11 @@ class WebArenaFamily:
             "config": task.config,
             "site_urls": site_urls,
             "judge": self._judge,
-            "timeout_ms": int(env_options(self, cfg).step_timeout_s * 1000),
+            "timeout_ms": int(options.step_timeout_s * 1000),
             "helpers": self._helpers(),
             "storage_state": state,
             "sign_ins": records,
-            "deviations": self.eval_deviations(cfg),
+            "deviations": deviations,
         }
         return kwargs, cleanup
 
@@ -512,12 +513,12 @@ class WebArenaFamily:
             return check_deviations(chosen)
         return frozenset() if self.uses_real_sites else BUNDLED_SHOP_DEVIATIONS
 
-    def _reset_sites(self, cfg: EnvConfig, task: Task) -> None:
+    def _reset_sites(self, options: WebEnvOptions, task: Task) -> None:
         """Reset the real sites before a task that changes them, as configured (else say once
         that nobody resets them)."""
         from dreamgym_agents.adapters.webarena.accounts import reset_sites
 
-        hook = env_options(self, cfg).site_reset or self._environ.get("WA_FULL_RESET")
+        hook = options.site_reset or self._environ.get("WA_FULL_RESET")
         if hook:
             with self._lock:  # one reset at a time; episodes wait for it
                 reset_sites(hook)
