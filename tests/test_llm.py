@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -56,7 +57,8 @@ def server_factory():
 def _http_cfg(base_url: str, key_env: str, **kw: Any) -> LLMConfig:
     defaults: dict[str, Any] = {"backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 10}
     defaults.update(kw)
-    return LLMConfig(model="openai/test-model", api_base=base_url, api_key_env=key_env, **defaults)
+    return LLMConfig(**{"model": "openai/test-model", **defaults}, api_base=base_url,
+                     api_key_env=key_env)
 
 
 # ---------------------------------------------------------------- config
@@ -306,6 +308,40 @@ def test_sampling_params_and_overrides_reach_the_server(server_factory, api_key:
     assert second["max_tokens"] == 7 and "top_p" not in second and second["seed"] == 3
     with pytest.raises(ValueError, match="api_key"):
         gw.complete(MESSAGES, api_key="nope")
+
+
+def test_bad_words_reach_a_served_model_in_its_servers_field(server_factory, api_key: str) -> None:
+    """A local model masks a call's ``bad_words`` itself; vLLM takes them as ``bad_words``,
+    ``transformers serve`` as the token ids of a ``generation_config``; a hosted API gets none
+    (it would refuse the unknown field)."""
+    from dreamgym_agents.gateway.local import bad_word_ids
+
+    AutoTokenizer = pytest.importorskip("transformers").AutoTokenizer
+    checkpoint = str(Path(__file__).parents[1] / "bundles" / "alfworld" / "experience")
+    words = ["@1", "@seen"]
+    server = server_factory([(200, "ok")])
+    for model, setting in (("hosted_vllm/m", "auto"), (f"openai/{checkpoint}", "transformers"),
+                           ("openai/m", "auto"), ("hosted_vllm/m", "off"),
+                           (f"openai/{checkpoint}", "vllm")):
+        Gateway(_http_cfg(server.base_url, api_key, model=model, server_bad_words=setting)
+                ).complete(MESSAGES, bad_words=words)
+    vllm, served, hosted, off, vllm_by_path = server.requests
+    assert vllm["bad_words"] == words and "generation_config" not in vllm
+    ids = bad_word_ids(AutoTokenizer.from_pretrained(checkpoint), words)
+    assert json.loads(served["generation_config"]) == {"bad_words_ids": ids} and len(ids) == 4
+    assert "bad_words" not in served
+    for body in (hosted, off):
+        assert "bad_words" not in body and "generation_config" not in body
+    assert vllm_by_path["bad_words"] == words
+
+
+@pytest.mark.parametrize(("model", "setting", "needle"), [
+    ("openai/m", "sometimes", "must be one of auto, vllm, transformers, off"),
+    ("openai/gpt-4o-mini", "transformers", "must name its directory"),
+])
+def test_server_bad_words_setting_is_checked(model: str, setting: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        LLMConfig(model=model, server_bad_words=setting)
 
 
 def test_think_block_is_returned_as_reasoning(server_factory, api_key: str) -> None:

@@ -51,11 +51,15 @@ def _dream(out, model, buffer, *extra):
 def test_a_served_experience_model_dreams_like_the_in_process_one(served, tmp_path,
                                                                   monkeypatch, provider):
     """``hosted_vllm/…`` is LiteLLM's route to a vLLM server (``vllm serve CHECKPOINT``), the
-    GPU way to serve an experience model: the same OpenAI-compatible API as the server here."""
+    GPU way to serve an experience model: the same OpenAI-compatible API as the server here.
+    The codec's bad words (references a step cannot read back) reach the server in the field
+    ``transformers serve`` reads (vLLM's own, ``bad_words``, by default for ``hosted_vllm``:
+    test_llm): the oracle's ``look`` at the start, unmasked, is answered ``@1`` (no name)."""
     checkpoint, buffer, base_url = served
     monkeypatch.setenv("DG_SERVED_KEY", "not-a-real-key")
     hosted, hosted_steps = _dream(tmp_path / "served", f"{provider}/{checkpoint}", buffer,
-                                  "--set", f"llm.api_base={base_url}", *KEY)
+                                  "--set", f"llm.api_base={base_url}",
+                                  "--set", "llm.server_bad_words=transformers", *KEY)
     local, local_steps = _dream(tmp_path / "local", f"hf/{checkpoint}", buffer)
     # prompted alike (the checkpoint's settings are read through the served path), answered
     # readably, every call counted with its tokens

@@ -283,7 +283,7 @@ class AlfworldCodec(PlainCodec):
         such steps, ``You heat`` for ``cool``).
 
         What cannot be read back is a bad word of the step (``bad_words``: the gateway's local
-        provider never writes them): :data:`SEEN_REF` where the state knows no list for the
+        provider never writes them, a server is told them as ``llm.server_bad_words`` says): :data:`SEEN_REF` where the state knows no list for the
         receptacle the action names (the shipped model wrote it at a first visit, three samples
         running, in 28 of the searcher's 60 dream episodes), and a reference to a name the
         action does not have (``@1`` answering ``help``); from version 4 ``@0`` (no name's

@@ -50,6 +50,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _THINK = re.compile(r"^\s*<(think|thinking)>(.*?)</\1>(.*)$", re.DOTALL)
 _SECRET_LIKE = re.compile(r"(sk-[A-Za-z0-9_\-]{6,}|Bearer\s+\S+)")
 _SAMPLING_KEYS = ("temperature", "max_tokens", "top_p", "stop")
+SERVER_BAD_WORDS = ("auto", "vllm", "transformers", "off")
+"""The values of :attr:`LLMConfig.server_bad_words`."""
 # Owned by the gateway or a config field: neither ``extra`` nor per-call overrides may set them.
 _RESERVED_KEYS = frozenset(
     "model messages stream api_key api_base base_url timeout num_retries max_retries".split()
@@ -80,6 +82,27 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     except RuntimeError:
         return None
 
+
+
+_TOKENIZERS: dict[str, Any] = {}
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def _served_bad_word_ids(checkpoint: str, words: tuple[str, ...]) -> list[list[int]]:
+    """The token sequences of ``words`` in the tokenizer of the served ``checkpoint`` (as the
+    local provider masks them)."""
+    from dreamgym_agents.gateway.local import bad_word_ids
+
+    with _TOKENIZERS_LOCK:  # fast tokenizers are not safe to share between threads
+        tokenizer = _TOKENIZERS.get(checkpoint)
+        if tokenizer is None:
+            try:
+                from transformers import AutoTokenizer
+            except ImportError as exc:
+                raise ConfigError("llm.server_bad_words=transformers needs transformers "
+                                  "installed to read the checkpoint's tokenizer") from exc
+            tokenizer = _TOKENIZERS[checkpoint] = AutoTokenizer.from_pretrained(checkpoint)
+        return bad_word_ids(tokenizer, list(words))
 
 
 def check_model_string(model: str) -> None:
@@ -134,6 +157,14 @@ class LLMConfig:
             its cost counts as 0.
         extra: Extra keyword arguments passed to ``litellm.acompletion`` (``seed``,
             ``response_format``, provider options, …).
+        server_bad_words: How a served model is told the strings a call must never write
+            (``bad_words``: the experience codec's unreadable references; a local ``hf/`` model
+            masks them itself): ``vllm``, vLLM's ``bad_words`` request field; ``transformers``,
+            ``transformers serve``'s ``generation_config`` with the strings' ``bad_words_ids``,
+            read with the tokenizer of the checkpoint the model string names
+            (``openai/<checkpoint dir>``); ``off``, not sent (hosted APIs have no such field:
+            the answer is checked, and an unreadable one is sampled again); ``auto``, ``vllm``
+            for ``hosted_vllm/…`` models, else ``off``.
     """
 
     model: str = "openai/gpt-4o-mini"
@@ -152,6 +183,7 @@ class LLMConfig:
     cache_sampled: bool = False
     mock_response: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    server_bad_words: str = "auto"
 
     def __post_init__(self) -> None:
         self.model = (self.model or "").strip()
@@ -195,6 +227,14 @@ class LLMConfig:
             raise ConfigError(
                 f"llm.extra must be a mapping of litellm arguments, got {self.extra!r}"
             )
+        if self.server_bad_words not in SERVER_BAD_WORDS:
+            raise ConfigError(f"llm.server_bad_words must be one of {', '.join(SERVER_BAD_WORDS)}"
+                              f", got {self.server_bad_words!r}")
+        if self.bad_words_route == "transformers" and not self.served_checkpoint:
+            raise ConfigError(
+                f"llm.server_bad_words=transformers reads the served checkpoint's tokenizer: the "
+                f"model string must name its directory (openai/<checkpoint dir>), got "
+                f"{self.model!r}")
         owned = _RESERVED_KEYS | set(_SAMPLING_KEYS) | {"mock_response"}
         clash = sorted(set(self.extra) & owned)
         if clash:
@@ -208,6 +248,23 @@ class LLMConfig:
     def is_local(self) -> bool:
         """True for ``hf/<path>`` models run in-process."""
         return self.model.startswith("hf/")
+
+    @property
+    def bad_words_route(self) -> str:
+        """``local``, ``vllm``, ``transformers`` or ``off``: how ``bad_words`` reach the model
+        (:attr:`server_bad_words` with ``auto`` resolved)."""
+        if self.is_local:
+            return "local"
+        if self.server_bad_words == "auto":
+            return "vllm" if self.model.startswith("hosted_vllm/") else "off"
+        return self.server_bad_words
+
+    @property
+    def served_checkpoint(self) -> str | None:
+        """The local checkpoint directory a served model string names (vLLM and ``transformers
+        serve`` name a model by the path they loaded it from), or None."""
+        path = self.model.partition("/")[2]
+        return path if path and Path(path, "tokenizer_config.json").is_file() else None
 
 
 @dataclass
@@ -390,10 +447,8 @@ class Gateway:
         started = time.perf_counter()
         params = self._params(overrides)
         mock = params.pop("mock_response", None)
-        if not self.cfg.is_local and params.pop("bad_words", None) is not None:
-            # only the local provider masks them; hosted APIs refuse an unknown argument, and
-            # a caller checks the answer anyway
-            logger.debug("%s: bad_words ignored (a local hf/ model's option)", self.cfg.model)
+        if not self.cfg.is_local:
+            params = self._served_bad_words(params)
         cache = self._get_cache()
         cacheable = cache is not None and (
             float(params.get("temperature", 0.0)) == 0.0 or self.cfg.cache_sampled
@@ -449,6 +504,23 @@ class Gateway:
             **overrides,
         }
         return {k: v for k, v in params.items() if v is not None}
+
+    def _served_bad_words(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with their ``bad_words`` in the request field of the server
+        (:attr:`LLMConfig.server_bad_words`), or dropped where there is none."""
+        words = [w for w in params.pop("bad_words", None) or [] if w]
+        route = self.cfg.bad_words_route
+        if not words or route == "off":
+            if words:
+                logger.debug("%s: bad_words not sent (llm.server_bad_words=off)", self.cfg.model)
+            return params
+        body = dict(params.get("extra_body") or {})
+        if route == "vllm":
+            body["bad_words"] = words
+        else:  # transformers serve: a generation config on top of the model's own
+            ids = _served_bad_word_ids(str(self.cfg.served_checkpoint), tuple(words))
+            body["generation_config"] = json.dumps({"bad_words_ids": ids})
+        return {**params, "extra_body": body}
 
     def _cache_key(self, messages: list[dict[str, Any]], params: dict[str, Any], mock: Any) -> str:
         material = {
