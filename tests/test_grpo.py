@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from test_dream_contract import SAY_HI, make_env
 from test_policy import counter_demos, tiny_sft
 
 from dreamgym_agents.episodes.graph import EnvPool
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel
 from dreamgym_agents.rl.grpo import (
     ConstraintBook,
@@ -267,6 +269,67 @@ def test_num_iterations_reuses_each_batch_of_rollouts(tmp_path, counter_env_fact
     logged = [json.loads(line) for line in open(tmp_path / "grpo" / "metrics.jsonl")
                if "grpo/loss" in line]
     assert len(logged) == 6
+
+
+def _weights(checkpoint) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(checkpoint) / "model.safetensors"))
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(("every", "patience", "scores", "validated", "steps", "selected"), [
+    # after the start (0.5) two validations in a row below it: the stage stops, the start wins
+    (1, 2, [0.5, 0.25, 0.5, 0.75], [0, 1, 2], 2, 0),
+    # every 2 batches, and the last (3) too; the earliest of the best (2, not 3) wins
+    (2, 0, [0.25, 0.5, 0.5], [0, 2, 3], 3, 2),
+])
+def test_validation_ends_a_stage_with_its_best_policy(tmp_path, counter_env_factory, every,
+                                                       patience, scores, validated, steps,
+                                                       selected):
+    demos = counter_demos(tmp_path, counter_env_factory, 6)
+    start = tiny_sft(tmp_path, demos, steps=5)
+    played: dict[int, dict] = {}
+    figures = iter(scores)
+
+    def validate(path, step):
+        PolicyModel.load(str(path))  # a whole policy checkpoint, settings and all
+        played[step] = _weights(path)
+        return {"success": next(figures), "successes": 1, "episodes": 4,
+                "eval_real_transitions": 7}
+
+    pool = EnvPool(CounterEnv, 4)
+    out = tmp_path / "grpo"
+    result = train_grpo(start, out, counter_tasks(2), pool,
+                        GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
+                                        max_steps=3, max_episode_steps=3, concurrency=4,
+                                        learning_rate=1e-2, validate_every=every,
+                                        validate_patience=patience),
+                        PolicyConfig(max_action_tokens=16), validate=validate)
+    pool.close()
+    assert sorted(played) == validated and result["steps"] == steps
+    v = result["validation"]
+    assert v["selected_step"] == selected and v["real_transitions"] == 7 * len(validated)
+    assert [h["step"] for h in v["history"]] == validated
+    assert _same(_weights(result["path"]), played[selected])
+    assert not _same(played[validated[-1]], played[0])  # the stage did move the weights
+    assert _same(played[0], _weights(start))
+    assert list((out / "validation").iterdir()) == []  # only the selected one was kept, moved
+    logged = [json.loads(line) for line in open(out / "metrics.jsonl")
+              if '"validation"' in line]
+    assert [line["step"] for line in logged] == validated
+    PolicyModel.load(result["path"])
+
+
+def test_validate_every_needs_a_validation_split(tmp_path):
+    with pytest.raises(ConfigError, match="validate_every needs a validation split"):
+        train_grpo(tmp_path, tmp_path / "grpo", counter_tasks(1), None,
+                   GRPOStageConfig(validate_every=1))
+    with pytest.raises(ConfigError, match="validate_limit"):
+        GRPOStageConfig(validate_limit=0)
 
 
 class VLLMGenerationStandIn:

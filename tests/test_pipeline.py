@@ -277,3 +277,31 @@ def test_evaluations_read_the_test_split_unless_tuning_on_validation(tmp_path):
             pipe.close()
         assert len(tasks) == 31 if split == "test" else len(tasks) >= 24
         assert {t.split for t in tasks} == {split}
+
+
+@pytest.mark.slow
+def test_a_stage_validates_on_real_validation_games(tmp_path):
+    """``dream.validate_every``: the stage's validation plays a checkpoint greedily on the
+    family's validation split (never the reported test split), episodes kept per step."""
+    pytest.importorskip("alfworld")
+    from pathlib import Path
+
+    warm_start = Path(__file__).parents[1] / "bundles" / "alfworld" / "policy"
+    cfg = preset_config("quick", task="alfworld")
+    cfg.task = "alfworld"
+    cfg.dream.validate_every, cfg.dream.validate_limit = 2, 2
+    cfg.eval_max_steps = 3
+    pipe = Pipeline(cfg, tmp_path / "run")
+    try:
+        folder = tmp_path / "stage"
+        validate = pipe._validation("dream_rl", folder, cfg.dream)
+        figures = validate(warm_start, 0)
+        assert pipe._validation("s2r", folder, cfg.s2r) is None  # not asked for
+    finally:
+        pipe.close()
+    assert figures["episodes"] == 2 and figures["eval_real_transitions"] > 0
+    summary = json.loads((folder / "validation_episodes" / "step-0" / "summary.json").read_text())
+    assert summary["split"] == "validation" and summary["stage"] == "dream_rl_validation"
+    played = [json.loads(line)["task"] for line in
+              (folder / "validation_episodes" / "step-0" / "trajectories.jsonl").open()]
+    assert {t["split"] for t in played} == {"validation"}

@@ -283,14 +283,15 @@ class AlfworldCodec(PlainCodec):
         such steps, ``You heat`` for ``cool``).
 
         What cannot be read back is a bad word of the step (``bad_words``: the gateway's local
-        provider never writes them, a server is told them as ``llm.server_bad_words`` says): :data:`SEEN_REF` where the state knows no list for the
-        receptacle the action names (the shipped model wrote it at a first visit, three samples
-        running, in 28 of the searcher's 60 dream episodes), and a reference to a name the
-        action does not have (``@1`` answering ``help``); from version 4 ``@0`` (no name's
-        reference: a model wrote ``You are carrying: a @0`` for ``inventory``), :data:`HELD_REF`
-        where nothing is held, :data:`AT_REF` where the player is at no receptacle and
-        :data:`HELP_REF` but for ``help``. From version 6 a step shown its layout (``here:``)
-        follows from the prompt: greedy; :data:`LAYOUT_REF` is a bad word of every other step."""
+        provider never writes them, a server is told them as ``llm.server_bad_words`` says):
+        :data:`SEEN_REF` where the state knows no list for the receptacle the action names (the
+        shipped model wrote it at a first visit, three samples running, in 28 of the searcher's 60
+        dream episodes), and a reference to a name the action does not have (``@1`` answering
+        ``help``); from version 4 ``@0`` (no name's reference: a model wrote ``You are carrying: a
+        @0`` for ``inventory``), :data:`HELD_REF` where nothing is held, :data:`AT_REF` where the
+        player is at no receptacle and :data:`HELP_REF` but for ``help``. From version 6 a step
+        shown its layout (``here:``) follows from the prompt: greedy; :data:`LAYOUT_REF` is a bad
+        word of every other step."""
         here = self.here(state, action)
         out: dict[str, Any] = dict(REVEAL_SAMPLING) \
             if may_reveal(state, action) and here is None else {}

@@ -765,7 +765,8 @@ class Pipeline:
             result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,
                                 curriculum=curriculum, stage=stage,
                                 metrics_file=self.out / METRICS_FILE,
-                                on_batch=lambda figures: tick(1, figures))
+                                on_batch=lambda figures: tick(1, figures),
+                                validate=self._validation(stage, folder, cfg))
         finally:
             pool.close()
             if llm_generator is not None:
@@ -790,6 +791,37 @@ class Pipeline:
         return {**result, "path": str(target), "train_tasks": len(tasks),
                 "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)
                 + (curriculum.stats.held_out if curriculum is not None else 0)}
+
+    def _validation(self, stage: str, folder: Path, cfg: GRPOStageConfig) -> Any:
+        """How ``stage`` plays a checkpoint on the validation split (``cfg.validate_every``),
+        its episodes under ``folder/validation_episodes``; None when it does not."""
+        from dreamgym_agents.episodes.env import spread_tasks
+
+        if not cfg.validate_every:
+            return None
+        family = self.family()
+        tasks = spread_tasks(family.load_tasks("validation"), cfg.validate_limit)
+        if not tasks:
+            raise ConfigError(f"{stage}: validate_every needs validation tasks, and the "
+                              f"{self.cfg.task} family has none")
+        if self.cfg.eval_split == "validation":
+            self.reporter.say(f"{stage}: picks its policy on the validation split that the "
+                              "evaluations report (eval_split=validation): those figures are "
+                              "optimistic by selection")
+
+        def validate(path: Path, step: int) -> dict[str, Any]:
+            tick = self.reporter.bar(f"{stage} validation @{step}", len(tasks))
+            meta = {"command": "run", "stage": f"{stage}_validation", "step": step,
+                    "checkpoint": str(path), "split": "validation", "tasks": len(tasks),
+                    "max_steps": self.cfg.eval_max_steps}
+            return evaluate_policy(path, tasks, family,
+                                   folder / "validation_episodes" / f"step-{step}",
+                                   self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
+                                   max_steps=self.cfg.eval_max_steps, meta=meta,
+                                   name=f"{stage}-validation",
+                                   on_episode=lambda t: tick(1, t))
+
+        return validate
 
     def stage_dream_rl(self) -> dict[str, Any]:
         return self._grpo("dream_rl", self.checkpoint("sft"), self.cfg.dream,

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import json
 import logging
 import math
+import shutil
 import threading
 import time
 from collections import Counter
@@ -104,6 +106,14 @@ class GRPOStageConfig:
         vllm_server_base_url: The server's address in ``server`` mode (None: TRL's default,
             ``http://localhost:8000``).
         vllm_gpu_memory_utilization: The share of the GPU vLLM takes in ``colocate`` mode.
+        validate_every: Play the policy on the validation split before the first batch and
+            every this many batches (greedy, real episodes, counted apart from the stage's
+            training transitions) and end the stage with the policy that did best there (the
+            earliest of the best: the starting policy if no batch beat it); 0: off, the
+            stage's last weights are its result.
+        validate_limit: Validation tasks played each time (spread over the split; None: all).
+        validate_patience: End the stage after this many validations in a row below the best
+            (0: play every batch).
     """
 
     num_generations: int = 4
@@ -127,8 +137,17 @@ class GRPOStageConfig:
     vllm_mode: str = "server"
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.3
+    validate_every: int = 0
+    validate_limit: int | None = None
+    validate_patience: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("validate_every", "validate_patience"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if self.validate_limit is not None and self.validate_limit < 1:
+            raise ConfigError(f"validate_limit must be at least 1 task (None: the whole "
+                              f"validation split), got {self.validate_limit}")
         if self.vllm_mode not in VLLM_MODES:
             raise ConfigError(f"vllm_mode must be one of {', '.join(VLLM_MODES)}, got "
                               f"{self.vllm_mode!r}")
@@ -582,12 +601,73 @@ def _trainer_class(trl: Any, *, user_id: int, assistant_id: int, pad_id: int,
 # --------------------------------------------------------------------------------------------
 
 
+Validate = Callable[[Path, int], dict[str, Any]]
+"""Plays the policy checkpoint in a folder on the validation split (the stage's optimisation
+step, 0 before the first, names its episodes' folder) and returns its figures: ``success``
+(and ``successes``, ``episodes``, ``eval_real_transitions``)."""
+
+
+class ValidationRule:
+    """The stop rule of a stage (:attr:`GRPOStageConfig.validate_every`): each validated
+    policy is kept only while it is the best so far, the earliest of the best winning."""
+
+    def __init__(self, folder: Path, validate: Validate, patience: int) -> None:
+        self.folder = folder
+        self.validate = validate
+        self.patience = patience
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self.below = 0
+
+    def check(self, path: Path, step: int, *, keep: bool = True) -> bool:
+        """Validate the policy in ``path`` (the stage's state after ``step`` optimisation
+        steps); whether the stage should stop (patience spent). ``keep``: ``path`` is this
+        rule's own copy, removed unless it is the best."""
+        figures = self.validate(path, step)
+        entry = {"step": step, "success": float(figures["success"]),
+                 **{k: figures[k] for k in ("successes", "episodes", "eval_real_transitions")
+                    if k in figures}}
+        self.history.append(entry)
+        if self.best is None or entry["success"] > self.best["success"]:
+            if self.best is not None and self.best["owned"]:
+                shutil.rmtree(self.best["path"], ignore_errors=True)
+            self.best = {**entry, "path": path, "owned": keep}
+            self.below = 0
+        else:
+            if keep:
+                shutil.rmtree(path, ignore_errors=True)
+            self.below += 1
+        return bool(self.patience) and self.below >= self.patience
+
+    @property
+    def real_transitions(self) -> int:
+        return sum(int(h.get("eval_real_transitions", 0)) for h in self.history)
+
+    def summary(self) -> dict[str, Any]:
+        best = self.best or {}
+        return {"history": self.history, "selected_step": best.get("step"),
+                "selected_success": best.get("success"),
+                "real_transitions": self.real_transitions}
+
+
+def save_trained(model: Any, tokenizer: Any, target: Path, policy_cfg: PolicyConfig, *,
+                 lora: bool, merge_copy: bool = False) -> None:
+    """Save a stage's policy (LoRA adapters merged) with its settings; ``merge_copy``: merge a
+    copy, leaving ``model`` training (a validation mid-stage)."""
+    if lora:
+        model = (copy.deepcopy(model) if merge_copy else model).merge_and_unload()
+    model.save_pretrained(str(target))
+    tokenizer.save_pretrained(str(target))
+    save_policy_settings(target, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format))
+
+
 def train_grpo(
     policy_path: str | Path, out_dir: str | Path, tasks: list[Task], pool: EnvPool,
     cfg: GRPOStageConfig, policy_cfg: PolicyConfig | None = None, *,
     curriculum: Curriculum | None = None, stage: str = "grpo",
     metrics_file: str | Path | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
+    validate: Validate | None = None,
 ) -> dict[str, Any]:
     """Continue training the policy in ``policy_path`` with multi-turn GRPO; save it to
     ``out_dir/policy``; return the stage's figures.
@@ -603,6 +683,8 @@ def train_grpo(
         stage: Name of the stage in metrics and episode ids.
         metrics_file: Where figures are appended (default ``out_dir/metrics.jsonl``).
         on_batch: Called with each batch's figures (progress display).
+        validate: Plays a checkpoint on the validation split (:data:`Validate`); needed by,
+            and only used with, ``cfg.validate_every``.
     """
     try:
         import datasets
@@ -615,6 +697,9 @@ def train_grpo(
 
     if not tasks:
         raise ConfigError(f"{stage}: no tasks to train on")
+    if cfg.validate_every and validate is None:
+        raise ConfigError(f"{stage}: validate_every needs a validation split to play "
+                          "(the pipeline's stages have one)")
     policy_cfg = policy_cfg or PolicyConfig()
     if cfg.use_vllm:
         check_vllm(cfg, policy_cfg, stage)
@@ -651,6 +736,23 @@ def train_grpo(
         mask_truncated_completions=True, disable_tqdm=True, dataloader_num_workers=0,
     )
     metrics_file = Path(metrics_file) if metrics_file else out / METRICS_FILE
+    rule = ValidationRule(out / "validation", validate, cfg.validate_patience) \
+        if cfg.validate_every and validate is not None else None
+    validate_steps = cfg.validate_every * cfg.num_iterations
+
+    def validated(path: Path, step: int, *, keep: bool = True) -> bool:
+        assert rule is not None
+        stop = rule.check(path, step, keep=keep)
+        line = {"stage": stage, "event": "validation", **rule.history[-1],
+                "best_step": rule.best["step"] if rule.best else None}
+        with open(metrics_file, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+        logger.info("%s: validation after %d step(s): %.3f (best: step %s)", stage, step,
+                    line["success"], line["best_step"])
+        if stop:
+            logger.warning("%s: %d validations in a row below the best (step %d): stopping",
+                           stage, rule.below, rule.best["step"] if rule.best else 0)
+        return stop
 
     class _Control(transformers.TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
@@ -667,6 +769,12 @@ def train_grpo(
                 logger.warning("%s: time budget of %.0f s reached at step %d", stage,
                                cfg.time_budget_s, state.global_step)
                 control.should_training_stop = True
+            if rule is not None and state.global_step % validate_steps == 0:
+                path = rule.folder / f"step-{state.global_step}"
+                save_trained(kw["model"], tokenizer, path, policy_cfg, lora=bool(cfg.lora_r),
+                             merge_copy=True)
+                if validated(path, state.global_step):
+                    control.should_training_stop = True
 
     def batch_metrics(figures: dict[str, Any]) -> None:
         with open(metrics_file, "a", encoding="utf-8") as fh:
@@ -683,13 +791,29 @@ def train_grpo(
         rollout_func=rollout, callbacks=[_Control()])
     # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    if rule is not None:  # the starting policy is a candidate too
+        validated(Path(policy_path), 0, keep=False)
     result = trainer.train()
     save = out / "policy"
-    trained = trainer.model.merge_and_unload() if cfg.lora_r else trainer.model
-    trained.save_pretrained(str(save))
-    tokenizer.save_pretrained(str(save))
-    save_policy_settings(save, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format))
+    if save.exists():
+        shutil.rmtree(save)
+    if rule is not None and not any(h["step"] == result.global_step for h in rule.history):
+        final = rule.folder / f"step-{result.global_step}"
+        save_trained(trainer.model, tokenizer, final, policy_cfg, lora=bool(cfg.lora_r),
+                     merge_copy=True)
+        validated(final, int(result.global_step))
+    if rule is not None and rule.best is not None:
+        if rule.best["owned"]:
+            shutil.move(rule.best["path"], save)
+        else:
+            shutil.copytree(rule.best["path"], save)
+        if rule.best["step"] == 0:  # the start's settings are its own: the stage's view
+            save_policy_settings(save, policy_cfg,
+                                 turn_format(tokenizer, policy_cfg.turn_format))
+    else:
+        save_trained(trainer.model, tokenizer, save, policy_cfg, lora=bool(cfg.lora_r))
     c = rollout.counters
+    validation = {"validation": rule.summary()} if rule is not None else {}
     return {"stage": stage, "path": str(save), "steps": int(result.global_step),
             "batches": c.batches, "episodes": c.episodes,
             "rollout_success": round(c.successes / c.episodes, 4) if c.episodes else 0.0,
@@ -697,7 +821,7 @@ def train_grpo(
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
             "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
-            "curriculum": vars(curriculum.stats) if curriculum else None}
+            "curriculum": vars(curriculum.stats) if curriculum else None, **validation}
 
 
 def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
