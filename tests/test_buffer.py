@@ -525,6 +525,48 @@ def test_adds_survive_sigkill(tmp_path):
         assert buf.retrieve("page 7", "click('7')", k=1)[0].step == 7
 
 
+def test_exact_copies_are_found_where_the_vector_index_misses_them(cfg):
+    """Short, similar states are about equally far apart, and Chroma's HNSW graph leaves some of
+    them unreachable (test_adds_survive_sigkill once found "page 25" for "page 7"): no vector query
+    returns those. A retrieval finds the stored copies of its (state, action) all the same."""
+    with ReplayBuffer(cfg) as buf:
+        buf.add(tr("e", i, f"page {i}", f"click('{i}')") for i in range(200))
+    with ReplayBuffer(cfg) as buf:  # reopened: the index is rebuilt from Chroma's log
+        found = {i: buf.retrieve(f"page {i}", f"click('{i}')", k=2) for i in range(200)}
+    assert [i for i, ts in found.items() if ts[0].step != i] == []
+    assert all(ts[0].info["similarity"] == 1.0 and ts[1].step != i for i, ts in found.items())
+
+
+def test_a_buffer_made_before_key_digests_opens_and_retrieves(cfg, monkeypatch):
+    made = ReplayBuffer._record
+
+    def undigested(self, *args, **kwargs):
+        rid, doc, meta = made(self, *args, **kwargs)
+        return rid, doc, {key: value for key, value in meta.items() if key != "key_hash"}
+
+    monkeypatch.setattr(ReplayBuffer, "_record", undigested)
+    with ReplayBuffer(cfg) as buf:
+        buf.add(corpus())
+    monkeypatch.undo()
+    laptops = page("laptops", LAPTOPS)
+    with ReplayBuffer(cfg) as buf:
+        assert buf.count() == len(corpus())
+        assert buf.retrieve(laptops, "click('20')", k=1)[0].episode_id == "e1"  # by its vector
+        buf.add([tr("new", 0, laptops, "click('20')")])
+        assert {t.episode_id for t in buf.retrieve(laptops, "click('20')", k=2)} == {"e1", "new"}
+
+
+def test_where_the_index_finds_the_copies_a_retrieval_is_the_vector_search(cfg):
+    """The exact lookup only adds what the vector search missed: the experience models were
+    trained on the vector search's demonstrations, in its order."""
+    with ReplayBuffer(cfg) as buf:
+        buf.add(corpus())
+        state, action = page("laptops", LAPTOPS), "click('20')"
+        vector = buf._query(buf._ef([transition_key_text(state, action)]), 3, None)
+        assert [t.episode_id for t in buf.retrieve(state, action, k=3)] == \
+            [meta["episode_id"] for _, meta, _, _ in vector]
+
+
 def test_unreachable_server_is_an_env_error():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(EnvError, match=re.escape(url)) as info:

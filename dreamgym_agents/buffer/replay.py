@@ -4,7 +4,15 @@ The experience model is grounded by real transitions similar to the one it imagi
 Sec. 4.1: the top-k transitions of the replay buffer most similar to the current state and action
 are put into its context). Each transition is one Chroma record with id
 ``"<episode_id>:<step>"`` (adding it again replaces it), its embedded ``(state, action)`` text and
-filterable metadata (:func:`~dreamgym_agents.buffer.embedding.transition_record`).
+filterable metadata (:func:`~dreamgym_agents.buffer.embedding.transition_record`) plus a digest
+of that text (``key_hash``).
+
+Chroma's vector index (HNSW) is approximate: when many stored vectors are about equally far apart
+(short, similar texts under the hash embedding), its graph can leave some records unreachable, so
+a query may miss even an exact copy of itself (the graph depends on the order Chroma inserts in,
+which varies from run to run). A retrieval whose vector search found fewer exact copies than
+exist therefore also looks them up by their digest (an exact match in SQLite) and ranks them
+first; where the vector search found them, its answer is kept as it is.
 
 An embedded ``chromadb.PersistentClient`` keeps the buffer in a directory (every add is on disk
 when it returns); ``url`` points several machines at one Chroma server instead. Embeddings are
@@ -14,6 +22,7 @@ passed to Chroma, so Chroma's default embedding model never runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -52,6 +61,12 @@ _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 _PAGE = 2000  # records per get() when scanning the whole collection
 _BATCH = 500  # records per upsert/delete (also bounded by the server's max batch size)
 _START_PROVENANCES = ["real", "offline"]  # a start state must come from a real environment
+_KEY_HASH = "key_hash"  # metadata: digest of the record's document (its key text)
+
+
+def _key_hash(text: str) -> str:
+    """The digest of a transition's key text that finds its exact copies."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 @dataclass
@@ -298,8 +313,10 @@ class ReplayBuffer:
 
     def _record(self, t: Transition, family: str = "", intent: str = "",
                 start: str = "", params: dict[str, str] | None = None) -> Record:
-        return transition_record(t, family=family, intent=intent, start=start,
-                                 seq=self._next_seq(), params=params)
+        rid, doc, meta = transition_record(t, family=family, intent=intent, start=start,
+                                           seq=self._next_seq(), params=params)
+        meta[_KEY_HASH] = _key_hash(doc)
+        return rid, doc, meta
 
     def _upsert(self, records: Iterable[Record]) -> int:
         """Write records a batch at a time (each batch is durable when its call returns).
@@ -406,18 +423,29 @@ class ReplayBuffer:
         Returns:
             The transitions, each with its cosine similarity in ``info["similarity"]``, its
             task's instruction in ``info["intent"]`` and parameters in ``info["task_params"]``.
+            Stored transitions with exactly this state and action come first (similarity 1.0),
+            whether or not the approximate vector index reaches them (a record written before
+            the digests were stored only where the index does).
         """
         k = self.cfg.top_k if k is None else k
         if k < 1:
             raise ConfigError(f"retrieve: k must be >= 1, got {k}")
         exclude = {"episode_id": {"$ne": exclude_episode}} if exclude_episode else None
-        query = self._ef([transition_key_text(state, action)])
+        key = transition_key_text(state, action)
+        query = self._ef([key])
+        scope = _and(where, exclude)
         try:  # k larger than the collection (or the filtered set) returns what there is
-            rows = self._query(query, k, _and(where, exclude))
+            rows = self._query(query, k, scope)
+            copies = [row for row in rows if row[3] == key]
+            if len(copies) < k:
+                seen = {row[0] for row in rows}
+                missed = [row for row in self._exact(key, k, scope) if row[0] not in seen]
+                if missed:  # the index did not reach them: exact copies first
+                    rows = copies + missed + [row for row in rows if row[3] != key]
         except ValueError as exc:
             raise ConfigError(f"bad buffer filter {where!r}: {exc}") from None
         found: list[Transition] = []
-        for meta, distance in rows:
+        for _, meta, distance, _ in rows[:k]:
             t = record_transition(meta)
             t.info["similarity"] = 1.0 - float(distance)  # cosine space: distance = 1 - cos
             t.info["intent"] = str(meta.get("intent", ""))
@@ -426,12 +454,27 @@ class ReplayBuffer:
         return found
 
     def _query(self, embeddings: Any, n: int,
-               where: dict[str, Any] | None) -> list[tuple[dict[str, Any], float]]:
-        """The ``n`` nearest records (metadata, cosine distance) that pass ``where``."""
+               where: dict[str, Any] | None) -> list[tuple[str, dict[str, Any], float, str]]:
+        """The ``n`` nearest records (id, metadata, cosine distance, document) that pass
+        ``where``, as far as the approximate vector index finds them."""
         with self._guard():
             result = self._collection.query(query_embeddings=embeddings, n_results=n,
-                                            where=where, include=["metadatas", "distances"])
-        return list(zip(result["metadatas"][0], result["distances"][0], strict=True))
+                                            where=where,
+                                            include=["metadatas", "distances", "documents"])
+        return list(zip(result["ids"][0], result["metadatas"][0], result["distances"][0],
+                        result["documents"][0], strict=True))
+
+    def _exact(self, key: str, n: int,
+               where: dict[str, Any] | None) -> list[tuple[str, dict[str, Any], float, str]]:
+        """Up to ``n`` records whose document is ``key`` (id, metadata, distance 0.0, document)
+        that pass ``where``: found by their digest in SQLite, not through the vector index.
+        Records written before digests were stored have none and are left to :meth:`_query`."""
+        with self._guard():
+            page = self._collection.get(where=_and({_KEY_HASH: _key_hash(key)}, where),
+                                        include=["metadatas", "documents"], limit=n)
+        return [(rid, meta, 0.0, doc) for rid, meta, doc
+                in zip(page["ids"], page["metadatas"], page["documents"], strict=True)
+                if doc == key]
 
     def _scan(self, where: dict[str, Any] | None = None,
               include: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
