@@ -281,15 +281,18 @@ def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize(("every", "patience", "scores", "validated", "steps", "selected"), [
+@pytest.mark.parametrize(("every", "patience", "scores", "validated", "steps", "selected",
+                          "lora_r"), [
     # after the start (0.5) two validations in a row below it: the stage stops, the start wins
-    (1, 2, [0.5, 0.25, 0.5, 0.75], [0, 1, 2], 2, 0),
+    (1, 2, [0.5, 0.25, 0.5, 0.75], [0, 1, 2], 2, 0, 0),
     # every 2 batches, and the last (3) too; the earliest of the best (2, not 3) wins
-    (2, 0, [0.25, 0.5, 0.5], [0, 2, 3], 3, 2),
+    (2, 0, [0.25, 0.5, 0.5], [0, 2, 3], 3, 2, 0),
+    # LoRA: a validated policy is a merged copy, the adapters train on
+    (2, 0, [0.25, 0.5, 0.5], [0, 2, 3], 3, 2, 4),
 ])
 def test_validation_ends_a_stage_with_its_best_policy(tmp_path, counter_env_factory, every,
                                                        patience, scores, validated, steps,
-                                                       selected):
+                                                       selected, lora_r):
     demos = counter_demos(tmp_path, counter_env_factory, 6)
     start = tiny_sft(tmp_path, demos, steps=5)
     played: dict[int, dict] = {}
@@ -307,7 +310,7 @@ def test_validation_ends_a_stage_with_its_best_policy(tmp_path, counter_env_fact
                         GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
                                         max_steps=3, max_episode_steps=3, concurrency=4,
                                         learning_rate=1e-2, validate_every=every,
-                                        validate_patience=patience),
+                                        validate_patience=patience, lora_r=lora_r),
                         PolicyConfig(max_action_tokens=16), validate=validate)
     pool.close()
     assert sorted(played) == validated and result["steps"] == steps
