@@ -10,9 +10,9 @@ of that text (``key_hash``).
 Chroma's vector index (HNSW) is approximate: when many stored vectors are about equally far apart
 (short, similar texts under the hash embedding), its graph can leave some records unreachable, so
 a query may miss even an exact copy of itself (the graph depends on the order Chroma inserts in,
-which varies from run to run). A retrieval whose vector search found fewer exact copies than
-exist therefore also looks them up by their digest (an exact match in SQLite) and ranks them
-first; where the vector search found them, its answer is kept as it is.
+which varies from run to run). A retrieval whose vector search returned something farther than
+an exact copy therefore also looks the copies up by their digest (an exact match in SQLite) and
+ranks those it missed before anything farther; otherwise its answer is kept as it is.
 
 An embedded ``chromadb.PersistentClient`` keeps the buffer in a directory (every add is on disk
 when it returns); ``url`` points several machines at one Chroma server instead. Embeddings are
@@ -62,6 +62,7 @@ _PAGE = 2000  # records per get() when scanning the whole collection
 _BATCH = 500  # records per upsert/delete (also bounded by the server's max batch size)
 _START_PROVENANCES = ["real", "offline"]  # a start state must come from a real environment
 _KEY_HASH = "key_hash"  # metadata: digest of the record's document (its key text)
+_SAME_VECTOR = 1e-4  # cosine distance at or below which two records' vectors are the same (float32)
 
 
 def _key_hash(text: str) -> str:
@@ -436,12 +437,13 @@ class ReplayBuffer:
         scope = _and(where, exclude)
         try:  # k larger than the collection (or the filtered set) returns what there is
             rows = self._query(query, k, scope)
-            copies = [row for row in rows if row[3] == key]
-            if len(copies) < k:
+            # at distance 0: exact copies, or other texts the embedding does not tell apart
+            tied = [row for row in rows if row[2] <= _SAME_VECTOR]
+            if len(tied) < k:
                 seen = {row[0] for row in rows}
                 missed = [row for row in self._exact(key, k, scope) if row[0] not in seen]
-                if missed:  # the index did not reach them: exact copies first
-                    rows = copies + missed + [row for row in rows if row[3] != key]
+                if missed:  # the index did not reach them: before anything farther
+                    rows = tied + missed + [row for row in rows if row[2] > _SAME_VECTOR]
         except ValueError as exc:
             raise ConfigError(f"bad buffer filter {where!r}: {exc}") from None
         found: list[Transition] = []
