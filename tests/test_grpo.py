@@ -290,11 +290,10 @@ def _same(a: dict, b: dict) -> bool:
     # LoRA: a validated policy is a merged copy, the adapters train on
     (2, 0, [0.25, 0.5, 0.5], [0, 2, 3], 3, 2, 4),
 ])
-def test_validation_ends_a_stage_with_its_best_policy(tmp_path, counter_env_factory, every,
-                                                       patience, scores, validated, steps,
-                                                       selected, lora_r):
-    demos = counter_demos(tmp_path, counter_env_factory, 6)
-    start = tiny_sft(tmp_path, demos, steps=5)
+def test_validation_ends_a_stage_with_its_best_policy(tmp_path, every, patience, scores,
+                                                       validated, steps, selected, lora_r):
+    # the undecided policy's groups always hold winners and losers: every batch moves it
+    start = undecided_warm_start(tmp_path)
     played: dict[int, dict] = {}
     figures = iter(scores)
 
@@ -304,14 +303,16 @@ def test_validation_ends_a_stage_with_its_best_policy(tmp_path, counter_env_fact
         return {"success": next(figures), "successes": 1, "episodes": 4,
                 "eval_real_transitions": 7}
 
-    pool = EnvPool(CounterEnv, 4)
+    pool = EnvPool(lambda: make_env()[0], 8)
     out = tmp_path / "grpo"
-    result = train_grpo(start, out, counter_tasks(2), pool,
-                        GRPOStageConfig(num_generations=2, tasks_per_step=2, micro_batch=2,
-                                        max_steps=3, max_episode_steps=3, concurrency=4,
-                                        learning_rate=1e-2, validate_every=every,
-                                        validate_patience=patience, lora_r=lora_r),
-                        PolicyConfig(max_action_tokens=16), validate=validate)
+    torch.manual_seed(0)
+    result = train_grpo(start, out, [SAY_HI], pool,
+                        GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16,
+                                        max_steps=3, max_episode_steps=2, concurrency=8,
+                                        learning_rate=1e-3 if not lora_r else 1e-2,
+                                        validate_every=every, validate_patience=patience,
+                                        lora_r=lora_r),
+                        validate=validate)
     pool.close()
     assert sorted(played) == validated and result["steps"] == steps
     v = result["validation"]
