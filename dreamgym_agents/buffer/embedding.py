@@ -71,6 +71,15 @@ Record = tuple[str, str, dict[str, Any]]
 """One Chroma record: ``(id, document, metadata)``."""
 
 
+KEY_DIGEST = "key_hash"
+"""The metadata field holding :func:`key_digest` of a record's key text."""
+
+
+def key_digest(text: str) -> str:
+    """The digest of a transition's key text that finds its exact copies in the buffer."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
 def transition_record(
     t: Transition, *, family: str = "", intent: str = "", start: str = "", seq: int = 0,
     params: dict[str, str] | None = None,
@@ -89,8 +98,9 @@ def transition_record(
 
     Returns:
         ``("<episode_id>:<step>", key text, metadata)``; metadata values are str, int, float or
-        bool, as Chroma requires.
+        bool, as Chroma requires; :data:`KEY_DIGEST` is the key text's digest.
     """
+    key = transition_key_text(t.state, t.action)
     meta: dict[str, Any] = {
         "provenance": t.provenance, "family": family, "task_id": t.task_id,
         "episode_id": t.episode_id, "step": int(t.step), "reward": float(t.reward),
@@ -98,8 +108,9 @@ def transition_record(
         "intent": intent, "start": start, "seq": int(seq),
         "params": json.dumps(params or {}, ensure_ascii=False, sort_keys=True),
         "transition": json.dumps(t.to_dict(), ensure_ascii=False, sort_keys=True, default=str),
+        KEY_DIGEST: key_digest(key),
     }
-    return f"{t.episode_id}:{t.step}", transition_key_text(t.state, t.action), meta
+    return f"{t.episode_id}:{t.step}", key, meta
 
 
 def record_transition(meta: dict[str, Any]) -> Transition:

@@ -22,7 +22,6 @@ passed to Chroma, so Chroma's default embedding model never runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -40,9 +39,11 @@ from urllib.parse import urlsplit
 import chromadb
 
 from dreamgym_agents.buffer.embedding import (
+    KEY_DIGEST,
     HashEmbeddingFunction,
     Record,
     check_embedding_spec,
+    key_digest,
     make_embedding_function,
     record_transition,
     split_key_text,
@@ -61,13 +62,7 @@ _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 _PAGE = 2000  # records per get() when scanning the whole collection
 _BATCH = 500  # records per upsert/delete (also bounded by the server's max batch size)
 _START_PROVENANCES = ["real", "offline"]  # a start state must come from a real environment
-_KEY_HASH = "key_hash"  # metadata: digest of the record's document (its key text)
 _SAME_VECTOR = 1e-4  # cosine distance at or below which two records' vectors are the same (float32)
-
-
-def _key_hash(text: str) -> str:
-    """The digest of a transition's key text that finds its exact copies."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 
 @dataclass
@@ -314,10 +309,8 @@ class ReplayBuffer:
 
     def _record(self, t: Transition, family: str = "", intent: str = "",
                 start: str = "", params: dict[str, str] | None = None) -> Record:
-        rid, doc, meta = transition_record(t, family=family, intent=intent, start=start,
-                                           seq=self._next_seq(), params=params)
-        meta[_KEY_HASH] = _key_hash(doc)
-        return rid, doc, meta
+        return transition_record(t, family=family, intent=intent, start=start,
+                                 seq=self._next_seq(), params=params)
 
     def _upsert(self, records: Iterable[Record]) -> int:
         """Write records a batch at a time (each batch is durable when its call returns).
@@ -472,7 +465,7 @@ class ReplayBuffer:
         that pass ``where``: found by their digest in SQLite, not through the vector index.
         Records written before digests were stored have none and are left to :meth:`_query`."""
         with self._guard():
-            page = self._collection.get(where=_and({_KEY_HASH: _key_hash(key)}, where),
+            page = self._collection.get(where=_and({KEY_DIGEST: key_digest(key)}, where),
                                         include=["metadatas", "documents"], limit=n)
         return [(rid, meta, 0.0, doc) for rid, meta, doc
                 in zip(page["ids"], page["metadatas"], page["documents"], strict=True)
