@@ -662,20 +662,29 @@ class Pipeline:
         return (self.cfg.policy == "embedded" and self.cfg.policy_init == "experience"
                 and self.cfg.sft.base_model is None)
 
-    def test_tasks(self) -> list[Any]:
-        """The tasks every evaluation plays: ``eval_split`` (test by default)."""
+    def test_tasks(self, split: str | None = None, limit: int | None = None) -> list[Any]:
+        """The tasks every evaluation plays: ``eval_split`` (test by default), ``eval_limit`` of
+        them; or ``limit`` of ``split``'s."""
         from dreamgym_agents.episodes.env import spread_tasks
 
-        return spread_tasks(self.family().load_tasks(self.cfg.eval_split), self.cfg.eval_limit)
+        if split is None:
+            split, limit = self.cfg.eval_split, self.cfg.eval_limit
+        return spread_tasks(self.family().load_tasks(split), limit)
 
-    def evaluate(self, stage: str, checkpoint: str) -> dict[str, Any]:
-        """The policy in ``checkpoint`` on the real test split (resumable, episode by episode)."""
-        tasks = self.test_tasks()
+    def evaluate(self, stage: str, checkpoint: str | Path, *, split: str | None = None,
+                 tasks: list[Any] | None = None, folder: Path | None = None,
+                 **meta: Any) -> dict[str, Any]:
+        """The policy in ``checkpoint`` on the real test split (resumable, episode by episode,
+        in ``eval/<stage>``), or on ``tasks`` of ``split`` in ``folder``; ``meta`` is recorded
+        with the episodes."""
+        split = split or self.cfg.eval_split
+        tasks = self.test_tasks() if tasks is None else tasks
         tick = self.reporter.bar(f"{stage} episodes", len(tasks))
-        meta = {"command": "run", "stage": stage, "checkpoint": checkpoint,
-                "split": self.cfg.eval_split, "tasks": len(tasks),
-                "max_steps": self.cfg.eval_max_steps}
-        return evaluate_policy(checkpoint, tasks, self.family(), self.out / "eval" / stage,
+        meta = {"command": "run", "stage": stage, "checkpoint": str(checkpoint),
+                "split": split, "tasks": len(tasks), "max_steps": self.cfg.eval_max_steps,
+                **meta}
+        return evaluate_policy(checkpoint, tasks, self.family(),
+                               folder or self.out / "eval" / stage,
                                self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
                                max_steps=self.cfg.eval_max_steps, meta=meta, name=stage,
                                on_episode=lambda t: tick(1, t))
@@ -795,12 +804,9 @@ class Pipeline:
     def _validation(self, stage: str, folder: Path, cfg: GRPOStageConfig) -> Any:
         """How ``stage`` plays a checkpoint on the validation split (``cfg.validate_every``),
         its episodes under ``folder/validation_episodes``; None when it does not."""
-        from dreamgym_agents.episodes.env import spread_tasks
-
         if not cfg.validate_every:
             return None
-        family = self.family()
-        tasks = spread_tasks(family.load_tasks("validation"), cfg.validate_limit)
+        tasks = self.test_tasks("validation", cfg.validate_limit)
         if not tasks:
             raise ConfigError(f"{stage}: validate_every needs validation tasks, and the "
                               f"{self.cfg.task} family has none")
@@ -810,16 +816,9 @@ class Pipeline:
                               "optimistic by selection")
 
         def validate(path: Path, step: int) -> dict[str, Any]:
-            tick = self.reporter.bar(f"{stage} validation @{step}", len(tasks))
-            meta = {"command": "run", "stage": f"{stage}_validation", "step": step,
-                    "checkpoint": str(path), "split": "validation", "tasks": len(tasks),
-                    "max_steps": self.cfg.eval_max_steps}
-            return evaluate_policy(path, tasks, family,
-                                   folder / "validation_episodes" / f"step-{step}",
-                                   self.cfg.policy_view, concurrency=self.cfg.eval_concurrency,
-                                   max_steps=self.cfg.eval_max_steps, meta=meta,
-                                   name=f"{stage}-validation",
-                                   on_episode=lambda t: tick(1, t))
+            return self.evaluate(f"{stage}_validation", path, split="validation", tasks=tasks,
+                                 folder=folder / "validation_episodes" / f"step-{step}",
+                                 step=step)
 
         return validate
 

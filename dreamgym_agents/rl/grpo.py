@@ -740,9 +740,16 @@ def train_grpo(
         if cfg.validate_every and validate is not None else None
     validate_steps = cfg.validate_every * cfg.num_iterations
 
-    def validated(path: Path, step: int, *, keep: bool = True) -> bool:
+    def validated(step: int, model: Any = None) -> bool:
+        """Validate ``model`` (saved, merged, as the policy after ``step`` steps; None: the
+        starting policy); whether the stage should stop."""
         assert rule is not None
-        stop = rule.check(path, step, keep=keep)
+        path = Path(policy_path)
+        if model is not None:
+            path = rule.folder / f"step-{step}"
+            save_trained(model, tokenizer, path, policy_cfg, lora=bool(cfg.lora_r),
+                         merge_copy=True)
+        stop = rule.check(path, step, keep=model is not None)
         line = {"stage": stage, "event": "validation", **rule.history[-1],
                 "best_step": rule.best["step"] if rule.best else None}
         with open(metrics_file, "a", encoding="utf-8") as fh:
@@ -770,10 +777,7 @@ def train_grpo(
                                cfg.time_budget_s, state.global_step)
                 control.should_training_stop = True
             if rule is not None and state.global_step % validate_steps == 0:
-                path = rule.folder / f"step-{state.global_step}"
-                save_trained(kw["model"], tokenizer, path, policy_cfg, lora=bool(cfg.lora_r),
-                             merge_copy=True)
-                if validated(path, state.global_step):
+                if validated(state.global_step, kw["model"]):
                     control.should_training_stop = True
 
     def batch_metrics(figures: dict[str, Any]) -> None:
@@ -792,16 +796,13 @@ def train_grpo(
     # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     if rule is not None:  # the starting policy is a candidate too
-        validated(Path(policy_path), 0, keep=False)
+        validated(0)
     result = trainer.train()
     save = out / "policy"
     if save.exists():
         shutil.rmtree(save)
     if rule is not None and not any(h["step"] == result.global_step for h in rule.history):
-        final = rule.folder / f"step-{result.global_step}"
-        save_trained(trainer.model, tokenizer, final, policy_cfg, lora=bool(cfg.lora_r),
-                     merge_copy=True)
-        validated(final, int(result.global_step))
+        validated(int(result.global_step), trainer.model)
     if rule is not None and rule.best is not None:
         if rule.best["owned"]:
             shutil.move(rule.best["path"], save)
