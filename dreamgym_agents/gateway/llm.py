@@ -518,7 +518,8 @@ class Gateway:
         if route == "vllm":
             body["bad_words"] = words
         else:  # transformers serve: a generation config on top of the model's own
-            ids = _served_bad_word_ids(str(self.cfg.served_checkpoint), tuple(words))
+            # the directory was checked when the config was made: no file look-up per call
+            ids = _served_bad_word_ids(self.cfg.model.partition("/")[2], tuple(words))
             body["generation_config"] = json.dumps({"bad_words_ids": ids})
         return {**params, "extra_body": body}
 
