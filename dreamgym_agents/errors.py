@@ -71,3 +71,8 @@ class PartialBuildError(DreamGymError):
     marked partial, and is never cached or loaded as the recipe's model."""
 
     exit_code = 3
+
+
+class BenchError(DreamGymError):
+    """Some of a bench's runs failed (the others finished and are in its table); each failed
+    run's folder resumes when the bench is run again."""

@@ -4,11 +4,13 @@ stage it was in, a rerun with other settings refused, the report and its plot.""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
 from dreamgym_agents.episodes.env import make_family
-from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.errors import BenchError, ConfigError
 from dreamgym_agents.pipeline.prompt_run import make_pipeline
 from dreamgym_agents.pipeline.report import rollout_curves, summarize_run, write_report
 from dreamgym_agents.pipeline.run import (
@@ -115,6 +117,23 @@ def test_without_sim_to_real_the_stages_skip_it(tmp_path):
     assert "s2r" not in calls and summary["s2r_success"] is None
 
 
+def test_a_run_can_stop_after_a_stage_and_go_on_later(tmp_path):
+    calls: list[str] = []
+    with pytest.raises(ConfigError, match="until='s2r': not a stage of this run"):
+        Stubbed(_no_s2r(), tmp_path, calls=calls).run(until="s2r")
+    assert Stubbed(preset_config("quick"), tmp_path / "r", calls=calls).run(until="sft") is None
+    assert calls == ["experience", "sft"]
+    summary = Stubbed(preset_config("quick"), tmp_path / "r", calls=calls).run()
+    assert calls[2:] == ["eval_sft", "dream_rl", "eval_dream", "s2r", "eval_s2r"]
+    assert summary["sft_success"] == 0.2
+
+
+def _no_s2r():
+    cfg = preset_config("quick")
+    cfg.sim_to_real = False
+    return cfg
+
+
 def test_config_validation_says_what_to_fix():
     with pytest.raises(ConfigError, match="unknown preset 'fast': use quick or full"):
         preset_config("fast")
@@ -215,6 +234,109 @@ def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypat
     assert rows["DreamGym-S2R"]["real_transitions"] == [40, 40]
     assert rows["DreamGym"]["real_transitions"] == [0, 0]
     assert (tmp_path / "table.md").read_text().count("| DreamGym") == 2
+
+
+class Recorded(Stubbed):
+    """:class:`Stubbed` as a bench's pipeline factory, importable by its worker processes: each
+    stage's result says which process ran it, with how many torch threads; ``fail`` (a run's
+    folder, ``seed1/grpo_real``) fails its RL stage."""
+
+    fail: str | None = None
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, calls=[], **kw)
+
+    def _stub(self, stage):
+        run = super()._stub(stage)
+
+        def recorded():
+            if stage == "dream_rl" and self.fail == f"{self.out.parent.name}/{self.out.name}":
+                raise RuntimeError("the machine ran out of memory")
+            return {**run(), "pid": os.getpid(), "threads": os.environ.get("DG_TORCH_THREADS")}
+        return recorded
+
+
+class FailingOne(Recorded):
+    fail = "seed1/grpo_real"
+
+
+class HangingOne(Recorded):
+    """Seed 0's DreamGym run hangs in its RL stage (its pid in ``hanging.pid``)."""
+
+    def _stub(self, stage):
+        run = super()._stub(stage)
+
+        def hang():
+            if stage == "dream_rl" and self.out.parent.name == "seed0" \
+                    and self.out.name == "dreamgym":
+                (self.out / "hanging.pid").write_text(str(os.getpid()))
+                time.sleep(600)
+            return run()
+        return hang
+
+
+def _rows(table):
+    return [(r["row"], r["success"], r["real_transitions"]) for r in table["rows"]]
+
+
+def test_a_bench_runs_side_by_side_in_worker_processes(tmp_path, monkeypatch):
+    import dreamgym_agents.pipeline.bench as bench
+
+    monkeypatch.delenv("DG_TORCH_THREADS", raising=False)
+    monkeypatch.setattr(bench, "torch_threads", lambda: 4)
+    base = preset_config("quick")
+    asked = bench.BenchConfig(seeds=2, ablations=("no_reasoning",), jobs=2)
+    with pytest.raises(BenchError, match=r"1 of 6 bench run\(s\) failed: seed1/grpo_real "
+                                         r"\(RuntimeError: the machine ran out of memory\)"):
+        bench.run_bench(base, asked, tmp_path / "side", pipeline=FailingOne)
+    assert "out of memory" in (tmp_path / "side/seed1/grpo_real/bench-error.txt").read_text()
+    partial = json.loads((tmp_path / "side" / bench.TABLE_JSON).read_text())
+    grpo_real = [r for r in partial["rows"] if r["row"] == "GRPO-real(N)"]
+    assert grpo_real[0]["seeds"] == 1  # the finished runs are in the table
+
+    table = bench.run_bench(base, asked, tmp_path / "side", pipeline=Recorded)  # resumes
+    states = {f"{p.parent.name}/{p.name}": json.loads((p / "state.json").read_text())["done"]
+              for p in (tmp_path / "side").glob("seed*/*")}
+    assert sorted(states) == [f"seed{s}/{n}" for s in (0, 1)
+                              for n in ("dreamgym", "grpo_real", "no_reasoning")]
+    assert states["seed0/dreamgym"]["sft"]["pid"] == os.getpid()  # the warm start: here, once
+    for name, done in states.items():
+        assert done["dream_rl"]["pid"] != os.getpid(), name  # the runs: in the workers
+        assert done["dream_rl"]["threads"] == "2", name  # 4 threads shared by 2 at a time
+        if name != "seed0/dreamgym":
+            assert done["sft"]["adopted"] and done["sft"]["pid"] == os.getpid(), name
+    assert "adopted" not in states["seed1/no_reasoning"]["experience"]  # builds its own
+    assert states["seed1/dreamgym"]["experience"]["adopted"]
+
+    one_by_one = bench.run_bench(base, bench.BenchConfig(seeds=2, ablations=("no_reasoning",)),
+                                 tmp_path / "sequential", pipeline=Recorded)
+    assert _rows(table) == _rows(one_by_one) and len(table["rows"]) == 5
+    with pytest.raises(ConfigError, match="--jobs must be at least 1"):
+        bench.BenchConfig(jobs=0)
+
+
+def test_stopping_a_bench_stops_its_worker_processes(tmp_path):
+    import dreamgym_agents.pipeline.bench as bench
+
+    class Interrupting:  # Ctrl-C while the parent waits, as soon as a run has finished
+        def stage(self, *args):
+            pass
+
+        def bar(self, *args):
+            return lambda *a, **k: None
+
+        def say(self, message):
+            if "finished" in message:
+                raise KeyboardInterrupt
+
+    began = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=(), jobs=2),
+                        tmp_path, Interrupting(), pipeline=HangingOne)
+    assert time.monotonic() - began < 300
+    pid = int((tmp_path / "seed0/dreamgym/hanging.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # terminated and reaped, not left running
 
 
 def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):

@@ -104,6 +104,11 @@ def bench_command(
                            help="Every seed starts from seed 0's warm start (the seeds vary "
                                 "the RL), or each seed trains its own.")
     ] = True,
+    jobs: Annotated[
+        int, typer.Option("--jobs", min=1,
+                          help="Runs at a time, each in its own process with its share of the "
+                               "CPU threads (1: one after another).")
+    ] = 1,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -121,7 +126,8 @@ def bench_command(
         raise ConfigError("--no-ablations and --ablation contradict each other: give one")
     chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
     bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
-                            variants=tuple(variant or ()), shared_warm_start=shared_warm_start)
+                            variants=tuple(variant or ()), shared_warm_start=shared_warm_start,
+                            jobs=jobs)
     with progress_reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)
         reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")

@@ -13,13 +13,23 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
 import statistics
+import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.pipeline.run import Pipeline, PipelineConfig, Reporter
+from dreamgym_agents.errors import BenchError, ConfigError
+from dreamgym_agents.gateway.local import torch_threads
+from dreamgym_agents.pipeline.run import STATE_FILE, Pipeline, PipelineConfig, Reporter
+
+logger = logging.getLogger(__name__)
 
 TABLE_JSON = "table.json"
 TABLE_MD = "table.md"
@@ -52,6 +62,7 @@ class BenchConfig:
         shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
+        jobs: Runs at a time, each in its own process (1: one after another, in this one).
     """
 
     seeds: int = 3
@@ -59,8 +70,11 @@ class BenchConfig:
     ablations: tuple[str, ...] = tuple(ABLATIONS)
     variants: tuple[str, ...] = ()
     shared_warm_start: bool = True
+    jobs: int = 1
 
     def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ConfigError(f"--jobs must be at least 1, got {self.jobs}")
         if self.seeds < 1:
             raise ConfigError(f"--seeds must be at least 1, got {self.seeds}")
         if self.real_budget is not None and self.real_budget < 10:
@@ -126,37 +140,171 @@ ROWS = (
 
 
 def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
-              reporter: Reporter | None = None) -> dict[str, Any]:
+              reporter: Reporter | None = None,
+              pipeline: Callable[..., Pipeline] | None = None) -> dict[str, Any]:
     """Run every seed's runs (resumable) and write ``table.json`` and ``table.md`` (after each
-    seed, over the seeds finished so far)."""
+    seed, or each run when ``cfg.jobs`` > 1, over the runs finished so far).
+
+    ``pipeline`` makes each run's :class:`Pipeline` (the class itself unless given; with
+    ``jobs`` > 1 it must be importable by name, as it is sent to the worker processes).
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    make = pipeline or Pipeline
+    if cfg.jobs > 1:
+        return _run_side_by_side(base, cfg, out, reporter, make)
     states: dict[tuple[int, str], dict[str, Any]] = {}
     for seed in range(cfg.seeds):
         runs = variants(base, cfg, seed)
         first = states.get((0, "dreamgym"))
-        warm = {k: first["done"][k] for k in ("experience", "sft", "eval_sft")} \
-            if cfg.shared_warm_start and first else None
-        main = Pipeline(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter,
-                        adopt=warm)
+        warm = _warm_start(first) if cfg.shared_warm_start and first else None
+        main = make(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter, adopt=warm)
         if reporter:
             reporter.say(f"[bold]seed {seed}: dreamgym[/]")
         main.run()
         states[(seed, "dreamgym")] = main.state
-        shared = {k: main.state["done"][k] for k in ("experience", "sft", "eval_sft")}
         for name, run_cfg in runs.items():
             if reporter:
                 reporter.say(f"[bold]seed {seed}: {name}[/]")
-            adopt = dict(shared) if run_cfg.use_retrieval and run_cfg.use_reasoning else \
-                {k: shared[k] for k in ("sft", "eval_sft")}
-            pipe = Pipeline(run_cfg, out / f"seed{seed}" / name, reporter, adopt=adopt)
+            pipe = make(run_cfg, out / f"seed{seed}" / name, reporter,
+                        adopt=_adopted(_warm_start(main.state), run_cfg))
             pipe.run()
             states[(seed, name)] = pipe.state
         # after every seed: a long bench stopped later still has the seeds it finished
-        table = make_table(states, cfg, base)
-        (out / TABLE_JSON).write_text(json.dumps(table, indent=2, sort_keys=True))
-        (out / TABLE_MD).write_text(render_table(table), encoding="utf-8")
+        table = _write_table(states, cfg, base, out)
     return table
+
+
+WARM_START = ("experience", "sft", "eval_sft")
+"""The stages a seed's other runs take from its DreamGym run (all seeds from seed 0's with a
+shared warm start)."""
+
+
+def _warm_start(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: state["done"][k] for k in WARM_START}
+
+
+def _adopted(warm: dict[str, dict[str, Any]], run_cfg: PipelineConfig) -> dict[str, Any]:
+    """What a run takes of its seed's warm start: the experience model only when it dreams
+    with it unchanged (an ablation of retrieval or reasoning builds its own)."""
+    if run_cfg.use_retrieval and run_cfg.use_reasoning:
+        return dict(warm)
+    return {k: warm[k] for k in ("sft", "eval_sft")}
+
+
+def _write_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
+                 base: PipelineConfig, out: Path) -> dict[str, Any]:
+    table = make_table(states, cfg, base)
+    (out / TABLE_JSON).write_text(json.dumps(table, indent=2, sort_keys=True))
+    (out / TABLE_MD).write_text(render_table(table), encoding="utf-8")
+    return table
+
+
+def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
+                      reporter: Reporter | None,
+                      make: Callable[..., Pipeline]) -> dict[str, Any]:
+    """``cfg.jobs`` runs at a time, each in its own process: the warm starts first, here (seed
+    0's, or every seed's with their own), then every seed's runs, the DreamGym runs (the
+    longest) first. Each process computes with its share of the CPU's threads
+    (``DG_TORCH_THREADS`` when set). A failed run does not stop the others: the table is
+    written over the runs that finished, and the error names the failed runs' folders, which
+    resume when the command is run again."""
+    warm: dict[int, dict[str, dict[str, Any]]] = {}
+    for seed in range(1 if cfg.shared_warm_start else cfg.seeds):
+        if reporter:
+            reporter.say(f"[bold]seed {seed}: warm start[/]")
+        main = make(variants(base, cfg, seed)["dreamgym"], out / f"seed{seed}" / "dreamgym",
+                    reporter)
+        main.run(until="eval_sft")
+        warm[seed] = _warm_start(main.state)
+    jobs: list[tuple[int, str, PipelineConfig, dict[str, Any] | None]] = []
+    for seed in range(cfg.seeds):
+        seed_warm = warm[0] if cfg.shared_warm_start else warm[seed]
+        for name, run_cfg in variants(base, cfg, seed).items():
+            own = name == "dreamgym" and seed in warm  # its warm start is in its folder
+            jobs.append((seed, name, run_cfg, None if own else _adopted(seed_warm, run_cfg)))
+    jobs.sort(key=lambda job: job[1] != "dreamgym")  # stable: by seed within each group
+    states: dict[tuple[int, str], dict[str, Any]] = {}
+    for seed, name, _, _ in list(jobs):  # finished before (a resumed bench): nothing to start
+        state = _finished_state(out / f"seed{seed}" / name)
+        if state is not None:
+            states[(seed, name)] = state
+    jobs = [job for job in jobs if (job[0], job[1]) not in states]
+    total = len(jobs)
+    threads = max(1, torch_threads() // cfg.jobs)
+    if reporter:
+        reporter.say(f"{total} runs to go, {cfg.jobs} at a time ({threads} torch thread(s) each "
+                     "unless DG_TORCH_THREADS is set)")
+    tick = reporter.bar("bench runs", total) if reporter else None
+    context = multiprocessing.get_context("spawn")  # no forked torch or Chroma state
+    failed: list[str] = []
+    running: dict[Any, tuple[Any, int, str]] = {}
+    table = _write_table(states, cfg, base, out)
+    try:
+        while jobs or running:
+            while jobs and len(running) < cfg.jobs:
+                seed, name, run_cfg, adopt = jobs.pop(0)
+                process = context.Process(
+                    target=_run_one, name=f"bench seed{seed}/{name}",
+                    args=(make, run_cfg, out / f"seed{seed}" / name, adopt, threads))
+                process.start()
+                running[process.sentinel] = (process, seed, name)
+            for sentinel in multiprocessing.connection.wait(list(running)):
+                process, seed, name = running.pop(sentinel)
+                process.join()
+                folder = out / f"seed{seed}" / name
+                if process.exitcode == 0:
+                    states[(seed, name)] = json.loads((folder / STATE_FILE).read_text())
+                    if reporter:
+                        reporter.say(f"seed {seed}: {name} finished")
+                else:
+                    error = folder / ERROR_FILE
+                    last = error.read_text().strip().splitlines()[-1] if error.exists() else \
+                        f"exit code {process.exitcode}"
+                    failed.append(f"seed{seed}/{name} ({last})")
+                    logger.error("bench run %s failed: %s (traceback in %s)", folder, last,
+                                 error)
+                if tick:
+                    tick()
+                table = _write_table(states, cfg, base, out)
+    finally:  # Ctrl-C or an error here: the runs still going stop (each resumes next time)
+        for process, _, _ in running.values():
+            process.terminate()
+        for process, _, _ in running.values():
+            process.join()
+    if failed:
+        raise BenchError(f"{len(failed)} of {total} bench run(s) failed: "
+                         f"{'; '.join(failed)}; the table has the others; run the same "
+                         "command again to resume the failed ones")
+    return table
+
+
+def _finished_state(folder: Path) -> dict[str, Any] | None:
+    """A run folder's state when every stage is done (its report written), else None."""
+    path = folder / STATE_FILE
+    if not path.exists():
+        return None
+    state = json.loads(path.read_text())
+    return state if "report" in state.get("done", {}) else None
+
+
+ERROR_FILE = "bench-error.txt"
+"""A failed bench run's traceback, in its folder (removed when the run later finishes)."""
+
+
+def _run_one(make: Callable[..., Pipeline], run_cfg: PipelineConfig, folder: Path,
+             adopt: dict[str, Any] | None, threads: int) -> None:
+    """One bench run, in its own process; a failure's traceback goes to its folder's
+    :data:`ERROR_FILE` and the exit code is 1."""
+    os.environ.setdefault("DG_TORCH_THREADS", str(threads))
+    try:
+        make(run_cfg, folder, adopt=adopt).run()
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C too: recorded, then the process ends
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ERROR_FILE).write_text("".join(traceback.format_exception(exc)),
+                                         encoding="utf-8")
+        sys.exit(1)
+    (folder / ERROR_FILE).unlink(missing_ok=True)
 
 
 def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,

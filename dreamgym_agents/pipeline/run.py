@@ -409,13 +409,19 @@ class Pipeline:
 
     # -- stages ---------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
-        """Run every stage not yet done; return the summary."""
+    def run(self, until: str | None = None) -> dict[str, Any] | None:
+        """Run every stage not yet done, or those up to and including ``until`` (a bench runs
+        the warm start before its runs fan out); return the summary (None when stopped before
+        the report)."""
+        if until is not None and until not in self.stages:
+            raise ConfigError(f"until={until!r}: not a stage of this run; choose from "
+                              f"{', '.join(self.stages)}")
+        last = self.stages.index(until) if until is not None else len(self.stages) - 1
         start = time.perf_counter()
         self._open_folder()
         self.state.setdefault("wall_seconds", 0.0)
         try:
-            for i, stage in enumerate(self.stages, 1):
+            for i, stage in enumerate(self.stages[:last + 1], 1):
                 if stage in self.state["done"]:
                     continue
                 self.reporter.stage(stage, i, len(self.stages))
@@ -428,6 +434,8 @@ class Pipeline:
                 self._finish(stage, result)
         finally:
             self.close()
+        if "report" not in self.state["done"]:
+            return None
         return json.loads((self.out / "summary.json").read_text())
 
     def close(self) -> None:
