@@ -240,7 +240,7 @@ def preset_config(preset: str, seed: int = 0, task: str | None = None) -> Pipeli
     """The settings of a preset (``quick``: 31 test tasks per evaluation and 8 GRPO steps per
     stage, minutes once the experience model, demonstrations and warm start are cached;
     ``full``: the whole test split, 40 steps per stage), for the family of ``task`` when given
-    (its optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`)."""
+    (the run's task; its optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
     quick = preset == "quick"
@@ -258,7 +258,8 @@ def preset_config(preset: str, seed: int = 0, task: str | None = None) -> Pipeli
                                concurrency=concurrency, real_transition_budget=budget, seed=seed)
 
     return PipelineConfig(
-        preset=preset, seed=seed, eval_limit=31 if quick else None,
+        task=task or PipelineConfig.task, preset=preset, seed=seed,
+        eval_limit=31 if quick else None,
         sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR, seed=seed),
         dream=rl(16), s2r=rl(4, 120 if quick else 400), curriculum=CurriculumConfig(),
     )
