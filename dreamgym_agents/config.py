@@ -58,7 +58,10 @@ def apply_mapping(obj: Any, mapping: dict[str, Any], prefix: str = "") -> None:
                 raise ConfigError(f"config key {path!r} needs a mapping of its fields")
             apply_mapping(current, value, prefix=f"{path}.")
         else:
-            setattr(obj, key, coerce_value(value, types[key], path))
+            value = coerce_value(value, types[key], path)
+            if isinstance(current, dict) and isinstance(value, dict):
+                value = {**current, **value}  # a mapping's keys merge, as a section's fields do
+            setattr(obj, key, value)
     if hasattr(obj, "__post_init__"):
         obj.__post_init__()
 

@@ -197,6 +197,17 @@ def test_a_gateways_requests_in_flight_follow_the_runs_concurrency_unless_set(tm
     assert limit(config=cfg_file, concurrency=64) == 2
 
 
+def test_set_adds_to_a_mapping_setting_of_the_config_file(tmp_path):
+    """``--set policy_llm.temperature=…`` keeps the file's ``policy_llm.api_base``."""
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline.run import PipelineConfig
+
+    path = tmp_path / "run.yaml"
+    path.write_text("policy_llm:\n  api_base: http://127.0.0.1:8000/v1\n  temperature: 1.0\n")
+    cfg = load_config(PipelineConfig(), path, ["policy_llm.temperature=0.2"])
+    assert cfg.policy_llm == {"api_base": "http://127.0.0.1:8000/v1", "temperature": 0.2}
+
+
 def test_set_overrides_are_checked_together():
     """Fields checked jointly (micro_batch divides tasks × generations) see every --set, so
     their order on the command line does not matter."""
