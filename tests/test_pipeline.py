@@ -384,6 +384,24 @@ def test_a_bench_table_says_when_its_rows_come_from_different_code():
     assert rows["DreamGym"]["code"] == ["aaaaaaa"]
     assert rows["DreamGym-S2R"]["code"] == ["aaaaaaa", "bbbbbbb+dirty"]
     assert "different code versions" in render_table(mixed)
+    assert "validation transitions" not in render_table(same)  # no stop rule: no column
+
+
+def test_a_bench_table_counts_the_real_episodes_a_stop_rule_played():
+    from dreamgym_agents.pipeline.bench import BenchConfig, make_table, render_table
+
+    done = {"sft": {"success": 0.1}, "eval_sft": {"success": 0.1},
+            "dream_rl": {"real_transitions": 0, "validation": {"real_transitions": 412}},
+            "eval_dream": {"success": 0.2},
+            "s2r": {"real_transitions": 64}, "eval_s2r": {"success": 0.3}}
+    table = make_table({(0, "dreamgym"): {"done": done}}, BenchConfig(seeds=1, ablations=()),
+                       preset_config("quick"))
+    rows = {r["row"]: r for r in table["rows"]}
+    assert (rows["DreamGym"]["real_transitions"], rows["DreamGym"]["validation_transitions"]) \
+        == ([0], [412])
+    assert rows["DreamGym-S2R"]["validation_transitions"] == [412]  # it starts from that stage
+    assert rows["SFT"]["validation_transitions"] == [0]
+    assert "| DreamGym | 0 | 412 | 0.200 ± 0.000 | 0.200 |" in render_table(table)
 
 
 def test_evaluations_read_the_test_split_unless_tuning_on_validation(tmp_path):

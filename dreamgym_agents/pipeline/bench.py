@@ -314,7 +314,7 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
     seeds = sorted({seed for seed, _ in states})
     every_code: set[str] = set()
     for label, run, stage, trained in ROWS:
-        values, reals = [], []
+        values, reals, checks = [], [], []
         codes: set[str] = set()
         for seed in seeds:
             done = states.get((seed, run), {}).get("done", {})
@@ -322,6 +322,9 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
                 continue
             values.append(float(done[stage]["success"]))
             reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
+            # real episodes a stop rule played on the validation split (choosing, not training)
+            checks.append(sum(int((done[t].get("validation") or {}).get("real_transitions", 0))
+                              for t in trained if t in done))
             # the code of every stage the row's figure depends on
             codes |= {_code(done[s]) for s in ("sft", *trained, stage) if s in done}
         if not values:
@@ -333,6 +336,8 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             "success_std": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
             "real_transitions": reals,
             "real_transitions_mean": round(statistics.fmean(reals), 1),
+            "validation_transitions": checks,
+            "validation_transitions_mean": round(statistics.fmean(checks), 1),
             "code": sorted(codes),
         })
     return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds,
@@ -362,13 +367,20 @@ def render_table(table: dict[str, Any]) -> str:
                   "them.**", ""]
     elif table.get("code"):
         lines += [f"Every row: code {table['code'][0]}.", ""]
-    lines += ["| method | real RL transitions (mean) | real success (mean ± std) | "
-              "per seed |" + (" code |" if mixed else ""),
-              "|---|---|---|---|" + ("---|" if mixed else "")]
+    checked = any(row.get("validation_transitions_mean") for row in table["rows"])
+    lines += ["| method | real RL transitions (mean) |"
+              + (" real validation transitions (mean) |" if checked else "")
+              + " real success (mean ± std) | per seed |" + (" code |" if mixed else ""),
+              "|---|---|---|---|" + ("---|" if checked else "") + ("---|" if mixed else "")]
     for row in table["rows"]:
         per_seed = ", ".join(f"{v:.3f}" for v in row["success"])
-        lines.append(f"| {row['row']} | {row['real_transitions_mean']:.0f} | "
-                     f"{row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |"
+        lines.append(f"| {row['row']} | {row['real_transitions_mean']:.0f} |"
+                     + (f" {row.get('validation_transitions_mean', 0):.0f} |" if checked else "")
+                     + f" {row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |"
                      + (f" {', '.join(row.get('code', []))} |" if mixed else ""))
     lines.append("")
+    if checked:
+        lines += ["Real validation transitions: the real episodes a stage's stop rule played on "
+                  "the validation split to choose the checkpoint it keeps (`validate_every`); "
+                  "no policy trained on them.", ""]
     return "\n".join(lines)
