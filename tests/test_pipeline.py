@@ -308,11 +308,36 @@ def test_a_bench_runs_side_by_side_in_worker_processes(tmp_path, monkeypatch):
     assert "adopted" not in states["seed1/no_reasoning"]["experience"]  # builds its own
     assert states["seed1/dreamgym"]["experience"]["adopted"]
 
+    progress = (tmp_path / "side/seed1/grpo_real" / bench.PROGRESS_FILE).read_text()
+    assert "stage 4/6: dream_rl" in progress and "stage 1/6" not in progress  # adopted
+    assert "failed: RuntimeError: the machine ran out of memory" in progress  # the first try
+    assert progress.index("failed") < progress.rindex("stage 6/6: report")
+
     one_by_one = bench.run_bench(base, bench.BenchConfig(seeds=2, ablations=("no_reasoning",)),
                                  tmp_path / "sequential", pipeline=Recorded)
     assert _rows(table) == _rows(one_by_one) and len(table["rows"]) == 5
+    other = preset_config("quick")
+    other.dream.learning_rate *= 2  # a finished bench is not taken for one with other settings
+    with pytest.raises(ConfigError, match="holds a run with other settings"):
+        bench.run_bench(other, asked, tmp_path / "side", pipeline=Recorded)
     with pytest.raises(ConfigError, match="--jobs must be at least 1"):
         bench.BenchConfig(jobs=0)
+
+
+def test_a_file_reporter_writes_stages_tenths_of_bars_and_messages(tmp_path):
+    from dreamgym_agents.pipeline.run import FileReporter
+
+    report = FileReporter(tmp_path / "run" / "progress.log")
+    report.stage("dream_rl", 4, 8)
+    tick = report.bar("dream_rl batches", 20)
+    for batch in range(20):
+        tick(1, {"rollout/success": batch / 20})
+    report.say("done")
+    lines = [line.split(" ", 1)[1] for line in
+             (tmp_path / "run" / "progress.log").read_text().splitlines()]
+    assert lines[0] == "stage 4/8: dream_rl" and lines[-1] == "done"
+    assert lines[1:-1] == [f"dream_rl batches: {n}/20, rollout success {(n - 1) / 20:.2f}"
+                           for n in range(2, 21, 2)]
 
 
 def test_stopping_a_bench_stops_its_worker_processes(tmp_path):

@@ -21,13 +21,20 @@ import statistics
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.errors import BenchError, ConfigError
 from dreamgym_agents.gateway.local import torch_threads
-from dreamgym_agents.pipeline.run import STATE_FILE, Pipeline, PipelineConfig, Reporter
+from dreamgym_agents.pipeline.run import (
+    CONFIG_FILE,
+    STATE_FILE,
+    FileReporter,
+    Pipeline,
+    PipelineConfig,
+    Reporter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -225,8 +232,8 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
             jobs.append((seed, name, run_cfg, None if own else _adopted(seed_warm, run_cfg)))
     jobs.sort(key=lambda job: job[1] != "dreamgym")  # stable: by seed within each group
     states: dict[tuple[int, str], dict[str, Any]] = {}
-    for seed, name, _, _ in list(jobs):  # finished before (a resumed bench): nothing to start
-        state = _finished_state(out / f"seed{seed}" / name)
+    for seed, name, run_cfg, _ in list(jobs):  # finished before, as asked: nothing to start
+        state = _finished_state(out / f"seed{seed}" / name, run_cfg)
         if state is not None:
             states[(seed, name)] = state
     jobs = [job for job in jobs if (job[0], job[1]) not in states]
@@ -234,7 +241,8 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
     threads = max(1, torch_threads() // cfg.jobs)
     if reporter:
         reporter.say(f"{total} runs to go, {cfg.jobs} at a time ({threads} torch thread(s) each "
-                     "unless DG_TORCH_THREADS is set)")
+                     f"unless DG_TORCH_THREADS is set); each run's progress: "
+                     f"{out}/seed<N>/<run>/{PROGRESS_FILE}")
     tick = reporter.bar("bench runs", total) if reporter else None
     context = multiprocessing.get_context("spawn")  # no forked torch or Chroma state
     failed: list[str] = []
@@ -279,10 +287,12 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
     return table
 
 
-def _finished_state(folder: Path) -> dict[str, Any] | None:
-    """A run folder's state when every stage is done (its report written), else None."""
-    path = folder / STATE_FILE
-    if not path.exists():
+def _finished_state(folder: Path, run_cfg: PipelineConfig) -> dict[str, Any] | None:
+    """A run folder's state when every stage is done (its report written) with exactly these
+    settings, else None (the run's process then resumes it, or refuses other settings)."""
+    path, config = folder / STATE_FILE, folder / CONFIG_FILE
+    if not path.exists() or not config.exists() or \
+            json.loads(config.read_text()) != json.loads(json.dumps(asdict(run_cfg))):
         return None
     state = json.loads(path.read_text())
     return state if "report" in state.get("done", {}) else None
@@ -290,6 +300,8 @@ def _finished_state(folder: Path) -> dict[str, Any] | None:
 
 ERROR_FILE = "bench-error.txt"
 """A failed bench run's traceback, in its folder (removed when the run later finishes)."""
+PROGRESS_FILE = "progress.log"
+"""A bench run's progress in a worker process: its stages, batches and messages, timed."""
 
 
 def _run_one(make: Callable[..., Pipeline], run_cfg: PipelineConfig, folder: Path,
@@ -297,10 +309,11 @@ def _run_one(make: Callable[..., Pipeline], run_cfg: PipelineConfig, folder: Pat
     """One bench run, in its own process; a failure's traceback goes to its folder's
     :data:`ERROR_FILE` and the exit code is 1."""
     os.environ.setdefault("DG_TORCH_THREADS", str(threads))
+    progress = FileReporter(folder / PROGRESS_FILE)
     try:
-        make(run_cfg, folder, adopt=adopt).run()
+        make(run_cfg, folder, progress, adopt=adopt).run()
     except BaseException as exc:  # noqa: BLE001 - Ctrl-C too: recorded, then the process ends
-        folder.mkdir(parents=True, exist_ok=True)
+        progress.say(f"failed: {type(exc).__name__}: {exc}")
         (folder / ERROR_FILE).write_text("".join(traceback.format_exception(exc)),
                                          encoding="utf-8")
         sys.exit(1)

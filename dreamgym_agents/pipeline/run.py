@@ -288,6 +288,38 @@ class SilentReporter:
         logger.info("%s", message)
 
 
+class FileReporter:
+    """A reporter that appends timed plain lines to a file: a stage's start, each tenth of a
+    bar (an RL batch's rollout success with it), messages (a bench run in a worker process)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _line(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+    def stage(self, name: str, index: int, total: int) -> None:
+        self._line(f"stage {index}/{total}: {name}")
+
+    def bar(self, label: str, total: int) -> Callable[..., None]:
+        done, shown = [0], [0]
+
+        def tick(advance: int = 1, item: Any = None) -> None:
+            done[0] += int(advance)
+            tenth = done[0] * 10 // total if total else done[0]
+            if tenth > shown[0]:
+                shown[0] = tenth
+                figures = f", rollout success {item['rollout/success']:.2f}" \
+                    if isinstance(item, dict) and "rollout/success" in item else ""
+                self._line(f"{label}: {done[0]}/{total or '?'}{figures}")
+        return tick
+
+    def say(self, message: str) -> None:
+        self._line(message)
+
+
 def is_hosted(policy: str) -> bool:
     """True for a policy whose weights a run cannot update (a hosted or served model)."""
     return policy not in ("embedded",) and not policy.startswith("hf/")
