@@ -55,8 +55,11 @@ def cfg(tmp_path: Path) -> BufferConfig:
     return BufferConfig(path=str(tmp_path / "buffer"), family="webarena")  # web pages
 
 
-@pytest.fixture
-def buffer(cfg: BufferConfig):
+@pytest.fixture(params=["chroma", "memory"])
+def buffer(cfg: BufferConfig, request):
+    """A buffer searched by Chroma, and one searched by its memory index (buffer.index): every
+    test on this fixture holds for both."""
+    cfg.index = request.param
     with ReplayBuffer(cfg) as buf:
         yield buf
 

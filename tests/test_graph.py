@@ -77,6 +77,27 @@ def test_rerun_skips_finished_episodes(tmp_path, counter_env_factory):
     assert resets == 2
 
 
+def test_an_episode_finished_but_not_yet_written_is_written_from_its_checkpoint(
+        tmp_path, counter_env_factory, monkeypatch):
+    """The run checkpoints each episode once, when it ends (durability "exit"): a run stopped
+    between that checkpoint and the trajectory file writes the episode on resume, unplayed."""
+    import dreamgym_agents.episodes.graph as graph
+
+    def stopped(*args):
+        raise KeyboardInterrupt  # the run is stopped after the graph, before the file
+
+    monkeypatch.setattr(graph, "append_trajectory", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run(counter_tasks(1), counter_env_factory, CounterSolver(), tmp_path, concurrency=1)
+    assert not (tmp_path / "trajectories.jsonl").exists()
+    monkeypatch.undo()
+    made_before = len(counter_env_factory.made)
+    run(counter_tasks(1), counter_env_factory, CounterSolver(), tmp_path, concurrency=1)
+    (traj,) = read_trajectories(tmp_path / "trajectories.jsonl")
+    assert traj.success and [t.action for t in traj.transitions] == ["stop [0]"]
+    assert len(counter_env_factory.made) == made_before  # nothing played again
+
+
 def test_different_run_in_same_folder_is_refused(tmp_path, counter_env_factory):
     run(counter_tasks(1), counter_env_factory, CounterSolver(), tmp_path)
     with pytest.raises(ConfigError, match="different run"):

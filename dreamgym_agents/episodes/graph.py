@@ -3,8 +3,8 @@
 One episode is a small cyclic graph: ``reset → agent ⇄ environment → END``. The agent node asks the
 agent for a decision; the environment node executes it and appends the transition; the router
 ``should_continue`` ends the episode when the environment says done or ``max_steps`` is reached.
-Services (environment, agent) live in the graph's runtime context; only data lives in the state, so
-every super-step is checkpointed (LangGraph's SQLite checkpointer, one thread per episode).
+Services (environment, agent) live in the graph's runtime context; only data lives in the state,
+which LangGraph's SQLite checkpointer saves (one thread per episode) when the episode ends.
 
 The runner plays many episodes at once (``concurrency`` environments in a pool) and appends each
 finished episode to ``trajectories.jsonl`` exactly once. Rerunning the same command on the same
@@ -317,6 +317,10 @@ async def run_episodes(
                             config,
                             context=EpisodeContext(env=env, agent=agent, max_steps=cfg.max_steps,
                                                    executor=executor),
+                            # one checkpoint, when the episode ends: what resume reads (a
+                            # finished episode not yet in the file); one cut off mid-way is
+                            # played again from its start, so its steps need none
+                            durability="exit",
                         )
                     except ModelError as exc:
                         envs.put_nowait(env)
