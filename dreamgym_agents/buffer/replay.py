@@ -209,6 +209,8 @@ class ReplayBuffer:
             raise
         logger.info("replay buffer %s/%s: %d transitions (embedding %s)",
                     cfg.url or cfg.path, cfg.collection, self.count(), cfg.embedding)
+        if cfg.index == "memory":
+            self._memory_index()  # read now, not in the first retrieval every episode waits on
 
     # -- connection -------------------------------------------------------------------------
 
@@ -541,8 +543,9 @@ class ReplayBuffer:
         Returns:
             The state of step 0 of such an episode, or None when the buffer has none.
         """
+        index = self._memory_index() if self.cfg.index == "memory" else None
         with self._guard():
-            size = self._collection.count()
+            size = self._collection.count() if index is None else len(index)
             if size != self._starts_size:  # the collection changed: look again
                 self._starts, self._starts_size = {}, size
             cache_key = (task_id, start, family)
@@ -556,7 +559,8 @@ class ReplayBuffer:
         for key, value in keys:
             if not value:
                 continue
-            rows = list(self._scan({"$and": [*base["$and"], {key: value}]}))
+            where = {"$and": [*base["$and"], {key: value}]}
+            rows = index.where(where) if index is not None else list(self._scan(where))
             if rows:
                 newest = max(rows, key=lambda row: row[1].get("seq", 0))[1]
                 state = record_transition(newest).state
