@@ -12,7 +12,8 @@ prints the dream steps per second against the ideal, concurrency ÷ latency::
 server answers ``look``) on real environments, real steps per second.
 
 ``--set`` passes overrides to every run (``--set llm.max_concurrency=4`` replays the gateway's old
-fixed default). Each level plays ``max(4, 2 × concurrency)`` episodes of ``--max-steps`` steps;
+fixed default; ``--set buffer.index=memory`` retrieves from the buffer's in-memory index instead
+of Chroma's filtered query). Each level plays ``max(4, 2 × concurrency)`` episodes of ``--max-steps`` steps;
 steps per second come from the run's own summary (its wall time, not the process start).
 """
 

@@ -68,6 +68,13 @@ def test_dream_concurrency_plays_the_dream_against_the_latency_server(tmp_path, 
         assert row["steps"] == row["episodes"] * 2 == row["em_calls"]
         assert row["em_failures"] == 0 and row["steps_per_s"] > 0
         assert row["ideal"] == row["concurrency"] / 0.05
+    # the buffer's memory index in the dream (what the curve in docs/RESULTS.md plays)
+    monkeypatch.setattr(sys, "argv", ["dream_concurrency", "--task", "alfworld", "--latency",
+                                      "0.05", "--levels", "3", "--max-steps", "2", "--set",
+                                      "buffer.index=memory", "--json", str(out)])
+    load("dream_concurrency").main()
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["steps"] == row["episodes"] * 2 == row["em_calls"] and row["em_failures"] == 0
     # the same curve for eval with a hosted agent on real games
     monkeypatch.setattr(sys, "argv", ["dream_concurrency", "--mode", "eval", "--task",
                                       "alfworld", "--latency", "0.05", "--levels", "2",

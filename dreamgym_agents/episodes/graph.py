@@ -23,7 +23,7 @@ import logging
 import operator
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -141,14 +141,26 @@ async def environment_node(
     limit = out_of_steps or bool(result.info.get("step_limit"))
     termination = "max_steps" if limit else ("done" if result.done else "")
     return {
-        "transitions": [asdict(transition)],
-        "observation": asdict(result.observation),
+        "transitions": [_fields(transition)],
+        "observation": _fields(result.observation),
         "decision": None,
         "step": step + 1,
         "done": result.done or out_of_steps,
         "success": result.success,
         "termination": termination,
     }
+
+
+def _fields(item: Transition | Observation) -> dict[str, Any]:
+    """A step's record as the state's plain data: ``asdict`` one level deep (its ``info`` a
+    fresh mapping of the same values; a transition's usage as a mapping). ``asdict``'s deep
+    copy of every info value (a game's admissible commands, the retrieved demos' ids) cost a
+    dream ~1 ms of its ~20 ms of CPU a step; nothing mutates those values once recorded."""
+    data = {f.name: getattr(item, f.name) for f in fields(item)}
+    data["info"] = dict(item.info)
+    if isinstance(item, Transition):
+        data["usage"] = asdict(item.usage)
+    return data
 
 
 def should_continue(state: EpisodeState) -> str:
