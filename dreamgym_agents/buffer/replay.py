@@ -204,13 +204,13 @@ class ReplayBuffer:
             self._collection = self._open_collection()
             with self._guard():
                 self._batch = max(1, min(_BATCH, self._client.get_max_batch_size()))
+            if cfg.index == "memory":
+                self._memory_index()  # now, not in the first retrieval every episode waits on
         except BaseException:
             self._release()
             raise
         logger.info("replay buffer %s/%s: %d transitions (embedding %s)",
                     cfg.url or cfg.path, cfg.collection, self.count(), cfg.embedding)
-        if cfg.index == "memory":
-            self._memory_index()  # read now, not in the first retrieval every episode waits on
 
     # -- connection -------------------------------------------------------------------------
 
