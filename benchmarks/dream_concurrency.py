@@ -13,8 +13,9 @@ server answers ``look``) on real environments, real steps per second.
 
 ``--set`` passes overrides to every run (``--set llm.max_concurrency=4`` replays the gateway's old
 fixed default; ``--set buffer.index=memory`` retrieves from the buffer's in-memory index instead
-of Chroma's filtered query). Each level plays ``max(4, 2 × concurrency)`` episodes of ``--max-steps`` steps;
-steps per second come from the run's own summary (its wall time, not the process start).
+of Chroma's filtered query); ``--workers N`` plays each dream with ``dg-agents dream --workers
+N``. Each level plays ``max(4, 2 × concurrency)`` episodes of ``--max-steps`` steps; steps per
+second come from the run's own summary (its wall time, not the process start).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def run_level(args: argparse.Namespace, base_url: str, concurrency: int, out: Pa
                    "--limit", str(episodes), "--concurrency", str(concurrency),
                    "--max-steps", str(args.max_steps), "--out", str(out), *hosted,
                    "--buffer-path", str(args.buffer)]
+    if args.workers > 1 and args.mode == "dream":
+        command += ["--workers", str(args.workers)]
     for item in args.set or []:
         command += ["--set", item]
     env = {**os.environ, "STUB_API_KEY": "stub-key"}
@@ -110,6 +113,8 @@ def main() -> None:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--max-steps", type=int, default=10)
     parser.add_argument("--set", action="append", help="An override for every run.")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="dg-agents dream --workers: processes that play the episodes.")
     parser.add_argument("--buffer", default="embedded",
                         help="The dream's buffer (its recorded start states): a path, or "
                              "'embedded', the task's embedded bundle's.")
@@ -132,7 +137,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             root = args.out or Path(tmp)
             print(f"{args.mode}: task {args.task}, latency {args.latency}s, server {base_url}, "
-                  f"buffer {args.buffer}, overrides {args.set or []}")
+                  f"buffer {args.buffer}, overrides {args.set or []}, workers {args.workers}")
             print("| concurrency | steps | wall s | steps/s | ideal | % of ideal | "
                   "model calls | EM failures | process CPU s |")
             print("|---|---|---|---|---|---|---|---|---|")
@@ -147,7 +152,7 @@ def main() -> None:
         server.terminate()
     if args.json:
         args.json.write_text(json.dumps({"mode": args.mode, "task": args.task,
-                                         "latency": args.latency,
+                                         "latency": args.latency, "workers": args.workers,
                                          "overrides": args.set or [], "rows": rows}, indent=2))
 
 

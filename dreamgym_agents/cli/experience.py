@@ -392,6 +392,13 @@ def _ablation_meta(model: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+WorkersOpt = Annotated[int, typer.Option(
+    "--workers", min=1,
+    help="Processes that play the episodes, each with its share of --concurrency (one "
+         "process is CPU-bound at high concurrency against a hosted model; see "
+         "docs/RESULTS.md). Episodes go to OUT/workers/ first, then into OUT.")]
+
+
 def dream_command(
     out: OutOpt,
     experience_model: ExperienceModelOpt = None,
@@ -409,6 +416,7 @@ def dream_command(
     no_history: NoHistoryOpt = False,
     no_retrieval: NoRetrievalOpt = False,
     no_reasoning: NoReasoningOpt = False,
+    workers: WorkersOpt = 1,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -419,31 +427,32 @@ def dream_command(
     em_failures and the ablation flags. --set llm.* configures the experience model's gateway,
     agent.* the agent's (when --agent is a model).
     """
+    from dreamgym_agents.cli.dream_workers import DreamJob, check_workers, run_dream_workers
     from dreamgym_agents.episodes.env import make_family
-    from dreamgym_agents.episodes.graph import RunConfig
-    from dreamgym_agents.experience.dream import DreamConfig
-    from dreamgym_agents.experience.fidelity_run import run_dream
 
     setup_logging(verbose)
+    check_workers(workers)
     experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
                                               no_reasoning, make_console())
-    sections = Sections(config, overrides, DREAM_SECTIONS)
-    dream_cfg = sections.configure(DreamConfig(), "dream")
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
-    runner = build_agent(agent, seed=seed, family=family, sections=sections,
-                         section="agent", concurrency=concurrency, program=program)
-    model, gateway, buffer = build_experience(sections, family, experience_model, buffer_path,
-                                               buffer_url, no_history, no_retrieval, no_reasoning,
-                                               model_buffer, concurrency)
+    job = DreamJob(experience_model=experience_model, model_buffer=model_buffer, task=task,
+                   agent=agent, program=program, seed=seed,
+                   buffer_path=str(buffer_path) if buffer_path else None, buffer_url=buffer_url,
+                   ablations=(no_history, no_retrieval, no_reasoning),
+                   config=str(config) if config else None, overrides=list(overrides or []),
+                   max_steps=max_steps, verbose=verbose)
     console = make_console()
+    parts = _dream_parts(job, family, concurrency)
+    dream_cfg, runner, model, gateway, buffer = parts
     try:
-        meta = {"command": "dream", "task": task, "agent": agent,
-                **({"program": program} if program else {}),
-                "split": split.value if not tasks_file else "",
-                "tasks_file": str(tasks_file or ""), "limit": limit, "max_steps": max_steps,
-                "seed": seed, "buffer": _where(buffer), **_ablation_meta(model)}
+        job.meta = {"command": "dream", "task": task, "agent": agent,
+                    **({"program": program} if program else {}),
+                    "split": split.value if not tasks_file else "",
+                    "tasks_file": str(tasks_file or ""), "limit": limit,
+                    "max_steps": max_steps, "seed": seed, "buffer": _where(buffer),
+                    **_ablation_meta(model)}
         count = buffer.count()
         console.print(f"[bold]dream[/]: experience model {experience_model}, buffer "
                       f"{_where(buffer)} ({count} transitions)")
@@ -458,23 +467,81 @@ def dream_command(
                           "expert plan, which a dream has not: it only looks around here (its "
                           "plans in the dream: `dg-agents fidelity`, which replays recorded "
                           "expert episodes)")
-        run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=max_steps, meta=meta)
-        result = run_with_progress(
-            console, len(tasks),
-            lambda cb: run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg,
-                                 family=family, on_episode=cb),
-        )
+        if workers == 1:
+            result = run_with_progress(
+                console, len(tasks),
+                lambda cb: _play(job, parts, family, tasks, out, concurrency, cb))
+        else:
+            _close_parts(parts)  # each worker builds its own
+            parts = ()
+            result = run_dream_workers(job, tasks, runner.name, out, workers=workers,
+                                       concurrency=concurrency, family=family, console=console)
     finally:
-        buffer.close()
-        gateway.close()
+        if parts:
+            _close_parts(parts)
         family.close()
-        if hasattr(runner, "gateway"):  # an LLM agent
-            runner.gateway.close()
     print_summary(console, result.summary, out)
     em = result.summary["experience_usage"]
     console.print(f"em_failures={result.summary['em_failures']}; experience model: "
                   f"{em['calls']} calls, {em['total_tokens']} tokens, ${em['cost_usd']:.4f}")
     raise_if_failed(result, out)
+
+
+def _dream_parts(job: Any, family: Any, concurrency: int) -> tuple[Any, ...]:
+    """The dream's settings, agent, experience model, its gateway and the buffer, from a
+    :class:`~dreamgym_agents.cli.dream_workers.DreamJob`."""
+    from dreamgym_agents.experience.dream import DreamConfig
+
+    sections = Sections(Path(job.config) if job.config else None, job.overrides,
+                        DREAM_SECTIONS)
+    dream_cfg = sections.configure(DreamConfig(), "dream")
+    runner = build_agent(job.agent, seed=job.seed, family=family, sections=sections,
+                         section="agent", concurrency=concurrency, program=job.program)
+    try:
+        model, gateway, buffer = build_experience(
+            sections, family, job.experience_model,
+            Path(job.buffer_path) if job.buffer_path else None, job.buffer_url,
+            *job.ablations, job.model_buffer, concurrency)
+    except BaseException:
+        if hasattr(runner, "gateway"):
+            runner.gateway.close()
+        raise
+    return dream_cfg, runner, model, gateway, buffer
+
+
+def _close_parts(parts: tuple[Any, ...]) -> None:
+    _, runner, _, gateway, buffer = parts
+    buffer.close()
+    gateway.close()
+    if hasattr(runner, "gateway"):  # an LLM agent
+        runner.gateway.close()
+
+
+async def _play(job: Any, parts: tuple[Any, ...], family: Any, tasks: list[Any], out: Path,
+                concurrency: int, on_episode: Any = None) -> Any:
+    from dreamgym_agents.episodes.graph import RunConfig
+    from dreamgym_agents.experience.fidelity_run import run_dream
+
+    dream_cfg, runner, model, _, buffer = parts
+    run_cfg = RunConfig(out_dir=out, concurrency=concurrency, max_steps=job.max_steps,
+                        meta=job.meta)
+    return await run_dream(tasks, runner, model, buffer, run_cfg, dream_cfg, family=family,
+                           on_episode=on_episode)
+
+
+def play_dream(job: Any, tasks: list[Any], out: Path, concurrency: int) -> Any:
+    """One worker's share of a dream run (``dg-agents dream --workers``): build its parts
+    from ``job``, play ``tasks`` into ``out``, close them."""
+    from dreamgym_agents.episodes.env import make_family
+
+    setup_logging(job.verbose)
+    family = make_family(job.task)
+    parts = _dream_parts(job, family, concurrency)
+    try:
+        return asyncio.run(_play(job, parts, family, tasks, out, concurrency))
+    finally:
+        _close_parts(parts)
+        family.close()
 
 
 # --------------------------------------------------------------------------------------------

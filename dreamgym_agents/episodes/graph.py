@@ -238,7 +238,7 @@ def episode_id_for(task: Task, agent: str) -> str:
     return f"{safe}-{task.family}-{task.split or 'file'}-{task.task_id}"
 
 
-def _prepare_out_dir(cfg: RunConfig) -> set[str]:
+def prepare_out_dir(cfg: RunConfig) -> set[str]:
     """Create the folder, check that a resumed run matches, and return finished episode ids."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     run_file = cfg.out_dir / RUN_FILE
@@ -280,7 +280,7 @@ async def run_episodes(
     """
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    finished = _prepare_out_dir(cfg)
+    finished = prepare_out_dir(cfg)
     traj_file = cfg.out_dir / TRAJECTORIES_FILE
     pending = [t for t in tasks if episode_id_for(t, agent.name) not in finished]
     skipped = len(tasks) - len(pending)

@@ -139,15 +139,22 @@ async def run_dream(
                                 agent, run_cfg, on_episode=on_episode)
     traj_file = run_cfg.out_dir / TRAJECTORIES_FILE
     trajectories = read_trajectories(traj_file) if traj_file.exists() else []
-    result.summary["em_failures"] = count_em_failures(trajectories)
-    result.summary["experience_usage"] = experience_usage(trajectories)
-    checked = reward_check(trajectories, getattr(family, "state_success", None))
-    if checked is not None:
-        result.summary["reward_check"] = checked
+    add_dream_figures(result.summary, trajectories, family)
     (run_cfg.out_dir / SUMMARY_FILE).write_text(
         json.dumps(result.summary, indent=2, sort_keys=True)
     )
     return result
+
+
+def add_dream_figures(summary: dict[str, Any], trajectories: list[Trajectory],
+                      family: TaskFamily) -> None:
+    """A dream run's own figures, over its episodes: ``em_failures``, ``experience_usage``
+    and, for a family that checks states, ``reward_check``."""
+    summary["em_failures"] = count_em_failures(trajectories)
+    summary["experience_usage"] = experience_usage(trajectories)
+    checked = reward_check(trajectories, getattr(family, "state_success", None))
+    if checked is not None:
+        summary["reward_check"] = checked
 
 
 class _HeldOutModel:
