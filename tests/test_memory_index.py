@@ -94,7 +94,10 @@ def step(episode: str, i: int, task: str = "t") -> Transition:
                       action=f"go to place {i}", next_state=f"room {i + 1}", provenance="real")
 
 
-def test_answers_as_chroma_does_up_to_the_order_of_equally_near_records(tmp_path):
+def test_answers_as_chroma_does_where_chromas_graph_reaches(tmp_path):
+    """Chroma's HNSW graph is approximate (and built in an order that varies between runs): it
+    may miss a near record, never add a nearer one. The exact search finds at least as near a
+    record at every rank, and every record Chroma found nearer than its own last one."""
     cfg = BufferConfig(path=str(tmp_path / "b"))
     with ReplayBuffer(cfg) as chroma:
         chroma.add([step(f"e{i % 9}", i, task=f"t{i % 5}") for i in range(120)])
@@ -105,12 +108,15 @@ def test_answers_as_chroma_does_up_to_the_order_of_equally_near_records(tmp_path
                 ask = (f"room {i} holds {i % 3}", f"go to place {i + 1}")
                 theirs = chroma.retrieve(*ask, k=6, where=where)
                 mine = memory.retrieve(*ask, k=6, where=where)
-                sims = [t.info["similarity"] for t in theirs]
-                assert [t.info["similarity"] for t in mine] == pytest.approx(sims, abs=1e-5)
-                # a record nearer than the last one: Chroma found it too (ties in any order)
-                found = {(t.episode_id, t.step) for t in theirs}
-                assert all((t.episode_id, t.step) in found for t in mine
+                sims = [t.info["similarity"] for t in mine]
+                assert len(mine) == len(theirs) == 6 and sims == sorted(sims, reverse=True)
+                assert all(m >= t - 1e-5 for m, t in
+                           zip(sims, (t.info["similarity"] for t in theirs), strict=True))
+                found = {(t.episode_id, t.step) for t in mine}
+                assert all((t.episode_id, t.step) in found for t in theirs
                            if t.info["similarity"] > sims[-1] + 1e-5)
+                if where is not None:
+                    assert all(t.task_id != f"t{i % 5}" for t in mine)
 
 
 def test_the_snapshot_follows_its_own_and_other_writers(tmp_path, monkeypatch):
