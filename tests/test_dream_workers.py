@@ -64,6 +64,7 @@ def test_workers_play_each_episode_once_then_resume_with_any_count(stub_server, 
     assert summary["episodes"] == 6 and summary["synthetic_transitions"] == 18
     assert summary["experience_usage"]["calls"] == 18 and summary["em_failures"] == 0
     assert summary["workers"] == 2 and summary["resumed_episodes"] == 0
+    assert summary["wall_seconds"] > 0 and summary["setup_seconds"] > 0  # workers' start-up
     folders = sorted((out / "workers").glob("w*"))
     assert [len(read_trajectories(f / "trajectories.jsonl")) for f in folders] == [3, 3]
 

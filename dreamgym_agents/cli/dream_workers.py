@@ -30,7 +30,7 @@ from typing import Any
 from dreamgym_agents.errors import ConfigError, DreamGymError
 
 WORKERS_DIR = "workers"
-FAILED_FILE = "failed.json"
+SHARE_FILE = "share.json"  # a worker's failed episodes and when its episodes began and ended
 ERROR_FILE = "worker-error.txt"
 _POLL_S = 0.5
 
@@ -86,8 +86,9 @@ def play_share(job: DreamJob, tasks: list[dict[str, Any]], folder: str, concurre
         from dreamgym_agents.cli.experience import play_dream
         from dreamgym_agents.types import Task
 
-        result = play_dream(job, [Task.from_dict(t) for t in tasks], out, concurrency)
-        (out / FAILED_FILE).write_text(json.dumps(result.failed))
+        result, began = play_dream(job, [Task.from_dict(t) for t in tasks], out, concurrency)
+        (out / SHARE_FILE).write_text(json.dumps({"failed": result.failed, "began": began,
+                                                  "ended": time.time()}))
     except BaseException:
         (out / ERROR_FILE).write_text(traceback.format_exc())
         raise SystemExit(1) from None
@@ -169,7 +170,8 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
     merge_workers(out, finished)
     pending = [t for t in tasks if episode_id_for(t, agent_name) not in finished]
     skipped = len(tasks) - len(pending)
-    n = min(workers, len(pending))  # none when every episode is already in the folder
+    # no more workers than episodes in flight, none when every episode is in the folder
+    n = min(workers, concurrency, len(pending))
     deals = [pending[i::n] for i in range(n)]
     share_of = shares(concurrency, n) if n else []
     threads = max(1, torch_threads() // max(1, n))
@@ -179,7 +181,7 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
     for i, deal in enumerate(deals):
         folder = out / WORKERS_DIR / f"w{i}"
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in (FAILED_FILE, ERROR_FILE):
+        for stale in (SHARE_FILE, ERROR_FILE):
             (folder / stale).unlink(missing_ok=True)
         proc = ctx.Process(target=play_share, name=f"dream-worker-{i}",
                            args=(job, [t.to_dict() for t in deal], str(folder),
@@ -219,9 +221,12 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
     merge_workers(out, finished)
     failed: list[dict[str, Any]] = []
     broken: list[str] = []
+    spans: list[tuple[float, float]] = []
     for proc, folder in procs:
-        if (folder / FAILED_FILE).exists():
-            failed += json.loads((folder / FAILED_FILE).read_text())
+        if (folder / SHARE_FILE).exists():
+            share = json.loads((folder / SHARE_FILE).read_text())
+            failed += share["failed"]
+            spans.append((share["began"], share["ended"]))
         if proc.exitcode != 0:
             lines = (folder / ERROR_FILE).read_text().strip().splitlines() \
                 if (folder / ERROR_FILE).exists() else []
@@ -235,7 +240,12 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
         if (out / TRAJECTORIES_FILE).exists() else []
     summary = summarize(trajectories, job.meta)
     add_dream_figures(summary, trajectories, family)
-    summary["wall_seconds"] = round(time.perf_counter() - wall_start, 3)
+    # as one process counts it: the episodes' time, from the first share's start to the last
+    # share's end (each worker's own start-up, ~10 s of imports, is in setup_seconds)
+    total = time.perf_counter() - wall_start
+    played = max(e for _, e in spans) - min(b for b, _ in spans) if spans else total
+    summary["wall_seconds"] = round(played, 3)
+    summary["setup_seconds"] = round(max(0.0, total - played), 3)
     summary["failed_episodes"] = len(failed)
     summary["resumed_episodes"] = skipped
     summary["workers"] = workers

@@ -529,16 +529,24 @@ async def _play(job: Any, parts: tuple[Any, ...], family: Any, tasks: list[Any],
                            on_episode=on_episode)
 
 
-def play_dream(job: Any, tasks: list[Any], out: Path, concurrency: int) -> Any:
+def play_dream(job: Any, tasks: list[Any], out: Path, concurrency: int) -> tuple[Any, float]:
     """One worker's share of a dream run (``dg-agents dream --workers``): build its parts
-    from ``job``, play ``tasks`` into ``out``, close them."""
+    from ``job``, play ``tasks`` into ``out``, close them.
+
+    Returns:
+        The share's run result, and when its episodes began (``time.time()``, after the
+        worker's own setup).
+    """
+    import time
+
     from dreamgym_agents.episodes.env import make_family
 
     setup_logging(job.verbose)
     family = make_family(job.task)
     parts = _dream_parts(job, family, concurrency)
     try:
-        return asyncio.run(_play(job, parts, family, tasks, out, concurrency))
+        began = time.time()
+        return asyncio.run(_play(job, parts, family, tasks, out, concurrency)), began
     finally:
         _close_parts(parts)
         family.close()
