@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,16 +78,20 @@ def shares(total: int, workers: int) -> list[int]:
     return [max(1, total // workers + (i < total % workers)) for i in range(workers)]
 
 
-def play_share(job: DreamJob, tasks: list[dict[str, Any]], folder: str, concurrency: int,
-               threads: int) -> None:
+PlayDream = Callable[[DreamJob, list[Any], Path, int], tuple[Any, float]]
+"""Plays a share of a dream run: ``(job, tasks, folder, concurrency) → (RunResult, when its
+episodes began)``; a module-level function (it crosses a process spawn by reference)."""
+
+
+def play_share(play: PlayDream, job: DreamJob, tasks: list[dict[str, Any]], folder: str,
+               concurrency: int, threads: int) -> None:
     """A worker: play ``tasks`` in the dream into ``folder`` (a spawned process's target)."""
     os.environ.setdefault("DG_TORCH_THREADS", str(threads))
     out = Path(folder)
     try:
-        from dreamgym_agents.cli.experience import play_dream
         from dreamgym_agents.types import Task
 
-        result, began = play_dream(job, [Task.from_dict(t) for t in tasks], out, concurrency)
+        result, began = play(job, [Task.from_dict(t) for t in tasks], out, concurrency)
         (out / SHARE_FILE).write_text(json.dumps({"failed": result.failed, "began": began,
                                                   "ended": time.time()}))
     except BaseException:
@@ -137,8 +142,10 @@ def merge_workers(out: Path, finished: set[str]) -> int:
 
 
 def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Path, *,
-                      workers: int, concurrency: int, family: Any, console: Any) -> Any:
-    """Play ``tasks`` in the dream with ``workers`` processes (see the module docstring).
+                      workers: int, concurrency: int, family: Any, console: Any,
+                      play: PlayDream) -> Any:
+    """Play ``tasks`` in the dream with ``workers`` processes (see the module docstring), each
+    running ``play`` on its share.
 
     Returns:
         The run's :class:`~dreamgym_agents.episodes.graph.RunResult` over the whole folder.
@@ -162,8 +169,7 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
     from dreamgym_agents.gateway.local import torch_threads
     from dreamgym_agents.types import read_trajectories
 
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    check_workers(workers)
     wall_start = time.perf_counter()
     finished = prepare_out_dir(RunConfig(out_dir=out, concurrency=concurrency,
                                          max_steps=job.max_steps, meta=job.meta))
@@ -184,7 +190,7 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
         for stale in (SHARE_FILE, ERROR_FILE):
             (folder / stale).unlink(missing_ok=True)
         proc = ctx.Process(target=play_share, name=f"dream-worker-{i}",
-                           args=(job, [t.to_dict() for t in deal], str(folder),
+                           args=(play, job, [t.to_dict() for t in deal], str(folder),
                                  concs[i], threads))
         procs.append((proc, folder))
     if n:

@@ -475,7 +475,8 @@ def dream_command(
             _close_parts(parts)  # each worker builds its own
             parts = ()
             result = run_dream_workers(job, tasks, runner.name, out, workers=workers,
-                                       concurrency=concurrency, family=family, console=console)
+                                       concurrency=concurrency, family=family, console=console,
+                                       play=play_dream)
     finally:
         if parts:
             _close_parts(parts)
