@@ -21,6 +21,7 @@ passes ``n = 1``).
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,8 +36,7 @@ Row = tuple[str, dict[str, Any], float, str]
 
 _MISSING = object()  # a record without the key
 _MASKS_KEPT = 1024  # filter masks cached per snapshot (one per distinct clause)
-_ORDERING = {"$gt": np.greater, "$gte": np.greater_equal, "$lt": np.less,
-             "$lte": np.less_equal}
+_ORDERING = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 _OPERATORS = ("$eq", "$ne", "$in", "$nin", *_ORDERING)
 
 
@@ -198,7 +198,7 @@ class MemoryIndex:
         if _kind(value) != "number":
             raise ConfigError(f"bad buffer filter {where!r}: {op} compares numbers")
         compare = _ORDERING[op]
-        return np.fromiter((_kind(v) == "number" and bool(compare(v, _met_as(v, value)))
+        return np.fromiter((_kind(v) == "number" and compare(v, _met_as(v, value))
                             for v in column), dtype=bool, count=len(column))
 
     # -- queries ----------------------------------------------------------------------------

@@ -18,7 +18,6 @@ with one line naming it (its traceback in its folder's ``worker-error.txt``).
 from __future__ import annotations
 
 import json
-import math
 import multiprocessing
 import os
 import time
@@ -267,6 +266,6 @@ def check_workers(workers: int) -> None:
     """Refuse a worker count that cannot run."""
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
-    if workers > max(1, math.floor((os.cpu_count() or 1) * 4)):
+    if workers > 4 * (os.cpu_count() or 1):
         raise ConfigError(f"--workers {workers} is more than 4 per core here "
                           f"({os.cpu_count()} cores): use at most one per free core")

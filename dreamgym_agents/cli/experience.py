@@ -445,7 +445,7 @@ def dream_command(
                    max_steps=max_steps, verbose=verbose)
     console = make_console()
     parts = _dream_parts(job, family, concurrency)
-    dream_cfg, runner, model, gateway, buffer = parts
+    _, runner, model, _, buffer = parts
     try:
         job.meta = {"command": "dream", "task": task, "agent": agent,
                     **({"program": program} if program else {}),
