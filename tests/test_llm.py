@@ -444,6 +444,41 @@ def test_import_touches_no_network(tmp_path: Path) -> None:
     assert result.stdout.strip().endswith("OK")
 
 
+def test_prepare_does_the_first_request_set_up_once_and_offline(tmp_path: Path) -> None:
+    """``Gateway.prepare`` (what the CLI does before a run) sends nothing; a mocked or local
+    model needs no set-up; after it, a process's first requests skip the set-up step."""
+    script = textwrap.dedent(
+        """
+        import socket
+        attempts = []
+        def refuse(*args, **kwargs):
+            attempts.append(args)
+            raise OSError("network disabled in this test")
+        socket.socket.connect = refuse
+        socket.socket.connect_ex = refuse
+        socket.create_connection = refuse
+
+        import dreamgym_agents.gateway.llm as llm
+        from dreamgym_agents.gateway.litellm_setup import request_path_ready
+        llm.Gateway(llm.LLMConfig(model="openai/gpt-4o-mini", mock_response="x")).prepare()
+        assert not request_path_ready(), "a mocked model needs no set-up"
+        gw = llm.Gateway(llm.LLMConfig(model="openai/gpt-4o-mini",
+                                       api_base="http://127.0.0.1:9/v1"))
+        gw.prepare()
+        assert request_path_ready()
+        gw.prepare()  # once per process: a second call does nothing
+        assert attempts == [], attempts
+        assert gw.usage.calls == 0
+        print("OK")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("OK")
+
+
 def test_a_priced_models_answers_are_counted_at_its_price(server_factory, api_key) -> None:
     """A model LiteLLM knows the price of: each answer's cost at that price (LiteLLM's own
     figure for the answer, not priced twice); an unpriced model's answers count 0."""

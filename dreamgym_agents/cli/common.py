@@ -134,7 +134,9 @@ class Sections:
             flags["max_concurrency"] = max(1, concurrency)
         cfg = self.configure(LLMConfig(model=model), section, flags)
         check_model_string(cfg.model)
-        return Gateway(cfg)
+        gateway = Gateway(cfg)
+        gateway.prepare()  # a hosted model's first requests of a run do not wait on set-up
+        return gateway
 
 
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,

@@ -14,6 +14,7 @@ codec the model is prompted with at inference, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -139,8 +140,12 @@ def verdict(t: Transition) -> str:
     return COMPLETE if t.success else FAILED if t.terminated else UNFINISHED
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.lower()))
+@functools.lru_cache(maxsize=16384)
+def _words(text: str) -> frozenset[str]:
+    """The words of ``text``, kept for the texts seen last: a dream ranks the same few
+    thousand recorded states and actions against each step (1.6 ms of a step's ~20 ms of CPU
+    went to splitting them again)."""
+    return frozenset(_WORD.findall(text.lower()))
 
 
 def _likeness(a: str, b: str) -> float:

@@ -33,7 +33,11 @@ from types import ModuleType
 from typing import Any
 
 from dreamgym_agents.errors import ConfigError, ContextLengthError, DreamGymError, ModelError
-from dreamgym_agents.gateway.litellm_setup import import_litellm
+from dreamgym_agents.gateway.litellm_setup import (
+    import_litellm,
+    prepare_request_path,
+    request_path_ready,
+)
 from dreamgym_agents.types import ModelUsage
 
 # Without this, importing LiteLLM fetches its model price list from GitHub (and waits on it).
@@ -561,6 +565,10 @@ class Gateway:
             kwargs["api_key"] = api_key
         if mock is not None:
             kwargs["mock_response"] = mock
+        if mock is None and not cfg.is_local and not request_path_ready():
+            # requests that start together must not each run into LiteLLM's first-request
+            # imports: one thread does them while the others wait (see prepare_request_path)
+            await asyncio.to_thread(prepare_request_path)
         attempt = 0
         while True:
             try:
@@ -661,6 +669,13 @@ class Gateway:
             return 0.0
 
     # ----------------------------------------------------------------- life cycle
+    def prepare(self) -> None:
+        """Do this process's one-time request set-up now (LiteLLM's first-request imports,
+        :func:`~dreamgym_agents.gateway.litellm_setup.prepare_request_path`), before a run's
+        first requests would wait on it. Nothing to do for a local or mocked model."""
+        if not self.cfg.is_local and self.cfg.mock_response is None:
+            prepare_request_path()
+
     def _get_cache(self) -> _DiskCache | None:
         with self._lock:
             if self._cache is None and self.cfg.cache_dir:
