@@ -92,7 +92,12 @@ def eval_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run an agent on real environments and record its trajectories."""
-    from dreamgym_agents.episodes.env import EnvConfig, env_options, make_family
+    from dreamgym_agents.episodes.env import (
+        EnvConfig,
+        env_config_for_agent,
+        env_options,
+        make_family,
+    )
 
     setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
@@ -113,6 +118,7 @@ def eval_command(
     tasks = scorable(family, tasks, env_cfg, skip=skip_unscorable)
     runner = build_agent(agent, seed=seed, family=family, sections=sections,
                          concurrency=concurrency, program=program)
+    env_cfg = env_config_for_agent(family, env_cfg, runner)
     meta = {
         "command": "eval", "task": task, "agent": agent,
         **({"program": program} if program else {}),

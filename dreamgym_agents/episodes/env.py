@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol, runtime_checkable
 
 from dreamgym_agents.errors import ConfigError
@@ -215,6 +215,16 @@ def env_options(family: Any, cfg: EnvConfig) -> Any:
     return options
 
 
+def env_config_for_agent(family: Any, cfg: EnvConfig, agent: Any) -> EnvConfig:
+    """``cfg`` with the family's settings for ``agent`` (its ``agent_env_options``) where the
+    user set none: what the environments of a run played by ``agent`` are made with."""
+    for_agent = getattr(family, "agent_env_options", None)
+    if for_agent is None:
+        return cfg
+    defaults = {k: v for k, v in for_agent(agent).items() if k not in cfg.options}
+    return replace(cfg, options={**cfg.options, **defaults}) if defaults else cfg
+
+
 @dataclass(frozen=True)
 class Requirement:
     """One line of ``dg-agents doctor`` about what a family needs: ``ok`` True (there), False
@@ -277,7 +287,10 @@ class TaskFamily(Protocol):
     a policy's warm start (ALFWorld's ``decoy``: its near miss is not to be imitated);
     ``env_options``, the dataclass of the family's own environment settings (a browser's
     timeouts, a game's expert), read from ``EnvConfig.options`` by :func:`env_options`
-    (``--set env.<name>=…``; none: the family takes no other ``env`` keys).
+    (``--set env.<name>=…``; none: the family takes no other ``env`` keys);
+    ``agent_env_options(agent) -> dict``, those settings as an agent needs them, applied where
+    the user set none (:func:`env_config_for_agent`: ALFWorld plans with its expert only for an
+    agent that follows the plan).
     """
 
     name: str

@@ -136,3 +136,28 @@ def test_a_warm_start_never_learns_from_the_decoy(tmp_path):
         assert sorted(t.agent for t in read_offline(source, exclude=excluded)) == [
             "noisy", "random"]
     assert warm_start_excluded(make_family("webarena")) == ("oracle",)
+
+
+def test_the_expert_plans_only_for_an_agent_that_follows_it():
+    """A run's environments plan with the expert for the oracle, the noisy expert and the decoy
+    (they read its plan), not for the searcher, the random agent or a hosted model; what the
+    user set stays."""
+    from dreamgym_agents.episodes.env import env_config_for_agent, env_options
+
+    family = make_family("alfworld")
+    agents = family.offline_agents()
+
+    class Hosted:  # an agent with no needs_expert (a hosted model, a trained policy)
+        name = "openai/x"
+
+    def expert(agent, **options) -> bool:
+        cfg = env_config_for_agent(family, EnvConfig(options=options), agent)
+        return env_options(family, cfg).expert
+
+    assert expert(agents["oracle"]) and expert(agents["noisy"]) and expert(agents["decoy"])
+    assert not expert(agents["searcher"]) and not expert(agents["random"])
+    assert not expert(agents["decoy-searcher"]) and not expert(Hosted())
+    assert expert(Hosted(), expert=True)  # --set env.expert=true
+    assert not expert(agents["oracle"], expert=False)
+    env = family.make_env(env_config_for_agent(family, EnvConfig(), Hosted()))
+    assert env._expert is False
