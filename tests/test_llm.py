@@ -479,6 +479,22 @@ def test_prepare_does_the_first_request_set_up_once_and_offline(tmp_path: Path) 
     assert result.stdout.strip().endswith("OK")
 
 
+def test_a_set_up_litellm_refuses_is_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The set-up ahead is an optimisation: should LiteLLM refuse its mocked call, ``prepare``
+    raises nothing and the first requests do the set-up themselves."""
+    from dreamgym_agents.gateway import litellm_setup
+
+    litellm = import_litellm()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("this LiteLLM release refuses the mocked call")
+
+    monkeypatch.setattr(litellm_setup, "_REQUEST_PATH_READY", False)
+    monkeypatch.setattr(litellm, "completion", refuse)
+    Gateway(LLMConfig(model="openai/gpt-4o-mini")).prepare()
+    assert litellm_setup.request_path_ready()
+
+
 def test_a_priced_models_answers_are_counted_at_its_price(server_factory, api_key) -> None:
     """A model LiteLLM knows the price of: each answer's cost at that price (LiteLLM's own
     figure for the answer, not priced twice); an unpriced model's answers count 0."""
