@@ -407,20 +407,27 @@ def test_unwritable_cache_dir_is_a_config_error(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- import is offline and cheap
 
+NO_NETWORK = textwrap.dedent(
+    """
+    import socket
+    attempts = []  # every connection the script tries (each refused)
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network disabled in this test")
+    socket.socket.connect = refuse
+    socket.socket.connect_ex = refuse
+    socket.create_connection = refuse
+    socket.getaddrinfo = refuse
+    """
+)
+"""The preamble of a script that must run offline: it records and refuses any connection."""
+
+
 
 def test_import_touches_no_network(tmp_path: Path) -> None:
-    script = textwrap.dedent(
+    script = NO_NETWORK + textwrap.dedent(
         """
-        import socket, sys
-        attempts = []
-        def refuse(*args, **kwargs):
-            attempts.append(args)
-            raise OSError("network disabled in this test")
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-        socket.getaddrinfo = refuse
-
+        import sys
         import dreamgym_agents.gateway.llm as llm
         assert "litellm" not in sys.modules, "litellm must be imported lazily"
         llm.import_litellm()
@@ -447,17 +454,8 @@ def test_import_touches_no_network(tmp_path: Path) -> None:
 def test_prepare_does_the_first_request_set_up_once_and_offline(tmp_path: Path) -> None:
     """``Gateway.prepare`` (what the CLI does before a run) sends nothing; a mocked or local
     model needs no set-up; after it, a process's first requests skip the set-up step."""
-    script = textwrap.dedent(
+    script = NO_NETWORK + textwrap.dedent(
         """
-        import socket
-        attempts = []
-        def refuse(*args, **kwargs):
-            attempts.append(args)
-            raise OSError("network disabled in this test")
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-
         import dreamgym_agents.gateway.llm as llm
         from dreamgym_agents.gateway.litellm_setup import request_path_ready
         llm.Gateway(llm.LLMConfig(model="openai/gpt-4o-mini", mock_response="x")).prepare()
