@@ -893,14 +893,15 @@ def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folde
     Raises:
         ConfigError: Episodes failed on infrastructure (rerun to retry them).
     """
-    from dreamgym_agents.episodes.env import EnvConfig
+    from dreamgym_agents.episodes.env import EnvConfig, env_config_for_agent
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
     from dreamgym_agents.policy.model import PolicyAgent
 
     policy = PolicyModel.load(checkpoint, view)
     agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{name}")
     run_cfg = RunConfig(out_dir=folder, concurrency=concurrency, max_steps=max_steps, meta=meta)
-    env_cfg = EnvConfig(max_steps=max_steps)
+    # a policy reads no expert's plan: ALFWorld's expert does not plan for it
+    env_cfg = env_config_for_agent(family, EnvConfig(max_steps=max_steps), agent)
     result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
                                       on_episode=on_episode))
     if result.failed:
