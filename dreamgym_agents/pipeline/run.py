@@ -790,7 +790,11 @@ class Pipeline:
         curriculum = None
         llm_generator = None
         if real:
-            env_cfg = self.env_cfg()
+            from dreamgym_agents.episodes.env import env_config_for_agent
+            from dreamgym_agents.policy.model import PolicyAgent
+
+            # the policy being trained (a PolicyAgent) reads no expert's plan
+            env_cfg = env_config_for_agent(family, self.env_cfg(), PolicyAgent)
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
         else:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
