@@ -97,7 +97,8 @@ def step(episode: str, i: int, task: str = "t") -> Transition:
 def test_answers_as_chroma_does_where_chromas_graph_reaches(tmp_path):
     """Chroma's HNSW graph is approximate (and built in an order that varies between runs): it
     may miss a near record, never add a nearer one. The exact search finds at least as near a
-    record at every rank, and every record Chroma found nearer than its own last one."""
+    record at every rank, and every record Chroma found nearer than the exact search's last
+    one."""
     cfg = BufferConfig(path=str(tmp_path / "b"))
     with ReplayBuffer(cfg) as chroma:
         chroma.add([step(f"e{i % 9}", i, task=f"t{i % 5}") for i in range(120)])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -538,8 +539,6 @@ def play_dream(job: Any, tasks: list[Any], out: Path, concurrency: int) -> tuple
         The share's run result, and when its episodes began (``time.time()``, after the
         worker's own setup).
     """
-    import time
-
     from dreamgym_agents.episodes.env import make_family
 
     setup_logging(job.verbose)
