@@ -186,12 +186,14 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from dreamgym_agents.gateway.local import _get_loaded
+    from dreamgym_agents.gateway.local import Batcher, _get_loaded
 
     prompts = [[{"role": "user", "content": f"Page {i}: click the item {'x' * i}."}]
                for i in range(6)]
     alone = [generate_local(checkpoint, p, max_tokens=10 + i) for i, p in enumerate(prompts)]
     loaded = _get_loaded(checkpoint)
+    # the reference path (transformers' generate); the fast path's batching: test_engine
+    monkeypatch.setattr(loaded, "batcher", Batcher(loaded.model, 1, 16))
     batcher, generate = loaded.batcher, loaded.model.generate
     first = threading.Event()
 
@@ -293,12 +295,15 @@ def test_a_running_generation_stops_at_its_next_token_when_interrupted(
     checkpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dreamgym_agents.gateway.local import (
+        Batcher,
         _get_loaded,
         interrupt_local_generation,
         resume_local_generation,
     )
 
     loaded = _get_loaded(checkpoint)
+    # the reference path (transformers' generate); the fast path's: test_engine
+    monkeypatch.setattr(loaded, "batcher", Batcher(loaded.model, 1, 16))
     generate, steps = loaded.model.generate, []
 
     def counting(*args, **kwargs):

@@ -59,10 +59,18 @@ DEFAULT_VOCAB_TEXTS: tuple[str, ...] = (
 
 _ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>")
 
+ENGINE_ENV = "DG_LOCAL_ENGINE"
+ENGINES = ("auto", "fast", "reference")
+"""How local generations run (``$DG_LOCAL_ENGINE``): ``auto`` (the default) the fast path
+(:mod:`dreamgym_agents.gateway.engine`: continuous batching with a KV cache) for the
+architectures it knows and transformers' ``generate`` for the others; ``reference`` always
+``generate`` (:class:`Batcher`); ``fast`` refuses a model the fast path cannot run."""
+
 MAX_BATCH_ENV = "DG_LOCAL_MAX_BATCH"
-DEFAULT_MAX_BATCH = 16
-"""Most requests one ``generate`` call serves (``$DG_LOCAL_MAX_BATCH`` overrides; 1 turns
-batching off). Larger local checkpoints on a small machine may want fewer."""
+DEFAULT_MAX_BATCH = 32
+"""Most requests generating at once (the fast path's running batch, or one ``generate`` call
+of the reference path); ``$DG_LOCAL_MAX_BATCH`` overrides (1 turns batching off). Larger local
+checkpoints on a small machine may want fewer."""
 
 
 @dataclass
@@ -255,6 +263,40 @@ class Batcher:
         return rows
 
 
+def local_engine() -> str:
+    """The engine ``$DG_LOCAL_ENGINE`` asks for (:data:`ENGINES`; unset: ``auto``)."""
+    value = os.environ.get(ENGINE_ENV, "").strip().lower() or "auto"
+    if value not in ENGINES:
+        raise ModelError(f"{ENGINE_ENV} must be one of {', '.join(ENGINES)}, got {value!r}",
+                         retryable=False)
+    return value
+
+
+def make_batcher(model: Any, pad_id: int, max_batch: int, engine: Engine | None = None,
+                 *, kind: str | None = None) -> Any:
+    """The batcher of one model: :class:`~dreamgym_agents.gateway.engine.ContinuousBatcher`
+    where the fast path runs the model and nothing else generates for it, else
+    :class:`Batcher` (``engine``, such as TRL's vLLM generation, is always the reference
+    path's). ``kind``: an :data:`ENGINES` value (None: ``$DG_LOCAL_ENGINE``).
+
+    Raises:
+        ModelError: ``fast`` asked of a model the fast path cannot run.
+    """
+    from dreamgym_agents.gateway.engine import ContinuousBatcher, fast_path_refusal
+
+    kind = kind or local_engine()
+    if engine is not None or kind == "reference":
+        return Batcher(model, pad_id, max_batch, engine)
+    refusal = fast_path_refusal(model)
+    if refusal is None:
+        return ContinuousBatcher(model, pad_id, max_batch)
+    if kind == "fast":
+        raise ModelError(f"{ENGINE_ENV}=fast: the fast path cannot run this model ({refusal})",
+                         retryable=False)
+    logger.info("local generation through transformers' generate: %s", refusal)
+    return Batcher(model, pad_id, max_batch)
+
+
 def _interruptible() -> Any:
     """Stopping criteria that end a generation at the next token once interrupted."""
     import torch
@@ -331,7 +373,8 @@ class _LoadedModel:
     signature: tuple[float, ...]
     lock: threading.Lock
     """Guards the tokenizer (fast tokenizers are not safe to share between threads)."""
-    batcher: Batcher
+    batcher: Any
+    """:func:`make_batcher`'s: the fast path's or the reference path's."""
 
 
 _MODELS: dict[str, _LoadedModel] = {}
@@ -448,7 +491,7 @@ def _get_loaded(path: str | os.PathLike[str]) -> _LoadedModel:
         if pad_id is None:
             pad_id = tokenizer.eos_token_id
         loaded = _LoadedModel(tokenizer, model, signature, threading.Lock(),
-                              Batcher(model, int(pad_id or 0), _max_batch()))
+                              make_batcher(model, int(pad_id or 0), _max_batch()))
         _MODELS[key] = loaded
         logger.info("loaded local model %s in %.2fs", key, time.perf_counter() - started)
         return loaded

@@ -363,7 +363,7 @@ class PolicyModel:
     """A causal LM (a checkpoint directory, or a live model and tokenizer) as a policy.
 
     Generations of concurrent episodes are batched (one worker thread, see
-    :class:`~dreamgym_agents.gateway.local.Batcher`). The model object is used as is, so a
+    :func:`~dreamgym_agents.gateway.local.make_batcher`). The model object is used as is, so a
     trainer's model keeps generating with its latest weights; an ``engine``
     (:data:`~dreamgym_agents.gateway.local.Engine`, such as TRL's vLLM generation) generates
     instead of it.
@@ -371,7 +371,7 @@ class PolicyModel:
 
     def __init__(self, model: Any, tokenizer: Any, cfg: PolicyConfig | None = None,
                  name: str = "policy", engine: Any = None) -> None:
-        from dreamgym_agents.gateway.local import Batcher, eos_ids
+        from dreamgym_agents.gateway.local import eos_ids, make_batcher
 
         self.model = model
         self.tokenizer = tokenizer
@@ -395,7 +395,7 @@ class PolicyModel:
             self.user_id = int(user)
         else:
             self.turn_end = self._chat_turn_end()
-        self.batcher = Batcher(model, self.pad_id, self.cfg.max_batch, engine)
+        self.batcher = make_batcher(model, self.pad_id, self.cfg.max_batch, engine)
         self._vocab: Any = None
 
     @classmethod
