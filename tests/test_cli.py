@@ -265,6 +265,6 @@ def test_ctrl_c_interrupts_local_generation_and_the_handler_is_restored():
     try:
         with pytest.raises(KeyboardInterrupt):
             cli_main._on_sigint(signal.SIGINT, None)
-        assert local._INTERRUPTED.is_set()
+        assert local.interrupted()
     finally:
         local.resume_local_generation()

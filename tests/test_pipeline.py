@@ -470,3 +470,42 @@ def test_a_stage_validates_on_real_validation_games(tmp_path):
     played = [json.loads(line)["task"] for line in
               (folder / "validation_episodes" / "step-0" / "trajectories.jsonl").open()]
     assert {t["split"] for t in played} == {"validation"}
+
+
+def test_a_bench_table_gives_each_row_its_paired_difference_to_sft_and_grpo_real(tmp_path):
+    from dreamgym_agents.pipeline.bench import BenchConfig, make_table, render_table
+
+    def folder(name: str, solved: set[int]) -> str:
+        path = tmp_path / name
+        path.mkdir()
+        lines = [json.dumps({"task": {"task_id": str(i)}, "success": i in solved})
+                 for i in range(10)]
+        (path / "trajectories.jsonl").write_text("\n".join(lines))
+        return str(path)
+
+    sft = folder("sft", {0, 1})
+    states = {}
+    for seed in range(2):
+        states[(seed, "dreamgym")] = {"done": {
+            "sft": {}, "eval_sft": {"success": 0.2, "folder": sft},
+            "dream_rl": {"real_transitions": 0},
+            "eval_dream": {"success": 0.5, "folder": folder(f"d{seed}", {0, 1, 2, 3, 4})},
+            "s2r": {"real_transitions": 6},
+            "eval_s2r": {"success": 0.1, "folder": folder(f"s{seed}", {0})}}}
+        states[(seed, "grpo_real")] = {"done": {
+            "sft": {}, "eval_sft": {"success": 0.2, "folder": sft},
+            "dream_rl": {"real_transitions": 60},
+            "eval_dream": {"success": 0.3, "folder": folder(f"g{seed}", {0, 1, 2})}}}
+    table = make_table(states, BenchConfig(seeds=2, ablations=()), preset_config("quick"))
+    rows = {r["row"]: r for r in table["rows"]}
+    assert table["tasks"] == 10 and rows["DreamGym"]["tasks"] == 10
+    dream = rows["DreamGym"]["paired"]
+    assert dream["SFT"]["diff"] == 0.3 and dream["SFT"]["pairs"] == 20
+    assert dream["SFT"]["wins"] == 6 and dream["SFT"]["losses"] == 0
+    assert dream["SFT"]["low"] > 0  # six wins of twenty pairs, no loss
+    assert dream["GRPO-real(N)"]["diff"] == 0.2
+    assert rows["DreamGym-S2R"]["paired"]["SFT"]["diff"] == -0.1
+    assert "SFT" not in rows["SFT"].get("paired", {})  # not compared with itself
+    text = render_table(table)
+    assert "− SFT, paired [95 % CI]" in text and "| DreamGym | 0 |" in text
+    assert "+0.300 [" in text and "10 test tasks" in text

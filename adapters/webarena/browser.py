@@ -136,9 +136,79 @@ def install_browsergym_patches() -> None:
         except ImportError:
             raise MissingExtraError("browsergym-core", "web") from None
         patch_browsergym_launch(require_chromium())
+        _light_playwright_stacks()
         bg_env.Chat = _MessageChat
         bg_env.extract_screenshot = _blank_screenshot(bg_env.extract_screenshot)
         _patched = True
+
+
+class _LightInspect:
+    """The ``inspect`` module as Playwright's call wrappers see it, with a ``stack()`` that reads
+    no source files.
+
+    Playwright 1.44 (BrowserGym's pin) takes ``inspect.stack()`` on every API call, only to
+    name the call's frames (file, line, function) for its traces. ``inspect.stack()`` looks up
+    each frame's source file and lines on disk (``os.path.exists``, ``linecache``): with the
+    policy's generation fast, that was the largest part of a web evaluation's CPU (py-spy:
+    ~40 % of the samples of a 16-task evaluation at concurrency 8). The frames, names and
+    line numbers are the same; the source lines, which Playwright never reads, are left out.
+    """
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    @staticmethod
+    def stack(context: int = 1) -> list[Any]:
+        import inspect
+        import sys
+
+        del context
+        frames, frame = [], sys._getframe(1)
+        while frame is not None:
+            frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno,
+                                            frame.f_code.co_name, None, None))
+            frame = frame.f_back
+        return frames
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+class _LightTraceback:
+    """The ``traceback`` module for Playwright's sync wrapper: ``extract_stack()`` without
+    reading each frame's source line up front (it is read if the summary is ever printed)."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def extract_stack(self, f: Any = None, limit: int | None = None) -> Any:
+        import sys
+
+        frame = f if f is not None else sys._getframe(1)
+        summary = self._module.StackSummary.extract(self._module.walk_stack(frame),
+                                                    limit=limit, lookup_lines=False)
+        summary.reverse()
+        return summary
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _light_playwright_stacks() -> None:
+    """Give Playwright's call wrappers :class:`_LightInspect` and :class:`_LightTraceback`."""
+    import inspect
+    import traceback
+
+    try:
+        from playwright._impl import _connection, _network, _sync_base
+    except ImportError:  # another Playwright layout: leave it as it is
+        logger.debug("playwright's call wrappers not found; stacks left as they are")
+        return
+    for module in (_connection, _network, _sync_base):
+        if isinstance(getattr(module, "inspect", None), type(inspect)):
+            module.inspect = _LightInspect(inspect)  # type: ignore[attr-defined]
+    if isinstance(getattr(_sync_base, "traceback", None), type(traceback)):
+        _sync_base.traceback = _LightTraceback(traceback)  # type: ignore[attr-defined]
 
 
 class _ReusedBrowser:

@@ -79,7 +79,7 @@ def run_command(
 def bench_command(
     out: OutOpt,
     task: TaskOpt = "webarena",
-    seeds: Annotated[int, typer.Option("--seeds", min=1, max=20, help="Seeds per row.")] = 3,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=20, help="Seeds per row.")] = 5,
     preset: PresetOpt = "full",
     real_budget: Annotated[
         int | None, typer.Option("--real-budget", min=1,
@@ -114,8 +114,9 @@ def bench_command(
     verbose: VerboseOpt = False,
 ) -> None:
     """Table 1's shape on the task's real test split: SFT, GRPO-real(N), DreamGym (0 real),
-    DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds. Writes table.json
-    and table.md; rerun the same command to resume.
+    DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds and as its paired
+    difference to SFT and to GRPO-real(N) on the same (seed, task) pairs, with a 95 % bootstrap
+    interval. Writes table.json and table.md; rerun the same command to resume.
     """
     from dreamgym_agents.pipeline.bench import ABLATIONS, BenchConfig, run_bench
 

@@ -41,6 +41,45 @@ from dreamgym_agents.errors import ModelError
 
 logger = logging.getLogger(__name__)
 
+_INTERRUPTED = threading.Event()
+
+
+def interrupt_local_generation() -> None:
+    """Stop every local generation at its next token; each running or later request fails with
+    a non-retryable :class:`~dreamgym_agents.errors.ModelError` until
+    :func:`resume_local_generation`. ``dg-agents`` calls it on Ctrl-C, so the process does not
+    wait for a long answer to finish before it exits (its worker threads are joined at exit)."""
+    _INTERRUPTED.set()
+
+
+def resume_local_generation() -> None:
+    """Let local generations run again after :func:`interrupt_local_generation`."""
+    _INTERRUPTED.clear()
+
+
+def interrupted() -> bool:
+    """Whether local generation is interrupted (:func:`interrupt_local_generation`)."""
+    return _INTERRUPTED.is_set()
+
+
+def check_interrupted() -> None:
+    """Raise the interruption's :class:`~dreamgym_agents.errors.ModelError` if interrupted."""
+    if _INTERRUPTED.is_set():
+        raise ModelError("local generation interrupted", retryable=False)
+
+
+def eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
+    """The token ids that end an answer: the model's generation config's and the tokenizer's."""
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None),
+                  getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids
+
+
 FAST_MODEL_TYPES = ("qwen2", "llama", "mistral")
 """``config.model_type`` values whose decoder layers the fast path runs."""
 
@@ -495,8 +534,6 @@ class ContinuousBatcher:
 
     def __init__(self, model: Any, pad_id: int, max_batch: int, *,
                  eos: set[int] | None = None, prefix_cache: bool = True) -> None:
-        from dreamgym_agents.gateway.local import eos_ids
-
         del pad_id
         self.model = model
         self.max_batch = max(1, max_batch)
@@ -543,8 +580,6 @@ class ContinuousBatcher:
     def _loop(self) -> None:
         import torch
 
-        from dreamgym_agents.gateway.local import _INTERRUPTED
-
         rows: list[_Row] = []
         logits: Any = None
         cache = None
@@ -553,8 +588,7 @@ class ContinuousBatcher:
             if joining is None:
                 return
             try:
-                if _INTERRUPTED.is_set():
-                    raise ModelError("local generation interrupted", retryable=False)
+                check_interrupted()
                 with torch.no_grad():
                     if cache is None:
                         cache = self.runner.new_cache()

@@ -41,6 +41,13 @@ from dreamgym_agents.errors import (
     MissingExtraError,
     ModelError,
 )
+from dreamgym_agents.gateway.engine import (  # the interruption is this module's API too
+    check_interrupted,
+    eos_ids,
+    interrupt_local_generation,  # noqa: F401
+    interrupted,
+    resume_local_generation,  # noqa: F401
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,27 +127,6 @@ class GenerationRequest:
             return None
         return (self.temperature > 0, self.temperature if self.temperature > 0 else 0.0,
                 self.top_p if self.temperature > 0 else None)
-
-
-_INTERRUPTED = threading.Event()
-
-
-def interrupt_local_generation() -> None:
-    """Stop every local generation at its next token; each running or later request fails with
-    a non-retryable :class:`~dreamgym_agents.errors.ModelError` until
-    :func:`resume_local_generation`. ``dg-agents`` calls it on Ctrl-C, so the process does not
-    wait for a long answer to finish before it exits (its worker threads are joined at exit)."""
-    _INTERRUPTED.set()
-
-
-def resume_local_generation() -> None:
-    """Let local generations run again after :func:`interrupt_local_generation`."""
-    _INTERRUPTED.clear()
-
-
-def _check_interrupted() -> None:
-    if _INTERRUPTED.is_set():
-        raise ModelError("local generation interrupted", retryable=False)
 
 
 Engine = Callable[[list[GenerationRequest]], list[list[int]]]
@@ -242,9 +228,9 @@ class Batcher:
         with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seeded):
             if seeded:
                 torch.manual_seed(int(first.seed))
-            _check_interrupted()
+            check_interrupted()
             output = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
-        _check_interrupted()  # a cut answer is no answer
+        check_interrupted()  # a cut answer is no answer
         sequences = output.sequences if traced else output
         self.batches += 1
         self.rows += len(batch)
@@ -304,7 +290,7 @@ def _interruptible() -> Any:
 
     class Interrupted(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            return torch.full((input_ids.shape[0],), _INTERRUPTED.is_set(), dtype=torch.bool,
+            return torch.full((input_ids.shape[0],), interrupted(), dtype=torch.bool,
                               device=input_ids.device)
 
     return StoppingCriteriaList([Interrupted()])
@@ -607,17 +593,6 @@ def generate_local(
     if cut >= 0:
         text, finish_reason = text[:cut], "stop"
     return LocalGeneration(text, prompt_tokens, completion_tokens, finish_reason)
-
-
-def eos_ids(model: Any, tokenizer: Any | None) -> set[int]:
-    ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None),
-                  getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-    return ids
 
 
 def _build_provider() -> Any:

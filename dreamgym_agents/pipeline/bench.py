@@ -27,6 +27,11 @@ from typing import Any
 
 from dreamgym_agents.errors import BenchError, ConfigError
 from dreamgym_agents.gateway.local import torch_threads
+from dreamgym_agents.pipeline.paired import (
+    BOOTSTRAP_DRAWS,
+    episode_outcomes,
+    paired_difference,
+)
 from dreamgym_agents.pipeline.run import (
     CONFIG_FILE,
     STATE_FILE,
@@ -72,7 +77,7 @@ class BenchConfig:
         jobs: Runs at a time, each in its own process (1: one after another, in this one).
     """
 
-    seeds: int = 3
+    seeds: int = 5
     real_budget: int | None = None
     ablations: tuple[str, ...] = tuple(ABLATIONS)
     variants: tuple[str, ...] = ()
@@ -320,12 +325,19 @@ def _run_one(make: Callable[..., Pipeline], run_cfg: PipelineConfig, folder: Pat
     (folder / ERROR_FILE).unlink(missing_ok=True)
 
 
+PAIRED_BASELINES = ("SFT", "GRPO-real(N)")
+"""The rows every row is compared with, pair by pair (same seed, same test task)."""
+
+
 def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
                base: PipelineConfig) -> dict[str, Any]:
-    """Rows of mean ± std real success over seeds, with the real RL transitions used."""
+    """Rows of mean ± std real success over seeds, with the real RL transitions used, and each
+    row's paired difference to the :data:`PAIRED_BASELINES` (mean over the (seed, task) pairs
+    both rows played, with a 95 % bootstrap interval: :mod:`~dreamgym_agents.pipeline.paired`)."""
     rows = []
     seeds = sorted({seed for seed, _ in states})
     every_code: set[str] = set()
+    outcomes: dict[str, dict[tuple[int, str], float]] = {}
     for label, run, stage, trained in ROWS:
         values, reals, checks = [], [], []
         codes: set[str] = set()
@@ -333,6 +345,8 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             done = states.get((seed, run), {}).get("done", {})
             if stage not in done:
                 continue
+            played = episode_outcomes(done[stage].get("folder", ""))
+            outcomes.setdefault(label, {}).update({(seed, t): v for t, v in played.items()})
             values.append(float(done[stage]["success"]))
             reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
             # real episodes a stop rule played on the validation split (choosing, not training)
@@ -353,7 +367,17 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             "validation_transitions_mean": round(statistics.fmean(checks), 1),
             "code": sorted(codes),
         })
-    return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds,
+    for row in rows:
+        mine = outcomes.get(row["row"], {})
+        row["tasks"] = len({task for _, task in mine})
+        for baseline in PAIRED_BASELINES:
+            if baseline == row["row"] or baseline not in outcomes:
+                continue
+            found = paired_difference(mine, outcomes[baseline])
+            if found is not None:
+                row.setdefault("paired", {})[baseline] = found.as_dict()
+    tasks = max((row["tasks"] for row in rows), default=0)
+    return {"rows": rows, "seeds": len(seeds), "seeds_asked": cfg.seeds, "tasks": tasks,
             "code": sorted(every_code), "mixed_code": len(every_code) > 1,
             "real_budget": cfg.real_budget or default_real_budget(base),
             "preset": base.preset, "task": base.task, "split": base.eval_split,
@@ -381,19 +405,36 @@ def render_table(table: dict[str, Any]) -> str:
     elif table.get("code"):
         lines += [f"Every row: code {table['code'][0]}.", ""]
     checked = any(row.get("validation_transitions_mean") for row in table["rows"])
+    baselines = [b for b in PAIRED_BASELINES
+                 if any(b in row.get("paired", {}) for row in table["rows"])]
     lines += ["| method | real RL transitions (mean) |"
               + (" real validation transitions (mean) |" if checked else "")
-              + " real success (mean ± std) | per seed |" + (" code |" if mixed else ""),
-              "|---|---|---|---|" + ("---|" if checked else "") + ("---|" if mixed else "")]
+              + " real success (mean ± std) | per seed |"
+              + "".join(f" − {b}, paired [95 % CI] |" for b in baselines)
+              + (" code |" if mixed else ""),
+              "|---|---|---|---|" + ("---|" if checked else "") + "---|" * len(baselines)
+              + ("---|" if mixed else "")]
     for row in table["rows"]:
         per_seed = ", ".join(f"{v:.3f}" for v in row["success"])
+        paired = ""
+        for b in baselines:
+            d = row.get("paired", {}).get(b)
+            paired += (f" {d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |" if d
+                       else " — |")
         lines.append(f"| {row['row']} | {row['real_transitions_mean']:.0f} |"
                      + (f" {row.get('validation_transitions_mean', 0):.0f} |" if checked else "")
                      + f" {row['success_mean']:.3f} ± {row['success_std']:.3f} | {per_seed} |"
+                     + paired
                      + (f" {', '.join(row.get('code', []))} |" if mixed else ""))
     lines.append("")
+    if baselines:
+        lines += [f"Paired: the row's success minus the baseline's on the same (seed, test "
+                  f"task) pairs ({table.get('tasks', '?')} test tasks × the seeds both rows "
+                  "have), with a 95 % percentile bootstrap interval over those pairs "
+                  f"({BOOTSTRAP_DRAWS:,} resamples).", ""]
     if checked:
         lines += ["Real validation transitions: the real episodes a stage's stop rule played on "
                   "the validation split to choose the checkpoint it keeps (`validate_every`); "
                   "no policy trained on them.", ""]
     return "\n".join(lines)
+
