@@ -279,9 +279,11 @@ from dreamgym_agents.cli.build import register as _register_build_commands  # no
 
 _register_build_commands(app)
 
+from dreamgym_agents.cli.calibrate import register as _register_calibrate_commands  # noqa: E402
 from dreamgym_agents.cli.models import register as _register_model_commands  # noqa: E402
 from dreamgym_agents.cli.optimize import register as _register_optimize_commands  # noqa: E402
 
+_register_calibrate_commands(app)
 _register_model_commands(app)
 _register_optimize_commands(app)
 

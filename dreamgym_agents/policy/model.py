@@ -478,9 +478,11 @@ class PolicyModel:
         return self.generate_traced(ids, temperature, constraint, trace=False).ids
 
     def generate_traced(self, ids: list[int], temperature: float | None = None,
-                        constraint: Any = None, *, trace: bool = True) -> Any:
+                        constraint: Any = None, *, trace: bool = True,
+                        seed: int | None = None) -> Any:
         """:meth:`generate`, with (``trace``) the tokens the constraint allowed at each new
-        token and each token's log-probability under the distribution it was drawn from."""
+        token and each token's log-probability under the distribution it was drawn from;
+        ``seed``: a sample drawn from its own generator (the same seed, the same draws)."""
         from dreamgym_agents.gateway.local import GenerationRequest
 
         temp = self.cfg.temperature if temperature is None else temperature
@@ -492,7 +494,7 @@ class PolicyModel:
                                  f"context of {context}: lower policy.max_state_lines",
                                  retryable=False)
             budget = min(budget, context - len(ids))
-        request = GenerationRequest(ids, budget, temp, None, None, constraint=constraint,
+        request = GenerationRequest(ids, budget, temp, None, seed, constraint=constraint,
                                     trace=trace)
         new = self.batcher.submit(request)
         return Generated(new, request.allowed, request.logps)
@@ -502,15 +504,19 @@ class PolicyAgent:
     """The policy behind the :class:`~dreamgym_agents.episodes.agent.Agent` contract.
 
     It keeps each episode's tokens (:class:`EpisodeTokens`) so a trainer can take them back with
-    :meth:`pop_episode`; evaluation calls :meth:`forget` instead.
+    :meth:`pop_episode`; evaluation calls :meth:`forget` instead. With a ``seed``, a sampled
+    turn draws from a generator seeded by the seed, the episode and the turn: the same episode
+    played twice (in the dream and for real, say) draws the same numbers turn by turn.
     """
 
     def __init__(self, policy: PolicyModel, *, temperature: float | None = None,
-                 name: str | None = None, keep_tokens: bool = True) -> None:
+                 name: str | None = None, keep_tokens: bool = True,
+                 seed: int | None = None) -> None:
         self.policy = policy
         self.temperature = policy.cfg.temperature if temperature is None else temperature
         self.name = name or policy.name
         self.keep_tokens = keep_tokens
+        self.seed = seed
         self._episodes: dict[str, EpisodeTokens] = {}
         self._lock = threading.Lock()
 
@@ -537,8 +543,10 @@ class PolicyAgent:
         tokens, ids = await asyncio.to_thread(self._segment, task, observation, history,
                                               episode_id)
         constraint = self.policy.constraint(task, observation.state)
+        seed = None if self.seed is None or self.temperature <= 0 else \
+            turn_seed(self.seed, episode_id, len(history))
         generated = await asyncio.to_thread(self.policy.generate_traced, ids, self.temperature,
-                                            constraint, trace=self.keep_tokens)
+                                            constraint, trace=self.keep_tokens, seed=seed)
         new, allowed = list(generated.ids), list(generated.allowed)
         if not new or new[-1] not in self.policy.eos:
             new = [*new, self.policy.eos_id]  # cut at max_action_tokens: the action ends here
@@ -553,6 +561,14 @@ class PolicyAgent:
                         usage=ModelUsage(calls=1, prompt_tokens=len(ids),
                                          completion_tokens=len(new)),
                         seconds=time.perf_counter() - start)
+
+
+def turn_seed(seed: int, episode_id: str, turn: int) -> int:
+    """A sampled turn's seed: stable across processes and runs (not Python's salted hash)."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{seed}:{episode_id}:{turn}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
 def error_seen(transitions: list[Transition], index: int) -> str:
