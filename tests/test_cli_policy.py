@@ -23,7 +23,7 @@ TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
         "--set", "s2r.max_steps=1", "--set", "s2r.tasks_per_step=1",
         "--set", "s2r.num_generations=2", "--set", "s2r.micro_batch=2",
         "--set", "s2r.max_episode_steps=2", "--set", "s2r.concurrency=2",
-        "--set", "s2r.real_transition_budget=2"]
+        "--set", "s2r.real_transition_budget=2", "--set", "calibrate_limit=2"]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -117,6 +117,33 @@ def test_tiny_run_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
         evaluated = read_trajectories(out / "eval" / stage / "trajectories.jsonl")
         assert evaluated and {t.task.split for t in evaluated} == {"test"}
     assert summary["held_out_rejected"]["sft"] == 0
+    # the run's own buffer learnt S2R's real steps (train tasks only), and the dream sees them
+    assert state["buffer_added"]["s2r"] == 2 == state["done"]["s2r"]["buffer_added"]
+    assert "dream_rl" not in state["buffer_added"]  # the dream's own: only with buffer_dream
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+    from dreamgym_agents.episodes.env import make_family
+
+    family = make_family("webarena")
+    held_out = {str(t.task_id) for s in ("validation", "test") for t in family.load_tasks(s)}
+    buffer = ReplayBuffer(BufferConfig(path=str(out / "buffer"), family="webarena"))
+    try:
+        records = buffer.transitions()
+        assert not {t.task_id for t in records} & held_out  # no validation or test step
+        played = [t for t in records if t.provenance == "real"]
+        assert len(played) == 2 and all(t.episode_id.startswith("s2r-") for t in played)
+        step = played[0]
+        found = buffer.retrieve(step.state, step.action, k=3,
+                                where={"provenance": {"$in": ["offline", "real"]}})
+        assert found[0].episode_id == step.episode_id  # the next dream step retrieves it
+    finally:
+        buffer.close()
+        family.close()
+    # each RL stage's policies in the dream against their real validation episodes
+    calibrated = state["done"]["dream_rl"]["calibration"]
+    assert calibrated["start"]["all"]["tasks"] == 2 and calibrated["final"]["all"]["tasks"] == 2
+    assert state["done"]["s2r"]["calibration"]["start"] == calibrated["final"]
+    assert "The dream against reality" in (out / "report.md").read_text()
+    assert summary["calibration"]["s2r"]["final"]["tasks"] == 2
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("rollout/success" in m for m in metrics) and any("grpo/loss" in m for m in metrics)
     # a rerun of the same command finds every stage done
@@ -141,12 +168,23 @@ def test_tiny_run_end_to_end_on_alfworld(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "run"
     assert main(["run", "--task", "alfworld", "--preset", "quick", "--out", str(out),
-                 *TINY_ALFWORLD]) == 0
+                 *TINY_ALFWORLD, "--set", "experience_refresh.enabled=true", "--set",
+                 "experience_refresh.steps=2", "--set", "experience_refresh.min_transitions=1"]
+                ) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["synthetic_transitions"] > 0 and summary["dream_real_transitions"] == 0
     assert summary["real_transitions_used"] == 2
     state = json.loads((out / "state.json").read_text())
     assert state["done"]["sft"]["offline_episodes"] >= 2  # no train game held out by its intent
+    # the experience model refreshed on S2R's real steps: calibrated before and after, the
+    # run dreams with the new checkpoint from then on
+    refresh = state["refreshes"][-1]
+    assert refresh["stage"] == "s2r" and refresh["steps"] == 2
+    assert refresh["fresh_transitions"] == 2
+    assert refresh["calibration_before"]["all"]["tasks"] == 2
+    assert refresh["calibration_after"]["all"]["tasks"] == 2
+    assert state["experience_now"] == f"hf/{refresh['model']}"
+    assert summary["experience_refreshes"][-1]["steps"] == 2
     assert "/alfworld/" in state["done"]["experience"]["model"]
     from dreamgym_agents.types import read_trajectories
 

@@ -185,3 +185,46 @@ def test_a_synthetic_task_starts_where_its_seed_starts():
                                               "synthetic_of": "price"})
     obs = env.reset(variant)
     assert obs.state == HOME and obs.info["start_state"] == "recorded"
+
+
+def referenced(task_id: str, eval_types: list[str], **ev) -> Task:
+    config = {"start_url": "http://shop/", "intent": "What is the price of the Acme laptop?",
+              "eval": {"eval_types": eval_types, "reference_answers": {}, "reference_url": "",
+                       "program_html": [], **ev}}
+    return Task(task_id=task_id, family="webarena", intent=config["intent"], split="train",
+                config=config)
+
+
+def yes_man(messages: list[dict]) -> str:
+    """An experience model that calls every step a success."""
+    return answer(LAPTOPS, reward=1, done=True, success=True, reasoning="looks right")
+
+
+def test_the_tasks_own_evaluator_judges_a_stop_where_it_reads_only_the_answer_or_url():
+    price = referenced("p", ["string_match"], reference_answers={"exact_match": "$12.99"})
+    env, _ = make_env(yes_man)
+    env.reset(price)
+    wrong = env.step("send_msg_to_user('$13.00')")
+    assert (wrong.reward, wrong.success, wrong.done) == (0.0, False, True)
+    assert wrong.info["verdict"] == "task" and wrong.info["model_reward"]["success"] is True
+    env.reset(price)
+    right = env.step("send_msg_to_user('$12.99')")
+    assert (right.reward, right.success, right.done) == (1.0, True, True)
+    # a step that does not stop completes nothing: the episode goes on
+    env.reset(price)
+    click = env.step("click('1')")
+    assert (click.reward, click.success, click.done) == (0.0, False, False)
+    assert click.info["model_reward"]["done"] is True
+    # the page's URL, for a url_match task (the stop's own page: the state it stops on)
+    laptops = referenced("u", ["url_match"], reference_url="http://shop/laptops")
+    env.reset(laptops)
+    assert env.step("send_msg_to_user('done')").success is False  # it stopped on the home page
+    # where the task has no such check (the site's hidden state), the model's verdict stands
+    edit = referenced("e", ["program_html"], program_html=[{"url": "last", "locator": "",
+                                                            "required_contents": {}}])
+    env.reset(edit)
+    assert env.step("send_msg_to_user('done')").success is True
+    assert env.history[-1].info.get("verdict") is None
+    off, _ = make_env(yes_man, verdicts=False)  # the model's verdicts alone, as before
+    off.reset(price)
+    assert off.step("send_msg_to_user('$13.00')").success is True

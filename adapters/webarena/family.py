@@ -326,6 +326,15 @@ class WebArenaFamily:
         return (counterfactual_trajectories(trajectories, per_answer=answers, seed=seed),
                 stop_trajectories(trajectories, per_episode=stops, seed=seed))
 
+    @staticmethod
+    def dream_verdict(task: Task, state: str, action: str) -> bool | None:
+        """The task's own verdict of a dream step where its evaluators read only the answer
+        and the page's URL (:mod:`dreamgym_agents.adapters.webarena.verdict`); None for the
+        others (the experience model's verdict stands)."""
+        from dreamgym_agents.adapters.webarena.verdict import dream_verdict
+
+        return dream_verdict(task, state, action)
+
     def requirements(self) -> list[Requirement]:
         """Chromium (with its version), BrowserGym and Playwright, and which WebArena sites are
         configured (the bundled shop stands in for ``SHOPPING`` when none is)."""

@@ -372,7 +372,8 @@ class ReplayBuffer:
         return self._upsert(self._record(t, family) for t in transitions)
 
     def add_trajectories(
-        self, trajs: Iterable[Trajectory], *, provenance: str | None = None
+        self, trajs: Iterable[Trajectory], *, provenance: str | None = None,
+        stage: str | None = None,
     ) -> int:
         """Add every transition of some episodes, with the task's family, intent and start key
         (where it starts: its family's ``StateFormat.start_key``).
@@ -381,6 +382,8 @@ class ReplayBuffer:
             trajs: The episodes.
             provenance: If given, store the transitions with this provenance instead of their own
                 (e.g. real evaluation episodes kept as ``offline`` seed data).
+            stage: The run's stage that played them (``s2r``, ``dream_rl`` …), kept in each
+                record's ``stage`` (the seed data has none).
 
         Returns:
             How many transitions were written.
@@ -395,7 +398,11 @@ class ReplayBuffer:
                 for t in traj.transitions:
                     if provenance is not None and t.provenance != provenance:
                         t = replace(t, provenance=provenance)
-                    yield self._record(t, task.family, task.intent, start, task.params)
+                    rid, doc, meta = self._record(t, task.family, task.intent, start,
+                                                  task.params)
+                    if stage is not None:
+                        meta["stage"] = stage
+                    yield rid, doc, meta
 
         return self._upsert(records())
 
@@ -576,9 +583,11 @@ class ReplayBuffer:
             return self._collection.count()
 
     def stats(self) -> dict[str, Any]:
-        """Totals: ``total``, ``by_provenance``, ``by_family``, ``episodes``, ``tasks``."""
+        """Totals: ``total``, ``by_provenance``, ``by_family``, ``by_stage`` (the run stages
+        that added records; the seed data has none), ``episodes``, ``tasks``."""
         by_provenance: Counter[str] = Counter()
         by_family: Counter[str] = Counter()
+        by_stage: Counter[str] = Counter()
         episodes: set[str] = set()
         tasks: set[str] = set()
         total = 0
@@ -586,10 +595,25 @@ class ReplayBuffer:
             total += 1
             by_provenance[str(meta.get("provenance", ""))] += 1
             by_family[str(meta.get("family", ""))] += 1
+            if meta.get("stage"):
+                by_stage[str(meta["stage"])] += 1
             episodes.add(str(meta.get("episode_id", "")))
             tasks.add(str(meta.get("task_id", "")))
         return {"total": total, "by_provenance": dict(by_provenance),
-                "by_family": dict(by_family), "episodes": len(episodes), "tasks": len(tasks)}
+                "by_family": dict(by_family), "by_stage": dict(by_stage),
+                "episodes": len(episodes), "tasks": len(tasks)}
+
+    def transitions(self, where: dict[str, Any] | None = None) -> list[Transition]:
+        """Every stored transition passing ``where`` (a Chroma filter), in insertion order; a
+        record a run's stage added says which in ``info["buffer_stage"]``."""
+        rows = sorted(self._scan(where), key=lambda row: row[1].get("seq", 0))
+        out = []
+        for _, meta in rows:
+            t = record_transition(meta)
+            if meta.get("stage"):
+                t.info["buffer_stage"] = meta["stage"]
+            out.append(t)
+        return out
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -22,6 +22,10 @@ Where the dream differs from a real environment, on purpose:
 - An experience-model failure (no readable answer after the parse retries) ends the episode with
   reward 0, ``info["em_failure"] = True`` and ``error="experience model failure: …"``; trainers
   keep such steps out of the data.
+- Where the family can judge a step against the task's own reference with what the dream
+  knows (``TaskFamily.dream_verdict``: a web answer by the task's evaluator, the page's URL
+  against the reference URL), that verdict replaces the experience model's
+  (``DreamConfig.verdicts``; the model's is kept in ``info["model_reward"]``).
 - A terminal agent action (one the family's action set says ends the episode by its type: a
   web answer, ``send_msg_to_user`` or ``stop [...]``) is judged by the model like any action,
   but the episode ends after it even if the model says not done (the agent has stopped), with
@@ -76,12 +80,20 @@ class DreamConfig:
             ``info["model_reward"]``, and a done it claimed with its success stands only where
             the check agrees. A declared variant that isolates the predicted dynamics from the
             predicted rewards, not the method.
+        verdicts: Where the family can judge a step against the task's own reference with
+            what the dream knows (``TaskFamily.dream_verdict``: a web answer by the task's
+            evaluator, the page's URL against its reference URL), its verdict replaces the
+            experience model's (kept in ``info["model_reward"]``): the reward of a step the
+            real environment would score the same way is exact, and a policy cannot learn to
+            fool the model there. Elsewhere (the site's hidden state, a curriculum's variant
+            without a reference) the model's verdict stands.
     """
 
     invalid_action_ends_episode: bool = True
     real_openings: bool = True
     synthesise_start: bool = True
     reward: str = "model"
+    verdicts: bool = True
 
     def __post_init__(self) -> None:
         if self.reward not in REWARD_SOURCES:
@@ -120,6 +132,7 @@ class DreamEnv:
         self.action_set = family.action_set()
         self.format = family.state_format()
         self._check = getattr(family, "state_success", None) if cfg.reward == "state" else None
+        self._verdict = getattr(family, "dream_verdict", None) if cfg.verdicts else None
         if cfg.reward == "state" and self._check is None:
             raise ConfigError(f"dream reward 'state' needs a family that checks states "
                               f"(TaskFamily.state_success); {family.name!r} has none")
@@ -198,7 +211,14 @@ class DreamEnv:
         out = prediction.output
         info["reasoning"] = out.reasoning
         reward, done, success = out.reward, out.done, out.success
-        if self._check is not None:
+        verdict = self._verdict(task, state, action) if self._verdict is not None else None
+        if verdict is not None:
+            info["model_reward"] = {"reward": reward, "done": done, "success": success}
+            info["verdict"] = "task"
+            # a failure end the model predicted stands; a success it claimed needs the check
+            done = verdict or (done and not success)
+            reward, success = (1.0, True) if verdict else (0.0, False)
+        elif self._check is not None:
             met = self._check(task, out.next_state)
             if met is not None:
                 info["model_reward"] = {"reward": reward, "done": done, "success": success}

@@ -664,16 +664,18 @@ class ContinuousBatcher:
 
         started = time.perf_counter()
         n, vocab = logits.shape
-        keep = torch.ones((n, vocab), dtype=torch.bool, device=logits.device)
-        masked = False
+        keep: Any = None  # (rows, vocab) True where a token may come next; made when needed
         traced_allowed: dict[int, list[int] | None] = {}
         for i, r in enumerate(rows):
             request = r.request
+            if not request.banned and request.constraint is None:
+                continue
             for seq in request.banned:
                 head = seq[:-1]
                 if len(r.new) >= len(head) and r.new[len(r.new) - len(head):] == head:
+                    if keep is None:
+                        keep = torch.ones((n, vocab), dtype=torch.bool, device=logits.device)
                     keep[i, seq[-1]] = False
-                    masked = True
             if request.constraint is None:
                 continue
             t0 = time.perf_counter()
@@ -682,11 +684,12 @@ class ContinuousBatcher:
             if request.trace:
                 traced_allowed[i] = list(allowed) if allowed else None
             if allowed:  # None: unrestricted ([] never happens: see the grammar)
+                if keep is None:
+                    keep = torch.ones((n, vocab), dtype=torch.bool, device=logits.device)
                 only = torch.zeros(vocab, dtype=torch.bool, device=logits.device)
                 only[torch.as_tensor(allowed, dtype=torch.long, device=logits.device)] = True
                 keep[i] &= only
-                masked = True
-        if masked:
+        if keep is not None:
             logits = logits.masked_fill(~keep, float("-inf"))
         temps = [r.request.temperature for r in rows]
         chosen = logits.argmax(-1)

@@ -123,7 +123,8 @@ class PromptPipeline(Pipeline):
                 return family.make_env(env_cfg)
         else:
             model, _, buffer = self.dream()
-            dream_cfg = DreamConfig(reward=self.cfg.dream_reward)
+            dream_cfg = DreamConfig(reward=self.cfg.dream_reward,
+                                    verdicts=self.cfg.dream_verdicts)
             budget, episodes = None, prompt.budget
 
             def make_env() -> Any:

@@ -44,9 +44,57 @@ def summarize_run(state: dict[str, Any]) -> dict[str, Any]:
         "held_out_rejected": {k: v.get("held_out_rejected") for k, v in done.items()
                               if v.get("held_out_rejected") is not None},
         "em_failures": stage("dream_rl", "em_failures"),
+        # each RL stage's starting and final policies, in the dream against reality
+        "calibration": {name: calibration_figures(done[name].get("calibration"))
+                        for name in ("dream_rl", "s2r")
+                        if name in done and done[name].get("calibration")},
+        "buffer_added": dict(state.get("buffer_added", {})),
+        "experience_refreshes": [
+            {k: r.get(k) for k in ("stage", "fresh_transitions", "steps", "first_loss",
+                                   "last_loss", "model", "skipped")}
+            for r in state.get("refreshes", [])],
         "wall_seconds": state.get("wall_seconds"),
         "stage_seconds": {k: v.get("seconds") for k, v in done.items()},
     }
+
+
+def calibration_figures(calibration: dict[str, Any] | None) -> dict[str, Any]:
+    """A stage's calibration as the summary keeps it: per policy (start, final), dream and
+    real success and the false- and missed-reward rates over every task."""
+    out: dict[str, Any] = {}
+    for side, found in (calibration or {}).items():
+        if not found:
+            continue
+        c = found["all"]
+        out[side] = {k: c.get(k) for k in ("tasks", "dream_success", "real_success",
+                                           "false_reward_rate", "missed_reward_rate",
+                                           "agreement")}
+    return out
+
+
+def calibration_lines(done: dict[str, Any]) -> list[str]:
+    """The report's calibration table: each RL stage's policies, dream against reality."""
+    rows = []
+    for name in ("dream_rl", "s2r"):
+        for side, found in (done.get(name, {}).get("calibration") or {}).items():
+            if not found:
+                continue
+            c = found["all"]
+            kinds = ", ".join(f"{k} {v['dream_successes']}/{v['real_successes']}"
+                              for k, v in found["by_kind"].items())
+            rows.append(f"| {name}, {side} policy | {c['tasks']} | {fmt(c['dream_success'])} | "
+                        f"{fmt(c['real_success'])} | {fmt(c['false_reward_rate'])} | "
+                        f"{fmt(c['missed_reward_rate'])} | {kinds} |")
+    if not rows:
+        return []
+    return ["## The dream against reality (calibration)", "",
+            "Each RL stage's starting and final policies, greedy, on the same validation "
+            "tasks in the dream and on the real environment: success in both, the dream's "
+            "false-reward rate (real failures it rewarded) and missed-reward rate (real "
+            "successes it did not).", "",
+            "| policy | tasks | dream success | real success | false-reward rate | "
+            "missed-reward rate | dream/real successes by evaluator kind |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def points(summary: dict[str, Any]) -> list[tuple[str, int, float]]:
@@ -193,6 +241,19 @@ def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
         lines.append("")
         if plot_curves(curves, out / CURVE_FILE):
             lines += [f"![rollout success while training]({CURVE_FILE})", ""]
+    lines += calibration_lines(done)
+    if summary.get("buffer_added") or summary.get("experience_refreshes"):
+        added = ", ".join(f"{k} {v}" for k, v in summary["buffer_added"].items()) or "none"
+        lines += [f"Replay buffer (`buffer/`, the run's own): real transitions added by stage: "
+                  f"{added}."]
+        for r in summary.get("experience_refreshes", []):
+            if r.get("skipped"):
+                lines.append(f"Experience model not refreshed ({r['skipped']}).")
+            else:
+                lines.append(f"Experience model refreshed after {r['stage']}: "
+                             f"{r['fresh_transitions']} fresh real transitions, {r['steps']} "
+                             f"steps, loss {fmt(r['first_loss'])} → {fmt(r['last_loss'])}.")
+        lines.append("")
     if summary.get("curriculum"):
         c = summary["curriculum"]
         lines += ["Curriculum: " + ", ".join(f"{k} {c[k]}" for k in

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.experience.dream import REWARD_SOURCES
+from dreamgym_agents.experience.refresh import ExperienceRefreshConfig
 from dreamgym_agents.optimize.agent import OptimizeConfig
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel, view_record
 from dreamgym_agents.policy.sft import PolicySFTConfig
@@ -97,6 +98,10 @@ class PipelineConfig:
         dream_reward: Who rewards the dream's steps (``DreamConfig.reward``): ``model``, the
             experience model (the method), or ``state``, the family's check of the predicted state
             (a declared variant; the bench's ``state_reward`` row).
+        dream_verdicts: Where the family judges a dream step by the task's own reference
+            (``DreamConfig.verdicts``: a web answer by its evaluator, a stop's URL against the
+            reference URL), that verdict replaces the experience model's; False: the model's
+            verdicts alone (what runs did before).
         sim_to_real: Run the sim-to-real stages.
         real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
             ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
@@ -105,6 +110,21 @@ class PipelineConfig:
         s2r: GRPO on the real site (``real_transition_budget`` is the sim-to-real budget).
         curriculum: Task variants in the dream (λ, seeds per round …).
         policy_view: How the policy sees a turn.
+        buffer_real: Every real transition an RL stage plays on a train task enters the run's
+            own buffer (``DIR/buffer``, copied from the experience model's on first use), with
+            the stage that played it; the dream retrieves it from the next step on
+            (:mod:`~dreamgym_agents.pipeline.coevolve`). Validation and test tasks never enter.
+        buffer_dream: The dream's rollouts enter the run's buffer too, as ``synthetic``
+            records (retrieved only with ``dream_retrieves_synthetic``).
+        dream_retrieves_synthetic: The experience model's retrieval shows synthetic records
+            (the dream's own transitions) beside the recorded ones.
+        experience_refresh: The experience model's Dyna schedule: fine-tuned on the run's fresh
+            real transitions during and after the stages that play real episodes
+            (:class:`~dreamgym_agents.experience.refresh.ExperienceRefreshConfig`).
+        calibrate_limit: Validation tasks on which each RL stage's starting and final policies
+            are played in the dream and compared with their real episodes
+            (:mod:`~dreamgym_agents.experience.calibration`; the real episodes are the stop
+            rule's where it played them, else played and counted apart; 0: no calibration).
         policy_llm: Gateway settings (:class:`~dreamgym_agents.gateway.llm.LLMConfig` fields:
             ``api_base``, ``api_key_env``, ``temperature`` …) of a hosted policy.
         prompt: A hosted policy's prompt learning (:mod:`dreamgym_agents.pipeline.prompt_run`):
@@ -131,6 +151,7 @@ class PipelineConfig:
     dream_eval_types: list[str] | str | None = "family"
     reuse_bundle_eval: bool = True
     dream_reward: str = "model"
+    dream_verdicts: bool = True
     sim_to_real: bool = True
     real_rl: bool = False
     sft: PolicySFTConfig = field(default_factory=PolicySFTConfig)
@@ -139,6 +160,11 @@ class PipelineConfig:
         concurrency=4, real_transition_budget=200))
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     policy_view: PolicyConfig = field(default_factory=PolicyConfig)
+    buffer_real: bool = True
+    buffer_dream: bool = False
+    dream_retrieves_synthetic: bool = False
+    experience_refresh: ExperienceRefreshConfig = field(default_factory=ExperienceRefreshConfig)
+    calibrate_limit: int | None = 31
     policy_llm: dict[str, Any] = field(default_factory=dict)
     prompt: OptimizeConfig = field(default_factory=OptimizeConfig)
 
@@ -153,6 +179,9 @@ class PipelineConfig:
                               f"{self.dream_reward!r}")
         if self.eval_limit is not None and self.eval_limit < 1:
             raise ConfigError(f"eval_limit must be at least 1, got {self.eval_limit}")
+        if self.calibrate_limit is not None and self.calibrate_limit < 0:
+            raise ConfigError(f"calibrate_limit must be >= 0 (0: no calibration), got "
+                              f"{self.calibrate_limit}")
         if self.policy_init not in ("experience", "scratch"):
             raise ConfigError(f"policy_init must be experience or scratch, got "
                               f"{self.policy_init!r}")
@@ -514,30 +543,155 @@ class Pipeline:
         return EnvConfig(max_steps=self.cfg.eval_max_steps)
 
     def dream(self) -> tuple[Any, Any, Any]:
-        """(experience model, its gateway, the buffer), opened on first use."""
+        """(experience model, its gateway, the run's buffer), opened on first use: the model
+        the run dreams with now (a refreshed one once the run has refreshed it), the run's own
+        copy of its buffer (:func:`~dreamgym_agents.pipeline.coevolve.run_buffer`)."""
         from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
         from dreamgym_agents.episodes.env import make_family
         from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
         from dreamgym_agents.experience.training import trained_settings
         from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+        from dreamgym_agents.pipeline.coevolve import run_buffer
 
         if self._dream is None:
             done = self.state["done"]["experience"]
-            paths = {"model": done.get("dream_model", done["model"]),
-                     "buffer": done.get("dream_buffer", done["buffer"])}
-            settings = trained_settings(paths["model"])
+            model = self.state.get("experience_now") or done.get("dream_model", done["model"])
+            source = done.get("dream_buffer", done["buffer"])
+            settings = trained_settings(model)
             settings.update({k: v for k, v in (("use_retrieval", self.cfg.use_retrieval),
                                                ("use_reasoning", self.cfg.use_reasoning))
                              if not v})
-            gateway = Gateway(LLMConfig(model=paths["model"],
+            gateway = Gateway(LLMConfig(model=model,
                                         max_concurrency=max(4, self.cfg.dream.concurrency)))
             family = make_family(self.cfg.task)
-            buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=family.name))
+            buffer = ReplayBuffer(BufferConfig(path=str(run_buffer(self.out, source)),
+                                               family=family.name))
             exp_cfg = ExperienceConfig(**settings)
+            if self.cfg.dream_retrieves_synthetic:
+                exp_cfg.retrieval_where = {"provenance": {"$in": ["offline", "real",
+                                                                  "synthetic"]}}
             codec = family.experience_codec(exp_cfg.codec_version)
             self._dream = (ExperienceModel(exp_cfg, gateway, buffer, codec=codec), gateway,
                            buffer)
         return self._dream
+
+    def _reopen_dream(self) -> None:
+        """Open the dream again (another experience model, the same buffer)."""
+        if self._dream is not None:
+            _, gateway, buffer = self._dream
+            buffer.close()
+            gateway.close()
+            self._dream = None
+
+    def _buffer_sink(self, stage: str, *, real: bool, fresh: list[Any],
+                     start: str) -> Callable[[list[Any]], None] | None:
+        """What a stage's batches hand their episodes to: the run's buffer (real ones with
+        ``buffer_real``, the dream's with ``buffer_dream``), and, for real ones, ``fresh``
+        (what the experience model's refresh learns from, every ``every_batches`` batches,
+        calibrated with the stage's ``start`` policy); None when nothing is kept."""
+        from dreamgym_agents.pipeline.coevolve import for_buffer
+
+        keep = self.cfg.buffer_real if real else self.cfg.buffer_dream
+        refresh = self.cfg.experience_refresh
+        if not keep:
+            return None
+        counts = self.state.setdefault("buffer_added", {})
+        batches = [0]
+
+        def sink(episodes: list[Any]) -> None:
+            kept = for_buffer(episodes, self.held_out(), f"{stage}_buffer")
+            if not kept:
+                return
+            _, _, buffer = self.dream()
+            added = buffer.add_trajectories(kept, stage=stage)
+            counts[stage] = counts.get(stage, 0) + added
+            batches[0] += 1
+            if not real:
+                return
+            fresh.extend(kept)
+            if refresh.enabled and refresh.every_batches and \
+                    batches[0] % refresh.every_batches == 0:
+                self._refresh(stage, fresh, start)
+
+        return sink
+
+    def _refresh(self, stage: str, fresh: list[Any], policy: str) -> None:
+        """Fine-tune the experience model on ``fresh`` real episodes (emptied after) when there
+        are enough of them, and dream with it from now on; calibrated before and after on the
+        validation split with ``policy``."""
+        from dreamgym_agents.experience.refresh import refresh_experience_model
+        from dreamgym_agents.experience.training import read_manifest
+        from dreamgym_agents.pipeline.coevolve import fresh_key
+
+        cfg = self.cfg.experience_refresh
+        transitions = sum(len(t.transitions) for t in fresh)
+        if not cfg.enabled or transitions < cfg.min_transitions:
+            return
+        model, _, buffer = self.dream()
+        current = model.gateway.cfg.model
+        records = self.state.setdefault("refreshes", [])
+        base = current.removeprefix("hf/")
+        if not current.startswith("hf/") or read_manifest(base) is None:
+            if not any(r.get("skipped") for r in records):
+                self.reporter.say(f"{stage}: the experience model {current} has no weights "
+                                  "this run can fine-tune: the buffer grows "
+                                  f"({transitions} fresh real transitions), the model does not")
+                records.append({"stage": stage, "skipped": "hosted or foreign model",
+                                "model": current})
+            fresh.clear()
+            return
+        folder = self.out / "experience" / f"{stage}-refresh-{fresh_key(fresh)}"
+        before = self._calibrate(f"{stage}-refresh-before", policy, folder / "before")
+        self.reporter.say(f"{stage}: refreshing the experience model on {transitions} fresh "
+                          f"real transitions ({len(fresh)} episodes) → {folder}")
+        figures = refresh_experience_model(base, list(fresh), self._recorded_episodes(),
+                                           buffer, folder, cfg, seed=self.cfg.seed)
+        self.state["experience_now"] = f"hf/{figures['model']}"
+        self._reopen_dream()
+        after = self._calibrate(f"{stage}-refresh-after", policy, folder / "after")
+        records.append({"stage": stage, **figures, "calibration_before": before,
+                        "calibration_after": after})
+        _write_json(self.out / STATE_FILE, self.state)
+        fresh.clear()
+
+    def _recorded_episodes(self) -> list[Any]:
+        """The experience model's recorded data (offline episodes), for a refresh's replay."""
+        done = self.state["done"]["experience"]
+        return self.held_out().keep(read_offline(done["offline"]), "refresh_replay")
+
+    def _calibrate(self, name: str, policy: str | Path, folder: Path,
+                   real_folder: Path | None = None) -> dict[str, Any] | None:
+        """The policy in the dream against its real episodes on ``calibrate_limit`` validation
+        tasks (its real episodes from ``real_folder``, else played here and counted apart);
+        a summary for the stage's record (None: calibration is off)."""
+        from dreamgym_agents.experience.calibration import calibrate_policy, summary_line
+        from dreamgym_agents.experience.dream import DreamConfig
+        from dreamgym_agents.policy.model import PolicyAgent
+
+        if not self.cfg.calibrate_limit:
+            return None
+        tasks = self.test_tasks("validation", self.cfg.calibrate_limit)
+        if not tasks:
+            return None
+        model, _, buffer = self.dream()
+        agent = PolicyAgent(PolicyModel.load(policy, self.cfg.policy_view), temperature=0.0,
+                            keep_tokens=False, name=f"policy-{name}")
+        tick = self.reporter.bar(f"{name} calibration", 2 * len(tasks) if real_folder is None
+                                 else len(tasks))
+        result = calibrate_policy(
+            tasks, agent, self.family(), model, buffer, folder,
+            concurrency=max(self.cfg.eval_concurrency, self.cfg.dream.concurrency),
+            max_steps=self.cfg.eval_max_steps, real_folder=real_folder,
+            dream_cfg=DreamConfig(reward=self.cfg.dream_reward,
+                                  verdicts=self.cfg.dream_verdicts),
+            meta={"command": "run", "stage": name, "checkpoint": str(policy),
+                  "split": "validation", "tasks": len(tasks),
+                  "max_steps": self.cfg.eval_max_steps},
+            on_episode=lambda t: tick(1, t))
+        self.reporter.say(f"{name}: the dream against reality, {len(tasks)} validation "
+                          f"tasks: {summary_line(result)}")
+        return {"all": result["all"], "by_kind": result["by_kind"], "folder": str(folder),
+                "real_transitions": result["real_transitions"]}
 
     def checkpoint(self, stage: str) -> str:
         return self.state["done"][stage]["path"]
@@ -799,7 +953,8 @@ class Pipeline:
         else:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
             model, _, buffer = self.dream()
-            dream_cfg = DreamConfig(reward=self.cfg.dream_reward)
+            dream_cfg = DreamConfig(reward=self.cfg.dream_reward,
+                                    verdicts=self.cfg.dream_verdicts)
             pool = EnvPool(lambda: DreamEnv(dream_cfg, model, buffer, family), cfg.concurrency)
             if self.cfg.curriculum.enabled:
                 hook = getattr(family, "task_generator", None)
@@ -815,12 +970,16 @@ class Pipeline:
                                         held_out=held_out,
                                         keys=getattr(family, "task_keys", None))
         tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
+        fresh: list[Any] = []  # real episodes the experience model has not learnt from yet
+        added_before = self.state.get("buffer_added", {}).get(stage, 0)
         try:
             result = train_grpo(start, folder, tasks, pool, cfg, self.cfg.policy_view,
                                 curriculum=curriculum, stage=stage,
                                 metrics_file=self.out / METRICS_FILE,
                                 on_batch=lambda figures: tick(1, figures),
-                                validate=self._validation(stage, folder, cfg))
+                                validate=self._validation(stage, folder, cfg),
+                                on_episodes=self._buffer_sink(stage, real=real, fresh=fresh,
+                                                              start=start))
         finally:
             pool.close()
             if llm_generator is not None:
@@ -831,6 +990,11 @@ class Pipeline:
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(result["path"], target)
+        result["buffer_added"] = self.state.get("buffer_added", {}).get(stage, 0) - added_before
+        self._remember_validation(stage, target, folder, result)
+        if real and fresh:  # what the stage's last batches played
+            self._refresh(stage, fresh, str(target))
+        result["calibration"] = self._stage_calibration(stage, start, target, folder, result)
         if not real:
             from dreamgym_agents.experience.fidelity import reward_check
             from dreamgym_agents.rl.grpo import ROLLOUTS_FILE
@@ -845,6 +1009,36 @@ class Pipeline:
         return {**result, "path": str(target), "train_tasks": len(tasks),
                 "held_out_rejected": held_out.rejected.get(f"{stage}_tasks", 0)
                 + (curriculum.stats.held_out if curriculum is not None else 0)}
+
+    def _stage_calibration(self, stage: str, start: str, final: Path, folder: Path,
+                           result: dict[str, Any]) -> dict[str, Any] | None:
+        """The stage's starting and final policies in the dream against their real
+        validation episodes (:meth:`_calibrate`): the stop rule's, where it played them on the
+        same tasks, else played here (``real_transitions``, counted apart from RL's)."""
+        if not self.cfg.calibrate_limit:
+            return None
+        validation = result.get("validation") or {}
+        played = folder / "validation_episodes"
+        same = self.cfg.calibrate_limit == getattr(self._stage_cfg(stage), "validate_limit",
+                                                   None)
+        out: dict[str, Any] = {}
+        for side, policy, step in (("start", start, 0),
+                                   ("final", str(final), validation.get("selected_step"))):
+            real = played / f"step-{step}" if same and step is not None else None
+            if real is not None and not (real / "trajectories.jsonl").is_file():
+                real = None
+            known = self.state.setdefault("calibrations", {}).get(str(policy))
+            if known is not None and side == "start":
+                out[side] = known  # the previous stage's final policy
+                continue
+            out[side] = self._calibrate(f"{stage}-{side}", policy,
+                                        self.out / "calibration" / f"{stage}-{side}", real)
+            if out[side] is not None and side == "final":
+                self.state["calibrations"][str(policy)] = out[side]
+        return out
+
+    def _stage_cfg(self, stage: str) -> GRPOStageConfig:
+        return self.cfg.s2r if stage == "s2r" else self.cfg.dream
 
     def _validation(self, stage: str, folder: Path, cfg: GRPOStageConfig) -> Any:
         """How ``stage`` plays a checkpoint on the validation split (``cfg.validate_every``),
@@ -861,11 +1055,36 @@ class Pipeline:
                               "optimistic by selection")
 
         def validate(path: Path, step: int) -> dict[str, Any]:
+            known = self.state.get("validated", {}).get(str(path)) if step == 0 else None
+            if known and known.get("limit") == cfg.validate_limit and \
+                    Path(known["folder"], "trajectories.jsonl").is_file():
+                # the previous stage's chosen policy: its validation episodes are played
+                self.reporter.say(f"{stage}: its starting policy was validated by the stage "
+                                  f"before ({known['folder']}): not played again")
+                target = folder / "validation_episodes" / "step-0"
+                if not target.exists():
+                    shutil.copytree(known["folder"], target)
+                return {**known["figures"], "eval_real_transitions": 0}
             return self.evaluate(f"{stage}_validation", path, split="validation", tasks=tasks,
                                  folder=folder / "validation_episodes" / f"step-{step}",
                                  step=step)
 
         return validate
+
+    def _remember_validation(self, stage: str, target: Path, folder: Path,
+                             result: dict[str, Any]) -> None:
+        """Keep the validation of the checkpoint a stage hands on (its stop rule's choice), so
+        the next stage, which starts from it, does not play it again."""
+        validation = result.get("validation") or {}
+        step = validation.get("selected_step")
+        entry = next((h for h in validation.get("history", []) if h["step"] == step), None)
+        if entry is None:
+            return
+        self.state.setdefault("validated", {})[str(target)] = {
+            "figures": {k: entry[k] for k in ("success", "successes", "episodes")
+                        if k in entry},
+            "folder": str(folder / "validation_episodes" / f"step-{step}"),
+            "limit": self._stage_cfg(stage).validate_limit}
 
     def stage_dream_rl(self) -> dict[str, Any]:
         return self._grpo("dream_rl", self.checkpoint("sft"), self.cfg.dream,

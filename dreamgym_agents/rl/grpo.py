@@ -269,6 +269,12 @@ def _em_failure(traj: Trajectory) -> bool:
     return any(t.info.get("em_failure") for t in traj.transitions)
 
 
+EpisodeSink = Callable[[list[Trajectory]], None]
+"""Takes each batch's finished episodes after they are recorded (the run's replay buffer
+learns from them: :mod:`dreamgym_agents.pipeline.run`); it may block (a refresh of the
+experience model between batches)."""
+
+
 class EpisodeRollout:
     """TRL's ``rollout_func``: whole episodes through the episode graph (see the module doc).
 
@@ -278,7 +284,8 @@ class EpisodeRollout:
     def __init__(self, tasks: list[Task], pool: EnvPool, cfg: GRPOStageConfig,
                  policy_cfg: PolicyConfig, out_dir: Path, *, curriculum: Curriculum | None = None,
                  stage: str = "grpo",
-                 on_batch: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_batch: Callable[[dict[str, Any]], None] | None = None,
+                 on_episodes: EpisodeSink | None = None) -> None:
         self.tasks = {str(t.task_id): t for t in tasks}
         self.budget = TransitionBudget(cfg.real_transition_budget) \
             if cfg.real_transition_budget is not None else None
@@ -289,6 +296,7 @@ class EpisodeRollout:
         self.curriculum = curriculum
         self.stage = stage
         self.on_batch = on_batch
+        self.on_episodes = on_episodes
         self.counters = RolloutCounters()
         self._policy: PolicyModel | None = None
         self.constraints = ConstraintBook()
@@ -320,6 +328,7 @@ class EpisodeRollout:
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [],
                                      "episode_reward": []}
         rewards: list[float | None] = []
+        played: list[Trajectory] = []
         for (eid, _), outcome in zip(episodes, outcomes, strict=True):
             tokens = agent.pop_episode(eid)
             usable = (isinstance(outcome, Trajectory) and tokens is not None
@@ -327,6 +336,7 @@ class EpisodeRollout:
             if isinstance(outcome, Trajectory):
                 self._count(outcome)
                 append_trajectory(self.out_dir / ROLLOUTS_FILE, outcome)
+                played.append(outcome)
             if usable:
                 assert tokens is not None and isinstance(outcome, Trajectory)
                 out["prompt_ids"].append(tokens.prompt_ids)
@@ -343,6 +353,8 @@ class EpisodeRollout:
                 rewards.append(None)
         if self.budget is not None:  # every real step, those of episodes the budget cut too
             self.counters.real_transitions = self.budget.used
+        if self.on_episodes is not None and played:
+            self.on_episodes(played)
         groups = [rewards[i:i + group] for i in range(0, len(rewards), group)]
         for members in groups:
             seen = [r for r in members if r is not None]
@@ -668,6 +680,7 @@ def train_grpo(
     metrics_file: str | Path | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
     validate: Validate | None = None,
+    on_episodes: EpisodeSink | None = None,
 ) -> dict[str, Any]:
     """Continue training the policy in ``policy_path`` with multi-turn GRPO; save it to
     ``out_dir/policy``; return the stage's figures.
@@ -685,6 +698,7 @@ def train_grpo(
         on_batch: Called with each batch's figures (progress display).
         validate: Plays a checkpoint on the validation split (:data:`Validate`); needed by,
             and only used with, ``cfg.validate_every``.
+        on_episodes: Takes each batch's episodes (:data:`EpisodeSink`).
     """
     try:
         import datasets
@@ -716,7 +730,7 @@ def train_grpo(
     device = training_device()
     bf16 = native_bf16(device) if cfg.bf16 is None else cfg.bf16
     rollout = EpisodeRollout(tasks, pool, cfg, policy_cfg, out, curriculum=curriculum,
-                             stage=stage, on_batch=on_batch)
+                             stage=stage, on_batch=on_batch, on_episodes=on_episodes)
     # The dataset is the task ids, enough of them for every step (TRL shuffles and repeats).
     ids = [str(t.task_id) for t in tasks]
     rows = [{"prompt": ids[i % len(ids)]}
