@@ -199,10 +199,16 @@ def test_stats_prune_export_import_round_trip(buffer, tmp_path):
                 for i in range(5)], family="webarena")
     game = {"layout": "kitchen-1", "seed": 3, "task_type": "pick_and_place_simple"}
     buffer.add_trajectories([make_traj("a1", "al.1", "You are in a kitchen.",
-                                       family="alfworld", config={"game": game})])
+                                       family="alfworld", config={"game": game})],
+                            stage="s2r")
     stats = buffer.stats()
     assert stats == {"total": 14, "by_provenance": {"real": 9, "synthetic": 5},
-                     "by_family": {"webarena": 12, "alfworld": 2}, "episodes": 11, "tasks": 2}
+                     "by_family": {"webarena": 12, "alfworld": 2}, "by_stage": {"s2r": 2},
+                     "episodes": 11, "tasks": 2}
+    staged = buffer.transitions({"stage": "s2r"})
+    assert [t.episode_id for t in staged] == ["a1", "a1"]
+    assert all(t.info["buffer_stage"] == "s2r" for t in staged)
+    assert len(buffer.transitions()) == 14
 
     out = tmp_path / "export.jsonl"
     assert buffer.export(out) == 14

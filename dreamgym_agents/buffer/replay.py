@@ -678,6 +678,8 @@ class ReplayBuffer:
                     data[key] = meta.get(key, "")
                 data["start"] = meta.get("start", meta.get("start_url", ""))
                 data["task_params"] = json.loads(meta.get("params") or "{}")
+                if meta.get("stage"):
+                    data["stage"] = meta["stage"]
                 fh.write(json.dumps(data, ensure_ascii=False, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -695,10 +697,14 @@ class ReplayBuffer:
                         data = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise ConfigError(f"{path}:{lineno}: not a JSON line ({exc.msg})") from None
-                    yield self._record(Transition.from_dict(data), str(data.get("family", "")),
-                                       str(data.get("intent", "")),
-                                       str(data.get("start", data.get("start_url", ""))),
-                                       data.get("task_params") or {})
+                    rid, doc, meta = self._record(
+                        Transition.from_dict(data), str(data.get("family", "")),
+                        str(data.get("intent", "")),
+                        str(data.get("start", data.get("start_url", ""))),
+                        data.get("task_params") or {})
+                    if data.get("stage"):
+                        meta["stage"] = str(data["stage"])
+                    yield rid, doc, meta
 
         if not Path(path).is_file():
             raise ConfigError(f"no buffer export at {path}: write one with ReplayBuffer.export")

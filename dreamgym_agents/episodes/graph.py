@@ -181,6 +181,19 @@ def build_episode_graph(checkpointer: Any = None) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
+def _with_partial(exc: DreamGymError, state: Any, agent: str) -> DreamGymError:
+    """``exc``, with the steps its episode played before it (``exc.partial``: a trajectory
+    whose ``termination`` is ``cut``; None when it played none): a real step played is kept
+    even when its episode could not finish (a budget spent mid-episode)."""
+    steps = (state or {}).get("transitions") or []
+    partial = None
+    if steps:
+        partial = trajectory_from_state(state, agent)
+        partial.termination = "cut"
+    exc.partial = partial  # type: ignore[attr-defined]
+    return exc
+
+
 def trajectory_from_state(state: EpisodeState, agent: str) -> Trajectory:
     """Turn a finished episode's state into a :class:`Trajectory`."""
     transitions = [Transition.from_dict(t) for t in state.get("transitions", [])]
@@ -437,19 +450,22 @@ async def play_episodes(
     async def play(episode_id: str, task: Task) -> Trajectory | DreamGymError:
         async with semaphore:
             env = await pool.acquire()
+            state: Any = None
             try:
-                state = await graph.ainvoke(
+                async for state in graph.astream(
                     {"episode_id": episode_id, "task": task.to_dict(), "transitions": [],
                      "started_at": time.time()},
                     {"recursion_limit": 2 * max_steps + 10},
                     context=EpisodeContext(env=env, agent=agent, max_steps=max_steps),
-                )
+                    stream_mode="values",
+                ):
+                    pass
             except ModelError as exc:
                 if not exc.retryable:
                     raise
-                outcome: Trajectory | DreamGymError = exc
+                outcome: Trajectory | DreamGymError = _with_partial(exc, state, agent.name)
             except DreamGymError as exc:
-                outcome = exc
+                outcome = _with_partial(exc, state, agent.name)
             else:
                 outcome = trajectory_from_state(state, agent.name)
             finally:

@@ -337,6 +337,10 @@ class EpisodeRollout:
                 self._count(outcome)
                 append_trajectory(self.out_dir / ROLLOUTS_FILE, outcome)
                 played.append(outcome)
+            elif getattr(outcome, "partial", None) is not None:
+                # cut (a budget spent mid-episode): its real steps are kept, not trained on
+                append_trajectory(self.out_dir / ROLLOUTS_FILE, outcome.partial)
+                played.append(outcome.partial)
             if usable:
                 assert tokens is not None and isinstance(outcome, Trajectory)
                 out["prompt_ids"].append(tokens.prompt_ids)
