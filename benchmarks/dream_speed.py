@@ -109,13 +109,13 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
         else:
             env_cfg = env_config_for_agent(family, EnvConfig(max_steps=cfg.max_episode_steps),
                                            PolicyAgent)
-            pool = EnvPool(lambda: family.make_env(env_cfg), level)
+            pool = EnvPool(lambda c=env_cfg: family.make_env(c), level)
             chosen = train
         started = time.perf_counter()
         try:
             result = train_grpo(policy, scratch / f"grpo-{side}-{level}", chosen, pool, cfg,
                                 PolicyConfig(), stage=f"bench-{side}",
-                                on_batch=lambda figures: stamps.append(time.perf_counter()))
+                                on_batch=lambda figures, s=stamps: s.append(time.perf_counter()))
         finally:
             pool.close()
             if buffer is not None:

@@ -452,14 +452,15 @@ async def play_episodes(
             env = await pool.acquire()
             state: Any = None
             try:
-                async for state in graph.astream(
+                # the values after each node: the steps so far survive an error mid-episode
+                async for values in graph.astream(
                     {"episode_id": episode_id, "task": task.to_dict(), "transitions": [],
                      "started_at": time.time()},
                     {"recursion_limit": 2 * max_steps + 10},
                     context=EpisodeContext(env=env, agent=agent, max_steps=max_steps),
                     stream_mode="values",
                 ):
-                    pass
+                    state = values
             except ModelError as exc:
                 if not exc.retryable:
                     raise
