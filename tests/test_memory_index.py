@@ -84,9 +84,13 @@ def test_a_bad_filter_is_a_config_error(collection, where):
         MemoryIndex.load(collection).mask(where)
 
 
-def test_an_unknown_index_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="buffer.index 'faiss': choose from chroma, memory"):
+def test_an_unknown_index_is_refused_and_auto_picks_by_where_the_buffer_lives(tmp_path):
+    with pytest.raises(ConfigError,
+                       match="buffer.index 'faiss': choose from auto, chroma, memory"):
         BufferConfig(path=str(tmp_path), index="faiss")
+    assert BufferConfig(path=str(tmp_path)).search == "memory"  # a folder: the snapshot
+    assert BufferConfig(url="http://127.0.0.1:8000").search == "chroma"  # a shared server
+    assert BufferConfig(url="http://127.0.0.1:8000", index="memory").search == "memory"
 
 
 def step(episode: str, i: int, task: str = "t") -> Transition:
