@@ -23,7 +23,8 @@ TINY = ["--set", f"experience_recipe={TINY_RECIPE}", "--set", "demo_tasks=2",
         "--set", "s2r.max_steps=1", "--set", "s2r.tasks_per_step=1",
         "--set", "s2r.num_generations=2", "--set", "s2r.micro_batch=2",
         "--set", "s2r.max_episode_steps=2", "--set", "s2r.concurrency=2",
-        "--set", "s2r.real_transition_budget=2", "--set", "calibrate_limit=2"]
+        "--set", "s2r.real_transition_budget=2", "--set", "calibrate_limit=2",
+        "--set", "dream.validate_limit=2", "--set", "s2r.validate_limit=2"]
 
 
 @pytest.mark.parametrize(("args", "message"), [

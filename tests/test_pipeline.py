@@ -87,7 +87,7 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
         Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
     other = preset_config("quick")
     other.dream.max_steps = 99
-    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 8 → 99\)"):
+    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 20 → 99\)"):
         Stubbed(other, tmp_path, calls=[]).run()
 
 
@@ -373,7 +373,7 @@ def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["code"] == [code_version()] and state["code"][0]["commit"]
     assert all(result["code"] == code_version() for result in state["done"].values())
-    assert json.loads((tmp_path / "config.json").read_text())["dream"]["max_steps"] == 8
+    assert json.loads((tmp_path / "config.json").read_text())["dream"]["max_steps"] == 20
 
     calls.clear()
     Stubbed(cfg, tmp_path, calls=calls, rerun_from="s2r").run()
@@ -461,6 +461,7 @@ def test_a_stage_validates_on_real_validation_games(tmp_path):
         folder = tmp_path / "stage"
         validate = pipe._validation("dream_rl", folder, cfg.dream)
         figures = validate(warm_start, 0)
+        cfg.s2r.validate_every = 0
         assert pipe._validation("s2r", folder, cfg.s2r) is None  # not asked for
     finally:
         pipe.close()
@@ -509,3 +510,12 @@ def test_a_bench_table_gives_each_row_its_paired_difference_to_sft_and_grpo_real
     text = render_table(table)
     assert "− SFT, paired [95 % CI]" in text and "| DreamGym | 0 |" in text
     assert "+0.300 [" in text and "10 test tasks" in text
+
+
+def test_the_presets_use_validation_as_every_rl_stages_stop_rule():
+    for preset in ("quick", "full"):
+        cfg = preset_config(preset)
+        for stage in (cfg.dream, cfg.s2r):
+            assert stage.validate_every and stage.validate_limit == cfg.calibrate_limit == 31
+    quick = preset_config("quick")
+    assert quick.dream.validate_every == quick.dream.max_steps == 20  # its start and its end

@@ -97,7 +97,8 @@ def calibrate_command(
         result = calibrate_policy(tasks, runner, family, model, buffer, Path(out),
                                   concurrency=concurrency, max_steps=env_cfg.max_steps,
                                   meta=meta, real_folder=real, dream_cfg=dream_cfg,
-                                  env_cfg=env_cfg)
+                                  env_cfg=env_cfg,
+                                  trained=family.dream_eval_types or family.eval_types)
     finally:
         buffer.close()
         gateway.close()
@@ -108,9 +109,12 @@ def calibrate_command(
     (Path(out) / "calibration.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for line in lines:
         console.print(line, markup=False, highlight=False)
-    console.print(summary_line(result))
+    console.print(f"all tasks: {summary_line(result)}")
+    console.print(f"the kinds the dream trains on ({', '.join(result['trained']['kinds'])}): "
+                  f"{summary_line(result, 'trained')}")
     console.print(f"wrote {Path(out) / CALIBRATION_FILE} and {Path(out) / 'calibration.md'}")
-    print(json.dumps({"all": result["all"], "by_kind": result["by_kind"]}))
+    print(json.dumps({"all": result["all"], "trained": result["trained"],
+                      "by_kind": result["by_kind"]}))
 
 
 def register(app: typer.Typer) -> None:

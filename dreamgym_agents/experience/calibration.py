@@ -98,12 +98,17 @@ class Calibration:
 
 
 def compare(dream: Iterable[Trajectory], real: Iterable[Trajectory],
-            kinds: Callable[[Task], Sequence[str]]) -> dict[str, Any]:
+            kinds: Callable[[Task], Sequence[str]],
+            trained: Iterable[str] | None = None) -> dict[str, Any]:
     """Pair dream and real episodes by task (the last of each task's) and count
-    (:class:`Calibration`) overall and per evaluator kind; each task's pair is listed."""
+    (:class:`Calibration`) overall, per evaluator kind and, with ``trained`` (the kinds the
+    dream trains on: ``TaskFamily.dream_eval_types``), over the tasks whose evaluators are all
+    of those kinds (``trained``); each task's pair is listed."""
     dreamt = {str(t.task.task_id): t for t in dream}
     played = {str(t.task.task_id): t for t in real}
     overall = Calibration("all")
+    allowed = set(trained) if trained is not None else None
+    on_trained = Calibration("trained")
     by_kind: dict[str, Calibration] = {}
     pairs = []
     for task_id in sorted(set(dreamt) & set(played), key=_natural):
@@ -113,10 +118,14 @@ def compare(dream: Iterable[Trajectory], real: Iterable[Trajectory],
         task_kinds = sorted(set(kinds(task))) or ["none"]
         for kind in task_kinds:
             by_kind.setdefault(kind, Calibration(kind)).add(d, r)
+        if allowed is not None and set(kinds(task)) <= allowed:
+            on_trained.add(d, r)
         pairs.append({"task_id": task_id, "kinds": task_kinds, "dream": d, "real": r,
                       "dream_steps": len(dreamt[task_id].transitions),
                       "real_steps": len(played[task_id].transitions)})
     return {"all": overall.as_dict(),
+            **({"trained": {**on_trained.as_dict(), "kinds": sorted(allowed)}}
+               if allowed is not None else {}),
             "by_kind": {k: c.as_dict() for k, c in sorted(by_kind.items())},
             "unpaired": {"dream": len(set(dreamt) - set(played)),
                          "real": len(set(played) - set(dreamt))},
@@ -131,7 +140,7 @@ def calibrate_policy(
     tasks: list[Task], agent: Any, family: Any, experience_model: Any, buffer: Any,
     folder: Path, *, concurrency: int, max_steps: int, meta: dict[str, Any],
     real_folder: Path | None = None, dream_cfg: Any = None, env_cfg: Any = None,
-    on_episode: Callable[[Any], None] | None = None,
+    on_episode: Callable[[Any], None] | None = None, trained: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Play ``agent`` on ``tasks`` in the dream and for real (unless ``real_folder`` already
     holds its real episodes of them), compare (:func:`compare`), write
@@ -174,7 +183,8 @@ def calibrate_policy(
             if str(t.task.task_id) in wanted]
     dreamt = [t for t in read_trajectories(folder / "dream" / "trajectories.jsonl")
               if str(t.task.task_id) in wanted]
-    out = {**compare(dreamt, real, family.task_eval_types), "real_folder": str(real_folder),
+    out = {**compare(dreamt, real, family.task_eval_types, trained),
+           "real_folder": str(real_folder),
            "real_transitions": played_real, "em_failures": dream.summary.get("em_failures", 0),
            "meta": meta}
     (folder / CALIBRATION_FILE).write_text(json.dumps(out, indent=2, sort_keys=True))
@@ -187,6 +197,9 @@ def render(calibration: dict[str, Any], title: str = "") -> list[str]:
     lines += ["| evaluator kind | tasks | dream success | real success | agreement | "
               "false rewards (rate) | missed rewards (rate) |", "|---|---|---|---|---|---|---|"]
     rows = [*calibration["by_kind"].values(), calibration["all"]]
+    if "trained" in calibration:
+        rows.append({**calibration["trained"],
+                     "kind": f"trained on ({', '.join(calibration['trained']['kinds'])})"})
     for c in rows:
         def rate(n: int, r: float | None) -> str:
             return f"{n} ({r:.2f})" if r is not None else f"{n} (—)"
@@ -198,9 +211,10 @@ def render(calibration: dict[str, Any], title: str = "") -> list[str]:
     return lines
 
 
-def summary_line(calibration: dict[str, Any]) -> str:
-    """One line: dream vs real success, false and missed rewards, over every task."""
-    c = calibration["all"]
+def summary_line(calibration: dict[str, Any], part: str = "all") -> str:
+    """One line: dream vs real success, false and missed rewards, over every task (``part``:
+    ``trained``, over the kinds the dream trains on)."""
+    c = calibration[part]
     false = c["false_reward_rate"]
     missed = c["missed_reward_rate"]
     return (f"dream {c['dream_successes']}/{c['tasks']} vs real {c['real_successes']}/"

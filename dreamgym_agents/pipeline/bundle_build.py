@@ -414,9 +414,51 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
         figures["warm_start"]["episodes"] = {
             "file": WARM_START_TEST_FILE, "tasks": len(played), "greedy": True,
             "max_steps": cfg.eval_max_steps, "view": view_record(cfg.policy_view)}
+        figures["warm_start"]["calibration"] = measure_calibration(
+            bundle, cfg, family, folder, reporter)
     finally:
         family.close()
     return figures
+
+
+def measure_calibration(bundle: Bundle, cfg: BuildConfig, family: Any, folder: Path,
+                        reporter: Reporter) -> dict[str, Any] | None:
+    """The warm start in the bundle's dream against its real episodes on the validation split
+    (``dg-agents calibrate``: success in both per evaluator kind, false and missed rewards);
+    None for a family without validation tasks."""
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+    from dreamgym_agents.episodes.env import spread_tasks
+    from dreamgym_agents.experience.calibration import calibrate_policy
+    from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+    from dreamgym_agents.experience.training import trained_settings
+    from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+    from dreamgym_agents.policy.model import PolicyAgent, PolicyModel
+
+    tasks = spread_tasks(family.load_tasks("validation"), cfg.eval_limit)
+    if not tasks:
+        return None
+    paths = bundle.experience_paths(progress=reporter.say, buffer_dir=folder / "buffer" / "db")
+    gateway = Gateway(LLMConfig(model=paths["model"],
+                                max_concurrency=max(4, cfg.fidelity_concurrency)))
+    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family))
+    try:
+        exp_cfg = ExperienceConfig(**trained_settings(paths["model"]))
+        model = ExperienceModel(exp_cfg, gateway, buffer,
+                                codec=family.experience_codec(exp_cfg.codec_version))
+        agent = PolicyAgent(PolicyModel.load(bundle.policy_dir, cfg.policy_view),
+                            temperature=0.0, keep_tokens=False, name="policy-warm_start")
+        tick = reporter.bar("warm start calibration episodes", 2 * len(tasks))
+        result = calibrate_policy(
+            tasks, agent, family, model, buffer, folder / "calibration",
+            concurrency=cfg.eval_concurrency, max_steps=cfg.eval_max_steps,
+            meta={"command": "build-embedded", "stage": "calibration", "split": "validation",
+                  "tasks": len(tasks), "max_steps": cfg.eval_max_steps},
+            on_episode=lambda t: tick(1, t))
+    finally:
+        buffer.close()
+        gateway.close()
+    return {"split": "validation", "all": result["all"], "by_kind": result["by_kind"],
+            "command": "dg-agents calibrate --agent hf/<bundle>/policy --split validation"}
 
 
 FIDELITY_KEYS = ("reward_accuracy", "reward_balanced_accuracy", "reward_f1", "done_accuracy",

@@ -62,13 +62,14 @@ def calibration_figures(calibration: dict[str, Any] | None) -> dict[str, Any]:
     """A stage's calibration as the summary keeps it: per policy (start, final), dream and
     real success and the false- and missed-reward rates over every task."""
     out: dict[str, Any] = {}
+    keys = ("tasks", "dream_success", "real_success", "false_reward_rate",
+            "missed_reward_rate", "agreement")
     for side, found in (calibration or {}).items():
         if not found:
             continue
-        c = found["all"]
-        out[side] = {k: c.get(k) for k in ("tasks", "dream_success", "real_success",
-                                           "false_reward_rate", "missed_reward_rate",
-                                           "agreement")}
+        out[side] = {k: found["all"].get(k) for k in keys}
+        if found.get("trained"):
+            out[side]["trained"] = {k: found["trained"].get(k) for k in (*keys, "kinds")}
     return out
 
 
@@ -79,22 +80,27 @@ def calibration_lines(done: dict[str, Any]) -> list[str]:
         for side, found in (done.get(name, {}).get("calibration") or {}).items():
             if not found:
                 continue
-            c = found["all"]
             kinds = ", ".join(f"{k} {v['dream_successes']}/{v['real_successes']}"
                               for k, v in found["by_kind"].items())
-            rows.append(f"| {name}, {side} policy | {c['tasks']} | {fmt(c['dream_success'])} | "
-                        f"{fmt(c['real_success'])} | {fmt(c['false_reward_rate'])} | "
-                        f"{fmt(c['missed_reward_rate'])} | {kinds} |")
+            for part, label in (("trained", "kinds the dream trains on"), ("all", "all")):
+                c = found.get(part)
+                if not c:
+                    continue
+                rows.append(f"| {name}, {side} policy | {label} | {c['tasks']} | "
+                            f"{fmt(c['dream_success'])} | {fmt(c['real_success'])} | "
+                            f"{fmt(c['false_reward_rate'])} | {fmt(c['missed_reward_rate'])} | "
+                            f"{kinds if part == 'all' else ''} |")
     if not rows:
         return []
     return ["## The dream against reality (calibration)", "",
             "Each RL stage's starting and final policies, greedy, on the same validation "
             "tasks in the dream and on the real environment: success in both, the dream's "
             "false-reward rate (real failures it rewarded) and missed-reward rate (real "
-            "successes it did not).", "",
-            "| policy | tasks | dream success | real success | false-reward rate | "
+            "successes it did not), over the tasks of the kinds the dream trains on and over "
+            "all.", "",
+            "| policy | tasks of | tasks | dream success | real success | false-reward rate | "
             "missed-reward rate | dream/real successes by evaluator kind |",
-            "|---|---|---|---|---|---|---|", *rows, ""]
+            "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def points(summary: dict[str, Any]) -> list[tuple[str, int, float]]:

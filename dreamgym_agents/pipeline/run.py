@@ -261,6 +261,14 @@ def pretrained_defaults(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
+QUICK_DREAM_BATCHES = 20
+"""Dream GRPO batches of the quick preset (16 episodes each: 320 dream episodes). It was 8
+while a dream step cost as much as a real one; the fast local engine (issue 48) bought the
+rest within ``make run``'s 15 minutes (docs/RESULTS.md)."""
+VALIDATE_LIMIT = 31
+"""Validation tasks of the presets' stop rule and calibration (the same tasks: the stop rule's
+real episodes are the calibration's real side)."""
+
 RL_EPISODE_STEPS = 10
 """Step limit of an RL episode in the presets, unless the family says (``rl_episode_steps``)."""
 
@@ -273,7 +281,7 @@ def preset_config(preset: str, seed: int = 0, task: str | None = None) -> Pipeli
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
     quick = preset == "quick"
-    steps = 8 if quick else 40
+    steps = QUICK_DREAM_BATCHES if quick else 40
     episode_steps = RL_EPISODE_STEPS
     if task is not None:
         from dreamgym_agents.episodes.env import family_part
@@ -281,16 +289,21 @@ def preset_config(preset: str, seed: int = 0, task: str | None = None) -> Pipeli
         episode_steps = family_part(task, lambda f: getattr(f, "rl_episode_steps", None)) \
             or RL_EPISODE_STEPS
 
-    def rl(concurrency: int, budget: int | None = None) -> GRPOStageConfig:
-        return GRPOStageConfig(max_steps=steps, tasks_per_step=4, num_generations=4,
+    def rl(concurrency: int, budget: int | None = None, batches: int = steps,
+           validate: int = steps if quick else 10) -> GRPOStageConfig:
+        # validation is every stage's stop rule: it never hands on a policy below its start
+        return GRPOStageConfig(max_steps=batches, tasks_per_step=4, num_generations=4,
                                max_episode_steps=episode_steps, learning_rate=RL_LR,
-                               concurrency=concurrency, real_transition_budget=budget, seed=seed)
+                               concurrency=concurrency, real_transition_budget=budget, seed=seed,
+                               validate_every=validate, validate_limit=VALIDATE_LIMIT)
 
     return PipelineConfig(
         task=task or PipelineConfig.task, preset=preset, seed=seed,
         eval_limit=31 if quick else None,
         sft=PolicySFTConfig(max_steps=WARM_START_STEPS, learning_rate=WARM_START_LR, seed=seed),
-        dream=rl(16), s2r=rl(4, 120 if quick else 400), curriculum=CurriculumConfig(),
+        dream=rl(16), s2r=rl(4, 120 if quick else 400, batches=8 if quick else 40,
+                             validate=8 if quick else 10),
+        curriculum=CurriculumConfig(), calibrate_limit=VALIDATE_LIMIT,
     )
 
 
@@ -687,11 +700,20 @@ class Pipeline:
             meta={"command": "run", "stage": name, "checkpoint": str(policy),
                   "split": "validation", "tasks": len(tasks),
                   "max_steps": self.cfg.eval_max_steps},
-            on_episode=lambda t: tick(1, t))
+            on_episode=lambda t: tick(1, t), trained=self._dream_kinds())
         self.reporter.say(f"{name}: the dream against reality, {len(tasks)} validation "
-                          f"tasks: {summary_line(result)}")
-        return {"all": result["all"], "by_kind": result["by_kind"], "folder": str(folder),
+                          f"tasks: {summary_line(result)}; on the kinds the dream trains on: "
+                          f"{summary_line(result, 'trained')}")
+        return {"all": result["all"], "trained": result["trained"],
+                "by_kind": result["by_kind"], "folder": str(folder),
                 "real_transitions": result["real_transitions"]}
+
+    def _dream_kinds(self) -> list[str]:
+        """The evaluator kinds the dream trains on (``dream_eval_types`` resolved)."""
+        family = self.family()
+        kinds = family.dream_eval_types if self.cfg.dream_eval_types == "family" \
+            else self.cfg.dream_eval_types
+        return list(kinds if kinds is not None else family.eval_types)
 
     def checkpoint(self, stage: str) -> str:
         return self.state["done"][stage]["path"]
