@@ -10,12 +10,15 @@ For a task family, with its shipped models and at each concurrency:
    real environment: seconds a batch (rollouts and the optimisation step), and their ratio
    (the target: the dream's >= 3x faster);
 3. ``eval``: a policy evaluation (the shipped warm start, greedy, ``dg-agents eval``) with this
-   checkout and with an older one (``--before COMMIT``, checked out in a temporary worktree,
-   run from there with the same venv): turns per second of each, and their ratio (the target:
-   >= 3x the older code's).
+   checkout and with an older one (``--before-python``: the Python of a venv where the older
+   code is installed): turns per second of each, and their ratio (the target: >= 3x the older
+   code's). An older checkout's venv::
+
+       git worktree add /tmp/before bcc3e27 && cd /tmp/before && make install
 
     .venv/bin/python benchmarks/dream_speed.py --task alfworld --levels 8 32
-    .venv/bin/python benchmarks/dream_speed.py --task webarena --parts eval --before bcc3e27
+    .venv/bin/python benchmarks/dream_speed.py --task webarena --parts eval \
+        --before-python /tmp/before/.venv/bin/python
 
 Prints a table and writes ``--json`` if asked. Nothing is asserted.
 """
@@ -36,15 +39,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def dg(args: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None
-       ) -> dict[str, Any]:
-    """Run ``dg-agents`` (this checkout's, or the one at ``cwd``); its summary.json."""
-    command = [sys.executable, "-m", "dreamgym_agents.cli.main", *args]
-    run_env = {**os.environ, **(env or {})}
-    if cwd is not None:
-        run_env["PYTHONPATH"] = str(cwd)
-    done = subprocess.run(command, cwd=cwd or ROOT, env=run_env, capture_output=True,
-                          text=True)
+def dg(args: list[str], *, python: str | None = None) -> dict[str, Any]:
+    """Run ``dg-agents`` (this checkout's, or the one installed for ``python``); its
+    summary.json."""
+    command = [python or sys.executable, "-m", "dreamgym_agents.cli.main", *args]
+    done = subprocess.run(command, cwd=ROOT if python is None else None, env=dict(os.environ),
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"dg-agents {' '.join(args[:3])} failed:\n{done.stdout[-1500:]}"
                          f"{done.stderr[-2500:]}")
@@ -148,11 +148,7 @@ def eval_part(task: str, level: int, episodes: int, before: str | None,
            "now_turns": now["real_transitions"], "now_wall_s": now["wall_seconds"],
            "now_turns_per_s": round(now["real_transitions"] / now["wall_seconds"], 2)}
     if before:
-        tree = scratch / "before"
-        if not tree.exists():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
-                            before], check=True, capture_output=True)
-        old = dg([*common, "--out", str(scratch / f"eval-before-{level}")], cwd=tree)
+        old = dg([*common, "--out", str(scratch / f"eval-before-{level}")], python=before)
         row.update({"before": before, "before_turns": old["real_transitions"],
                     "before_wall_s": old["wall_seconds"],
                     "before_turns_per_s": round(old["real_transitions"] / old["wall_seconds"],
@@ -172,8 +168,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4, help="GRPO: tasks a batch")
     parser.add_argument("--generations", type=int, default=4, help="GRPO: rollouts a task")
     parser.add_argument("--batches", type=int, default=3, help="GRPO: batches a side")
-    parser.add_argument("--before", default=None,
-                        help="eval: the older commit to compare with (default: none)")
+    parser.add_argument("--before-python", dest="before", default=None,
+                        help="eval: the Python of a venv with the older code (default: none)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="dg-speed-"))
@@ -192,9 +188,6 @@ def main() -> None:
                 rows.append(eval_part(args.task, level, episodes, args.before, scratch))
                 print(json.dumps(rows[-1]), flush=True)
     finally:
-        if (scratch / "before").exists():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(scratch / "before")], capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"\n{args.task}: the dream against reality (ratio: dream or now over real or before)")
     print("| part | concurrency | real / before | dream / now | ratio |")
