@@ -14,8 +14,9 @@ server answers ``look``) on real environments, real steps per second.
 ``--set`` passes overrides to every run (``--set llm.max_concurrency=4`` replays the gateway's old
 fixed default; ``--set buffer.index=chroma`` retrieves through Chroma's filtered query instead
 of the buffer's in-memory index, the default); ``--workers N`` plays each dream with
-``dg-agents dream --workers N``. Each level plays ``max(4, 2 × concurrency)`` episodes of ``--max-steps`` steps; steps per
-second come from the run's own summary (its wall time, not the process start).
+``dg-agents dream --workers N``. Each level plays ``max(4, 2 × concurrency)`` episodes of
+``--max-steps`` steps; steps per second come from the run's own summary (its wall time, not
+the process start).
 """
 
 from __future__ import annotations
