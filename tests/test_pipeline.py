@@ -87,7 +87,7 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
         Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
     other = preset_config("quick")
     other.dream.max_steps = 99
-    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 20 → 99\)"):
+    with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 16 → 99\)"):
         Stubbed(other, tmp_path, calls=[]).run()
 
 
@@ -373,7 +373,7 @@ def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["code"] == [code_version()] and state["code"][0]["commit"]
     assert all(result["code"] == code_version() for result in state["done"].values())
-    assert json.loads((tmp_path / "config.json").read_text())["dream"]["max_steps"] == 20
+    assert json.loads((tmp_path / "config.json").read_text())["dream"]["max_steps"] == 16
 
     calls.clear()
     Stubbed(cfg, tmp_path, calls=calls, rerun_from="s2r").run()
@@ -518,4 +518,4 @@ def test_the_presets_use_validation_as_every_rl_stages_stop_rule():
         for stage in (cfg.dream, cfg.s2r):
             assert stage.validate_every and stage.validate_limit == cfg.calibrate_limit == 31
     quick = preset_config("quick")
-    assert quick.dream.validate_every == quick.dream.max_steps == 20  # its start and its end
+    assert quick.dream.max_steps == 2 * quick.dream.validate_every == 16  # start, middle, end

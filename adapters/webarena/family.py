@@ -326,6 +326,26 @@ class WebArenaFamily:
         return (counterfactual_trajectories(trajectories, per_answer=answers, seed=seed),
                 stop_trajectories(trajectories, per_episode=stops, seed=seed))
 
+    def task_generator(self, tasks: list[Task], seed: int) -> tuple[Any, Any]:
+        """The curriculum's variants: on the bundled shop, new drafts of a seed's template
+        with their evaluators (:class:`.curriculum.ShopTaskGenerator`), else the seed's
+        template with other values (no evaluator); either way every value grounded in a real
+        task (the dream has pages of it) and never a validation or test task."""
+        from dreamgym_agents.adapters.webarena.curriculum import ShopTaskGenerator
+        from dreamgym_agents.rl.curriculum import TemplateTaskGenerator, grounded_in
+
+        generic = TemplateTaskGenerator(tasks, seed)
+        if self.uses_real_sites:
+            return generic, grounded_in("", tasks)
+        held: list[Task] = []
+        for split in ("validation", "test"):
+            try:
+                held += self.load_tasks(split)
+            except ConfigError:
+                continue  # a task file of its own: no such split
+        return ShopTaskGenerator(tasks, seed, avoid=held, fallback=generic), \
+            grounded_in("", tasks)
+
     @staticmethod
     def dream_verdict(task: Task, state: str, action: str) -> bool | None:
         """The task's own verdict of a dream step where its evaluators read only the answer

@@ -12,8 +12,9 @@ does not stop never completes such a task (the real environment scores only a st
 Measured on the shipped warm start's own dream (``dg-agents calibrate``): the experience
 model rewarded 14 validation episodes the site failed, nearly all of them answers of the
 right form and the wrong value (docs/RESULTS.md). Tasks judged by the site's hidden state
-(``program_html``), by an LLM (``fuzzy_match``) and a curriculum's variants (no reference)
-have no such verdict: the experience model's stands there.
+(``program_html``), by an LLM (``fuzzy_match``) and a curriculum's variants without a
+reference (the generic template generator's) have no such verdict: the experience model's
+stands there.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ class _UrlPage:
 
 def checkable(task: Task) -> bool:
     """Whether the task's own evaluator can judge a dream step: evaluators of the
-    :data:`CHECKED` kinds only, a reference, no judge, not a curriculum's variant."""
+    :data:`CHECKED` kinds only, a reference, no judge (a curriculum's variant has an evaluator
+    only where its generator made one: the shop's, :mod:`.curriculum`)."""
     ev = task.config.get("eval") or {}
     kinds = set(ev.get("eval_types") or [])
-    return bool(kinds) and kinds <= CHECKED and task.split != "synthetic" \
-        and not needs_judge(task.config)
+    return bool(kinds) and kinds <= CHECKED and not needs_judge(task.config)
 
 
 def dream_verdict(task: Task, state: str, action: str) -> bool | None:

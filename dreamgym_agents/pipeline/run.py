@@ -261,10 +261,12 @@ def pretrained_defaults(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
-QUICK_DREAM_BATCHES = 20
-"""Dream GRPO batches of the quick preset (16 episodes each: 320 dream episodes). It was 8
-while a dream step cost as much as a real one; the fast local engine (issue 48) bought the
-rest within ``make run``'s 15 minutes (docs/RESULTS.md)."""
+QUICK_DREAM_BATCHES = 16
+"""Dream GRPO batches of the quick preset (16 episodes each: 256 dream episodes), validated at
+the start, half-way and at the end (``QUICK_VALIDATE_EVERY``). It was 8, unvalidated, while a
+dream step cost as much as a real one; the fast local engine (issue 48) bought the rest and the
+stop rule within ``make run``'s 15 minutes (docs/RESULTS.md)."""
+QUICK_VALIDATE_EVERY = 8
 VALIDATE_LIMIT = 31
 """Validation tasks of the presets' stop rule and calibration (the same tasks: the stop rule's
 real episodes are the calibration's real side)."""
@@ -290,7 +292,7 @@ def preset_config(preset: str, seed: int = 0, task: str | None = None) -> Pipeli
             or RL_EPISODE_STEPS
 
     def rl(concurrency: int, budget: int | None = None, batches: int = steps,
-           validate: int = steps if quick else 10) -> GRPOStageConfig:
+           validate: int = QUICK_VALIDATE_EVERY if quick else 10) -> GRPOStageConfig:
         # validation is every stage's stop rule: it never hands on a policy below its start
         return GRPOStageConfig(max_steps=batches, tasks_per_step=4, num_generations=4,
                                max_episode_steps=episode_steps, learning_rate=RL_LR,
