@@ -317,3 +317,35 @@ def test_a_failure_reaches_every_caller_of_the_batch_and_the_engine_goes_on(mode
                 errors.append(str(exc))
     assert errors and all(e == "out of memory" for e in errors)
     assert fast.submit(GenerationRequest(asks[0], 4, 0.0, None, None))
+
+
+def test_requests_through_the_gateway_all_join_the_running_batch(decisive):
+    """LiteLLM awaits the provider on the gateway's loop: no thread waits for an answer, so
+    more requests than asyncio's default pool has threads (cores + 4) share one batch."""
+    import asyncio
+
+    from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+    from dreamgym_agents.gateway.local import _get_loaded
+
+    gateway = Gateway(LLMConfig(model=f"hf/{decisive}", max_tokens=24, max_concurrency=16))
+    batcher = _get_loaded(decisive).batcher
+    assert isinstance(batcher, ContinuousBatcher)
+    decode, widths = batcher.runner.decode, []
+
+    def recording(cache, tokens, lengths):
+        widths.append(len(tokens))
+        return decode(cache, tokens, lengths)
+
+    batcher.runner.decode = recording
+    messages = [[{"role": "user", "content": f"click item {i} then buy it"}] for i in range(16)]
+
+    async def everything():
+        return await asyncio.gather(*(gateway.acomplete(m) for m in messages))
+
+    try:
+        answers = asyncio.run(everything())
+    finally:
+        batcher.runner.decode = decode
+        gateway.close()
+    assert len(answers) == 16 and all(a.usage.completion_tokens >= 1 for a in answers)
+    assert max(widths) > 10  # beyond the 6 threads of a 2-core machine's default pool

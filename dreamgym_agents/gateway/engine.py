@@ -557,6 +557,10 @@ class ContinuousBatcher:
 
     def submit(self, request: Any) -> list[int]:
         """Queue ``request``; block until its new token ids (cut at its own limit) are in."""
+        return self.enqueue(request).result()
+
+    def enqueue(self, request: Any) -> Any:
+        """Queue ``request``; the (``concurrent.futures``) future of its new token ids."""
         with self._cond:
             self._queue.append(request)
             if self._worker is None or not self._worker.is_alive():
@@ -564,7 +568,7 @@ class ContinuousBatcher:
                                                 daemon=True)
                 self._worker.start()
             self._cond.notify()
-        return request.future.result()
+        return request.future
 
     # -- the worker ----------------------------------------------------------------------------
 

@@ -160,6 +160,10 @@ class Batcher:
 
     def submit(self, request: GenerationRequest) -> list[int]:
         """Queue ``request``; block until its new token ids (cut at its own limit) are in."""
+        return self.enqueue(request).result()
+
+    def enqueue(self, request: GenerationRequest) -> concurrent.futures.Future:
+        """Queue ``request``; the future of its new token ids."""
         with self._cond:
             self._queue.append(request)
             if self._worker is None or not self._worker.is_alive():
@@ -167,7 +171,7 @@ class Batcher:
                                                 daemon=True)
                 self._worker.start()
             self._cond.notify()
-        return request.future.result()
+        return request.future
 
     def _take(self) -> list[GenerationRequest] | None:
         with self._cond:
@@ -561,6 +565,30 @@ def generate_local(
             context (``max_tokens`` is lowered to what the context leaves).
         MissingExtraError: transformers/torch are not installed.
     """
+    loaded, request, stops = _local_request(path, messages, max_tokens=max_tokens,
+                                            temperature=temperature, top_p=top_p, stop=stop,
+                                            seed=seed, bad_words=bad_words)
+    return _local_answer(loaded, request, loaded.batcher.submit(request), stops)
+
+
+async def agenerate_local(path: str | os.PathLike[str], messages: list[dict[str, Any]],
+                          **kwargs: Any) -> LocalGeneration:
+    """:func:`generate_local` awaited on the caller's event loop: no thread waits for the
+    answer (a pool of threads, each blocked on one answer, would cap how many requests join
+    the model's running batch: asyncio's default pool has cores + 4)."""
+    if Path(path).expanduser().resolve().as_posix() not in _MODELS:
+        await asyncio.to_thread(_get_loaded, path)  # the first call loads it off the loop
+    loaded, request, stops = _local_request(path, messages, **kwargs)
+    new_ids = await asyncio.wrap_future(loaded.batcher.enqueue(request))
+    return _local_answer(loaded, request, new_ids, stops)
+
+
+def _local_request(path: str | os.PathLike[str], messages: list[dict[str, Any]], *,
+                   max_tokens: int = 512, temperature: float = 0.0, top_p: float | None = None,
+                   stop: list[str] | str | None = None, seed: int | None = None,
+                   bad_words: list[str] | None = None,
+                   ) -> tuple[_LoadedModel, GenerationRequest, list[str]]:
+    """The loaded model, the generation request of ``messages`` and the stop strings."""
     _import_torch_transformers()
     loaded = _get_loaded(path)
     tokenizer, model = loaded.tokenizer, loaded.model
@@ -581,18 +609,33 @@ def generate_local(
         # The answer may use what the prompt leaves of the context (finish_reason "length"
         # tells when it was cut).
         max_tokens = min(max_tokens, context - prompt_tokens)
-    new_ids = loaded.batcher.submit(GenerationRequest(ids, max_tokens, temperature, top_p, seed,
-                                                      banned=banned))
+    return loaded, GenerationRequest(ids, max_tokens, temperature, top_p, seed,
+                                     banned=banned), stops
+
+
+def _local_answer(loaded: _LoadedModel, request: GenerationRequest, new_ids: list[int],
+                  stops: list[str]) -> LocalGeneration:
+    tokenizer, model = loaded.tokenizer, loaded.model
     completion_tokens = len(new_ids)
     with loaded.lock:
         text = tokenizer.decode(new_ids, skip_special_tokens=True)
     ends = eos_ids(model, tokenizer)
     ended = completion_tokens > 0 and int(new_ids[-1]) in ends
-    finish_reason = "stop" if ended or completion_tokens < max_tokens else "length"
+    finish_reason = "stop" if ended or completion_tokens < request.max_tokens else "length"
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     if cut >= 0:
         text, finish_reason = text[:cut], "stop"
-    return LocalGeneration(text, prompt_tokens, completion_tokens, finish_reason)
+    return LocalGeneration(text, len(request.ids), completion_tokens, finish_reason)
+
+
+def _generation_args(optional_params: dict | None) -> dict[str, Any]:
+    """:func:`generate_local`'s arguments from LiteLLM's ``optional_params``."""
+    params = dict(optional_params or {})
+    return {"max_tokens": int(params.get("max_tokens") or params.get("max_completion_tokens")
+                              or 512),
+            "temperature": float(params.get("temperature") or 0.0),
+            "top_p": params.get("top_p"), "stop": params.get("stop"),
+            "seed": params.get("seed"), "bad_words": params.get("bad_words")}
 
 
 def _build_provider() -> Any:
@@ -614,36 +657,34 @@ def _build_provider() -> Any:
             model_response: Any = None,
             **kwargs: Any,
         ) -> Any:
-            params = dict(optional_params or {})
-            result = generate_local(
-                model,
-                messages,
-                max_tokens=int(
-                    params.get("max_tokens") or params.get("max_completion_tokens") or 512
-                ),
-                temperature=float(params.get("temperature") or 0.0),
-                top_p=params.get("top_p"),
-                stop=params.get("stop"),
-                seed=params.get("seed"),
-                bad_words=params.get("bad_words"),
-            )
-            response = model_response if model_response is not None else ModelResponse()
-            response.choices[0].message.content = result.text
-            response.choices[0].finish_reason = result.finish_reason
-            response.model = f"{LOCAL_PROVIDER}/{model}"
-            response.created = int(time.time())
-            response.usage = Usage(  # type: ignore[attr-defined]
-                prompt_tokens=result.prompt_tokens,
-                completion_tokens=result.completion_tokens,
-                total_tokens=result.prompt_tokens + result.completion_tokens,
-            )
-            return response
+            result = generate_local(model, messages, **_generation_args(optional_params))
+            return _response(model, result, model_response)
 
         async def acompletion(  # type: ignore[override]
-            self, model: str, messages: list, *args: Any, **kwargs: Any
+            self,
+            model: str,
+            messages: list,
+            *args: Any,
+            optional_params: dict | None = None,
+            model_response: Any = None,
+            **kwargs: Any,
         ) -> Any:
-            # Generation is CPU-bound: keep the event loop responsive.
-            return await asyncio.to_thread(self.completion, model, messages, *args, **kwargs)
+            # awaited on the gateway's loop: every request in flight joins the running batch
+            result = await agenerate_local(model, messages, **_generation_args(optional_params))
+            return _response(model, result, model_response)
+
+    def _response(model: str, result: LocalGeneration, model_response: Any) -> Any:
+        response = model_response if model_response is not None else ModelResponse()
+        response.choices[0].message.content = result.text
+        response.choices[0].finish_reason = result.finish_reason
+        response.model = f"{LOCAL_PROVIDER}/{model}"
+        response.created = int(time.time())
+        response.usage = Usage(  # type: ignore[attr-defined]
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            total_tokens=result.prompt_tokens + result.completion_tokens,
+        )
+        return response
 
     return LocalHFProvider()
 
