@@ -20,8 +20,8 @@ beside them: the model's floating-point work per step (prompt and answer tokens,
 over the cache) at this CPU's measured matrix-multiply rate, one thread.
 
     .venv/bin/python benchmarks/step_breakdown.py --task alfworld --levels 1 8 32
-    DG_LOCAL_ENGINE=reference .venv/bin/python benchmarks/step_breakdown.py --task webarena \\
-        --set buffer.index=chroma          # the path before issue 48
+    /tmp/before/.venv/bin/python benchmarks/step_breakdown.py --task webarena
+        # the code before issue 48, installed in a venv of its own (benchmarks/dream_speed.py)
 
 Prints a table per family and writes ``--json`` if asked. Nothing is asserted.
 """
@@ -144,11 +144,19 @@ def instrument(meter: Meter) -> None:
 
 
 def instrument_engines(meter: Meter) -> None:
-    """Time each submit (a request's wait for its answer) on both engines."""
-    from dreamgym_agents.gateway import engine, local
+    """Time each submit (a request's wait for its answer) on the engines this code has (an
+    older checkout has only transformers' ``generate``: ``local.Batcher``)."""
+    from dreamgym_agents.gateway import local
 
-    meter.wrap(engine.ContinuousBatcher, "submit", "engine/submit")
+    try:
+        from dreamgym_agents.gateway import engine
+    except ImportError:
+        engine = None
+    if engine is not None:
+        meter.wrap(engine.ContinuousBatcher, "submit", "engine/submit")
     meter.wrap(local.Batcher, "submit", "engine/submit")
+    if hasattr(local, "agenerate_local"):
+        meter.wrap(local, "agenerate_local", "dream/provider")
 
 
 def engines_of(checkpoint: str, runner: Any) -> dict[str, Any]:
@@ -227,22 +235,18 @@ def dream_rows(run: dict[str, Any]) -> list[tuple[str, float]]:
     ms = {k: 1000 * v / steps for k, v in s.items()}
     engine = run["engines"].get("dream", {})
     calls = max(run["calls"], 1)
-    submit = 1000 * s.get("engine/submit", 0.0) / steps
-    if run["agent"] != "oracle":  # the policy's submits are counted with the policy's turns
-        submit = ms.get("dream/provider", 0.0) and submit
     rows = [
         ("retrieval", ms.get("dream/retrieval", 0.0)),
         ("prompt rendering", ms.get("dream/render", 0.0)),
         ("gateway request path (LiteLLM, loop, threads)",
          ms.get("dream/gateway", 0.0) - ms.get("dream/provider", 0.0)),
-        ("provider (template, tokens, text)", ms.get("dream/provider", 0.0) - (
-            1000 * (s.get("engine/submit", 0.0) - s.get("policy/engine_wait", 0.0)) / steps)),
-        ("engine: waiting for the answer", 1000 * (
-            s.get("engine/submit", 0.0) - s.get("policy/engine_wait", 0.0)) / steps),
+        ("provider: template, tokens, waiting for the engine, text",
+         ms.get("dream/provider", 0.0)),
     ]
-    for key, label in (("prefill_s", "  of it engine prefill"), ("decode_s", "  engine decoding"),
-                       ("select_s", "  engine token choice"),
-                       ("constraint_s", "  engine constraint work")):
+    for key, label in (("prefill_s", "  engine's own time: prefill"),
+                       ("decode_s", "  engine's own time: decoding steps"),
+                       ("select_s", "  engine's own time: token choice"),
+                       ("constraint_s", "  engine's own time: constraint work")):
         if key in engine:
             rows.append((label, 1000 * engine[key] / steps))
     rows += [
@@ -253,11 +257,11 @@ def dream_rows(run: dict[str, Any]) -> list[tuple[str, float]]:
         ("dream env step (all of the above and the env's own)", ms.get("dream/env_step", 0.0)),
     ]
     if engine:
-        rows.append(("engine: tokens a step (prompt / from prefix cache / new)", 0.0))
-        rows[-1] = (f"engine: tokens a call: prompt {engine['prompt_tokens'] / calls:.0f}, "
-                    f"from the prefix cache {engine['prefix_tokens'] / calls:.0f}, new "
-                    f"{engine['new_tokens'] / calls:.0f}", float("nan"))
-    del submit
+        rows.append((f"engine: tokens a call: prompt {engine['prompt_tokens'] / calls:.0f}, "
+                     f"from the prefix cache {engine['prefix_tokens'] / calls:.0f}, new "
+                     f"{engine['new_tokens'] / calls:.0f}; rows a decoding step "
+                     f"{engine['new_tokens'] / max(engine['decode_steps'], 1):.1f}",
+                     float("nan")))
     return rows
 
 
@@ -267,10 +271,11 @@ def policy_rows(run: dict[str, Any]) -> list[tuple[str, float]]:
     engine = run["engines"].get("policy", {})
     rows = [("rendering the turn (view, tokens)", ms.get("policy/render", 0.0)),
             ("the turn's grammar", ms.get("policy/grammar", 0.0)),
-            ("engine: waiting for the action", ms.get("policy/engine_wait", 0.0))]
-    for key, label in (("prefill_s", "  of it engine prefill"), ("decode_s", "  engine decoding"),
-                       ("select_s", "  engine token choice"),
-                       ("constraint_s", "  engine constraint work")):
+            ("waiting for the engine's action", ms.get("policy/engine_wait", 0.0))]
+    for key, label in (("prefill_s", "  engine's own time: prefill"),
+                       ("decode_s", "  engine's own time: decoding steps"),
+                       ("select_s", "  engine's own time: token choice"),
+                       ("constraint_s", "  engine's own time: constraint work")):
         if key in engine:
             rows.append((label, 1000 * engine[key] / turns))
     rows += [("decoding the action's text", ms.get("policy/decode_text", 0.0)),
@@ -301,8 +306,12 @@ def main() -> None:
     policy = scratch / "policy"
     shutil.copytree(shipped_bundle(args.task).policy_dir, policy)
     save_policy_settings(policy, PolicyConfig(), "compact")
+    from dreamgym_agents.version import code_version, describe
+
     engine = os.environ.get("DG_LOCAL_ENGINE", "auto")
-    print(f"{args.task}: engine {engine}, overrides {args.overrides or 'none'}")
+    code = describe(code_version())
+    print(f"{args.task}: code {code} ({Path(__import__('dreamgym_agents').__file__).parent}), "
+          f"engine {engine}, overrides {args.overrides or 'none'}")
     runs = []
     try:
         for level in args.levels:
@@ -337,6 +346,7 @@ def main() -> None:
               f"{matmul_gflops(hidden):.0f} GFLOP/s (float32 matrix multiply, one thread)")
         if args.json:
             Path(args.json).write_text(json.dumps({"task": args.task, "engine": engine,
+                                                   "code": code,
                                                    "overrides": args.overrides, "runs": runs,
                                                    "floor_ms": floor, "floor_flops": flops},
                                                   indent=2))
