@@ -351,6 +351,8 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
             # real episodes a stop rule played on the validation split (choosing, not training)
             checks.append(sum(int((done[t].get("validation") or {}).get("real_transitions", 0))
+                              + sum(int((c or {}).get("real_transitions", 0)) for c in
+                                    (done[t].get("calibration") or {}).values())
                               for t in trained if t in done))
             # the code of every stage the row's figure depends on
             codes |= {_code(done[s]) for s in ("sft", *trained, stage) if s in done}
@@ -434,7 +436,8 @@ def render_table(table: dict[str, Any]) -> str:
                   f"({BOOTSTRAP_DRAWS:,} resamples).", ""]
     if checked:
         lines += ["Real validation transitions: the real episodes a stage's stop rule played on "
-                  "the validation split to choose the checkpoint it keeps (`validate_every`); "
-                  "no policy trained on them.", ""]
+                  "the validation split to choose the checkpoint it keeps (`validate_every`), "
+                  "and those its calibration played where the stop rule had not; no policy "
+                  "trained on them.", ""]
     return "\n".join(lines)
 
