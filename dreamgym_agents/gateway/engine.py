@@ -375,7 +375,7 @@ class DecoderRunner:
                 torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(), up_b,
                 mlp.down_proj.weight.detach(),
                 None if mlp.down_proj.bias is None else mlp.down_proj.bias.detach(),
-                getattr(mlp, "act_fn", None),
+                _activation(getattr(mlp, "act_fn", None)),
             ))
         self._fused = fused
 
@@ -408,9 +408,14 @@ class DecoderRunner:
             k = attn.k_proj(x).view(b, t, self.kv_heads, d)[..., pairs]
             qkv = torch.cat([q.reshape(b, t, -1), k.reshape(b, t, -1), attn.v_proj(x)], -1)
         nq, nk = self.heads * d, self.kv_heads * d
-        rotated = qkv[..., :nq + nk].float().reshape(b, t, self.heads + self.kv_heads, half, 2)
-        rotated = torch.view_as_real(torch.view_as_complex(rotated) * cis)
-        rotated = rotated.reshape(b, t, self.heads + self.kv_heads, d).to(h.dtype)
+        pairs = qkv[..., :nq + nk]
+        if pairs.dtype != torch.float32:  # each cast is a dispatch: only where one is needed
+            pairs = pairs.float()
+        rotated = torch.view_as_real(torch.view_as_complex(
+            pairs.reshape(b, t, self.heads + self.kv_heads, half, 2)) * cis)
+        rotated = rotated.view(b, t, self.heads + self.kv_heads, d)
+        if rotated.dtype != h.dtype:
+            rotated = rotated.to(h.dtype)
         q, k = rotated[:, :, :self.heads], rotated[:, :, self.heads:]
         v = qkv[..., nq + nk:].view(b, t, self.kv_heads, d)
         return q, k, v
@@ -425,9 +430,7 @@ class DecoderRunner:
         _, _, _, wo, bo, ln2, wgu, bgu, wd, bd, act = self._fused[index]
         h = h + F.linear(out, wo, bo)
         gate, up = F.linear(F.rms_norm(h, (h.shape[-1],), ln2, self.eps), wgu, bgu).chunk(2, -1)
-        gate = F.silu(gate) if act is None or type(act).__name__ in ("SiLU", "SiLUActivation") \
-            else act(gate)
-        return h + F.linear(gate * up, wd, bd)
+        return h + F.linear(act(gate) * up, wd, bd)
 
     def _attend(self, q: Any, keys: Any, values: Any, mask: Any) -> Any:
         """Attention of ``q`` ``(b, t, heads, d)`` over ``keys``/``values`` ``(b, kv, s, d)``
@@ -489,17 +492,22 @@ class DecoderRunner:
             .view(b, 1, 1, span)
         rows = torch.arange(b, device=device)
         kv, groups, d = self.kv_heads, self.groups, self.head_dim
+        # the mask as an additive bias, one row per (row, kv head): one fused multiply-add a
+        # layer (baddbmm) instead of a product, a scaling and a fill
+        bias = torch.zeros((b, span), dtype=h.dtype, device=device).masked_fill_(
+            ~mask.view(b, span), float("-inf"))
+        bias = bias.repeat_interleave(kv, 0).unsqueeze(1)
         for index, layer in enumerate(self.body.layers):
             q, k, v = self._project(index, layer, h, cis)
             keys, values = cache.keys[index], cache.values[index]
             keys[rows, :, pos] = k[:, 0]
             values[rows, :, pos] = v[:, 0]
-            # one query a row: (b, kv, groups, d) against the row's (b, kv, span, d)
-            scores = torch.matmul(q.reshape(b, kv, groups, d),
-                                  keys[:b, :, :span].transpose(2, 3))
-            scores = scores.mul_(self.scaling).masked_fill_(~mask, float("-inf"))
-            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(h.dtype)
-            out = torch.matmul(probs, values[:b, :, :span]).view(b, 1, self.heads * d)
+            # one query a row: (b·kv, groups, d) against the row's (b·kv, span, d)
+            seen_k = keys[:b, :, :span].reshape(b * kv, span, d)
+            seen_v = values[:b, :, :span].reshape(b * kv, span, d)
+            scores = torch.baddbmm(bias, q.reshape(b * kv, groups, d), seen_k.transpose(1, 2),
+                                   alpha=self.scaling)
+            out = torch.bmm(torch.softmax(scores, dim=-1), seen_v).view(b, 1, self.heads * d)
             h = self._rest(index, layer, h, out)
         return self._final(h)[:, 0]
 
@@ -516,6 +524,15 @@ class DecoderRunner:
         for index in range(len(cache.keys)):
             cache.keys[index][slot, :, :length] = keys[index, :, :length]
             cache.values[index][slot, :, :length] = values[index, :, :length]
+
+
+def _activation(act: Any) -> Any:
+    """The MLP's activation as a plain function (SiLU, the family's, through torch's own)."""
+    import torch.nn.functional as F
+
+    if act is None or type(act).__name__ in ("SiLU", "SiLUActivation"):
+        return F.silu
+    return act
 
 
 class ContinuousBatcher:

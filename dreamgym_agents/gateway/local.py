@@ -365,6 +365,8 @@ class _LoadedModel:
     """Guards the tokenizer (fast tokenizers are not safe to share between threads)."""
     batcher: Any
     """:func:`make_batcher`'s: the fast path's or the reference path's."""
+    banned: dict[tuple[str, ...], list[list[int]]] = field(default_factory=dict)
+    """Banned words' token sequences by the words (:func:`_banned`)."""
 
 
 _MODELS: dict[str, _LoadedModel] = {}
@@ -597,7 +599,7 @@ def _local_request(path: str | os.PathLike[str], messages: list[dict[str, Any]],
         prompt, templated = format_prompt(tokenizer, messages)
         # A chat template already writes BOS and friends; a plain prompt gets the defaults.
         ids = list(tokenizer(prompt, add_special_tokens=not templated)["input_ids"])
-        banned = bad_word_ids(tokenizer, [w for w in bad_words or [] if w])
+        banned = _banned(loaded, tuple(w for w in bad_words or [] if w))
     prompt_tokens = len(ids)
     context = getattr(model.config, "max_position_embeddings", None)
     if context is not None and prompt_tokens >= context:
@@ -611,6 +613,17 @@ def _local_request(path: str | os.PathLike[str], messages: list[dict[str, Any]],
         max_tokens = min(max_tokens, context - prompt_tokens)
     return loaded, GenerationRequest(ids, max_tokens, temperature, top_p, seed,
                                      banned=banned), stops
+
+
+def _banned(loaded: _LoadedModel, words: tuple[str, ...]) -> list[list[int]]:
+    """:func:`bad_word_ids` of ``words`` for the model's tokenizer, kept per set of words (a
+    codec bans the same few words at most steps; the caller holds the tokenizer's lock)."""
+    found = loaded.banned.get(words)
+    if found is None:
+        found = loaded.banned[words] = bad_word_ids(loaded.tokenizer, list(words))
+        if len(loaded.banned) > 4096:
+            loaded.banned.clear()
+    return [list(seq) for seq in found]
 
 
 def _local_answer(loaded: _LoadedModel, request: GenerationRequest, new_ids: list[int],
