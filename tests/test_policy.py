@@ -207,7 +207,7 @@ def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_p
 
     answer = policy.encode("click(link 'Acme Red Chair')") + [policy.eos_id]
     policy.generate_traced = (  # a fixed answer
-        lambda ids, temperature=None, constraint=None, trace=True:
+        lambda ids, temperature=None, constraint=None, trace=True, seed=None:
         Generated(answer, [None] * len(answer), [0.0] * len(answer)))
     agent = PolicyAgent(policy, keep_tokens=False)
     page = "URL: http://s/\nTitle: T\n[5] link 'Acme Red Chair'"

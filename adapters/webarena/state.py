@@ -39,6 +39,7 @@ Rendered format, one item per line, in document order::
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -284,8 +285,15 @@ def parse_state(text: str) -> AbstractState:
 
     Tolerant: ``URL:``/``Title:`` lines may be missing, blank lines are skipped, and a line in no
     known shape is kept as a ``StaticText`` line. Used by agents acting on textual states and to
-    read the experience model's predicted states.
+    read the experience model's predicted states. The same text is parsed once (the dream
+    ranks the same recorded pages at many steps); each call gets a state of its own.
     """
+    url, title, lines = _parsed(text)
+    return AbstractState(url=url, title=title, lines=list(lines))
+
+
+@functools.lru_cache(maxsize=8192)
+def _parsed(text: str) -> tuple[str, str, tuple[Element, ...]]:
     url, title = "", ""
     lines: list[Element] = []
     for raw in text.splitlines():
@@ -299,4 +307,4 @@ def parse_state(text: str) -> AbstractState:
             title = stripped[6:].strip()
             continue
         lines.append(parse_line(stripped))
-    return AbstractState(url=url, title=title, lines=lines)
+    return url, title, tuple(lines)

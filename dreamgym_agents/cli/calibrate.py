@@ -55,7 +55,7 @@ def calibrate_command(
     rewards. Writes OUT/calibration.json and OUT/calibration.md; rerun to resume.
     --set agent.temperature=1 samples a policy (each turn seeded by --seed, episode and turn).
     """
-    from dreamgym_agents.cli.experience import _resolve, build_experience
+    from dreamgym_agents.cli.experience import build_experience, resolve_for_cli
     from dreamgym_agents.episodes.env import EnvConfig, env_options, make_family, spread_tasks
     from dreamgym_agents.experience.calibration import (
         CALIBRATION_FILE,
@@ -67,8 +67,8 @@ def calibrate_command(
 
     setup_logging(verbose)
     console = make_console()
-    experience_model, model_buffer = _resolve(experience_model, task, False, False, False,
-                                              console)
+    experience_model, model_buffer = resolve_for_cli(experience_model, task, False, False,
+                                                     False, console)
     sections = Sections(config, overrides, CALIBRATE_SECTIONS)
     family = make_family(task)
     default_steps = getattr(family, "default_max_steps", None)

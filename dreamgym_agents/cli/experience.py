@@ -376,8 +376,10 @@ def _ablation_flags(no_history: bool, no_retrieval: bool, no_reasoning: bool) ->
                                     ("use_reasoning", no_reasoning)) if off}
 
 
-def _resolve(name: str | None, family: str, no_history: bool, no_retrieval: bool,
-             no_reasoning: bool, console: Any) -> tuple[str, str | None]:
+def resolve_for_cli(name: str | None, family: str, no_history: bool, no_retrieval: bool,
+                    no_reasoning: bool, console: Any) -> tuple[str, str | None]:
+    """The experience model and its buffer a command's --experience-model and ablation flags
+    name (the family's default where none is named)."""
     return resolve_experience_model(
         name, family, ablations=_ablation_flags(no_history, no_retrieval, no_reasoning),
         say=console.print)
@@ -433,8 +435,8 @@ def dream_command(
 
     setup_logging(verbose)
     check_workers(workers)
-    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
-                                              no_reasoning, make_console())
+    experience_model, model_buffer = resolve_for_cli(
+        experience_model, task, no_history, no_retrieval, no_reasoning, make_console())
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     tasks = tasks[:limit]
@@ -610,8 +612,8 @@ def fidelity_command(
     )
 
     setup_logging(verbose)
-    experience_model, model_buffer = _resolve(experience_model, task, no_history, no_retrieval,
-                                              no_reasoning, make_console())
+    experience_model, model_buffer = resolve_for_cli(
+        experience_model, task, no_history, no_retrieval, no_reasoning, make_console())
     sections = Sections(config, overrides, FIDELITY_SECTIONS)
     family = make_family(task)  # an unknown family fails here, before any model is built
     fid_cfg = sections.configure(
