@@ -17,6 +17,7 @@ For a task family, with its shipped models and at each concurrency:
        git worktree add /tmp/before bcc3e27 && cd /tmp/before && make install
 
     .venv/bin/python benchmarks/dream_speed.py --task alfworld --levels 8 32
+    .venv/bin/python benchmarks/dream_speed.py --task alfworld --parts steps --dream-workers 2
     .venv/bin/python benchmarks/dream_speed.py --task webarena --parts eval \
         --before-python /tmp/before/.venv/bin/python
 
@@ -45,25 +46,32 @@ def dg(args: list[str], *, python: str | None = None) -> dict[str, Any]:
     command = [python or sys.executable, "-m", "dreamgym_agents.cli.main", *args]
     done = subprocess.run(command, cwd=ROOT if python is None else None, env=dict(os.environ),
                           capture_output=True, text=True)
-    if done.returncode != 0:
+    out = Path(args[args.index("--out") + 1])
+    summary = out / "summary.json"
+    if done.returncode != 0 and not summary.exists():
         raise SystemExit(f"dg-agents {' '.join(args[:3])} failed:\n{done.stdout[-1500:]}"
                          f"{done.stderr[-2500:]}")
-    out = Path(args[args.index("--out") + 1])
-    return json.loads((out / "summary.json").read_text())
+    # an environment that lost some episodes (a browser page closed under load) still measured
+    # the others: their steps over the wall time, the lost ones counted in the row
+    return json.loads(summary.read_text())
 
 
-def steps_part(task: str, level: int, episodes: int, scratch: Path) -> dict[str, Any]:
+def steps_part(task: str, level: int, episodes: int, workers: int,
+               scratch: Path) -> dict[str, Any]:
     common = ["--task", task, "--agent", "oracle", "--split", "test", "--limit", str(episodes),
               "--concurrency", str(level)]
     real = dg(["eval", *common, "--out", str(scratch / f"real-{level}")])
-    dream = dg(["dream", *common, "--out", str(scratch / f"dream-{level}")])
+    dream = dg(["dream", *common, "--workers", str(workers),
+                "--out", str(scratch / f"dream-{level}")])
     r = real["real_transitions"] / real["wall_seconds"]
     d = dream["synthetic_transitions"] / dream["wall_seconds"]
     return {"part": "steps", "concurrency": level, "episodes": episodes,
             "real_steps": real["real_transitions"], "real_wall_s": real["wall_seconds"],
             "dream_steps": dream["synthetic_transitions"], "dream_wall_s": dream["wall_seconds"],
             "real_steps_per_s": round(r, 2), "dream_steps_per_s": round(d, 2),
-            "ratio": round(d / r, 2)}
+            "ratio": round(d / r, 2), "dream_workers": workers,
+            "real_failed": real.get("failed_episodes", 0),
+            "dream_failed": dream.get("failed_episodes", 0)}
 
 
 def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
@@ -164,7 +172,9 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["steps", "grpo", "eval"],
                         choices=("steps", "grpo", "eval"))
     parser.add_argument("--episodes", type=int, default=0,
-                        help="episodes a level (default: max(16, 2 x concurrency))")
+                        help="episodes a level (default: max(64, 2 x concurrency))")
+    parser.add_argument("--dream-workers", type=int, default=1,
+                        help="steps: dg-agents dream --workers (processes sharing the episodes)")
     parser.add_argument("--tasks", type=int, default=4, help="GRPO: tasks a batch")
     parser.add_argument("--generations", type=int, default=4, help="GRPO: rollouts a task")
     parser.add_argument("--batches", type=int, default=3, help="GRPO: batches a side")
@@ -176,9 +186,9 @@ def main() -> None:
     rows = []
     try:
         for level in args.levels:
-            episodes = args.episodes or max(16, 2 * level)
+            episodes = args.episodes or max(64, 2 * level)
             if "steps" in args.parts:
-                rows.append(steps_part(args.task, level, episodes, scratch))
+                rows.append(steps_part(args.task, level, episodes, args.dream_workers, scratch))
                 print(json.dumps(rows[-1]), flush=True)
             if "grpo" in args.parts:
                 rows.append(grpo_part(args.task, level, args.tasks, args.generations,
@@ -194,8 +204,13 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for r in rows:
         if r["part"] == "steps":
-            print(f"| steps/s, oracle, {r['episodes']} test tasks | {r['concurrency']} | "
-                  f"{r['real_steps_per_s']} | {r['dream_steps_per_s']} | {r['ratio']}x |")
+            lost = "".join(f" ({r[k]} {side} episodes failed)" for k, side in
+                           (("real_failed", "real"), ("dream_failed", "dream")) if r.get(k))
+            procs = (f", dream in {r['dream_workers']} processes"
+                     if r.get("dream_workers", 1) > 1 else "")
+            print(f"| steps/s, oracle, {r['episodes']} test tasks{procs}{lost} | "
+                  f"{r['concurrency']} | {r['real_steps_per_s']} | {r['dream_steps_per_s']} | "
+                  f"{r['ratio']}x |")
         elif r["part"] == "grpo":
             print(f"| GRPO batch of {r['batch_episodes']} episodes, seconds | {r['concurrency']} "
                   f"| {r['real_batch_s']} | {r['dream_batch_s']} | {r['ratio']}x |")
