@@ -17,7 +17,7 @@ For a task family, with its shipped models and at each concurrency:
        git worktree add /tmp/before bcc3e27 && cd /tmp/before && make install
 
     .venv/bin/python benchmarks/dream_speed.py --task alfworld --levels 8 32
-    .venv/bin/python benchmarks/dream_speed.py --task alfworld --parts steps --dream-workers 2
+    .venv/bin/python benchmarks/dream_speed.py --task alfworld --parts steps --dream-workers 1 2
     .venv/bin/python benchmarks/dream_speed.py --task webarena --parts eval \
         --before-python /tmp/before/.venv/bin/python
 
@@ -56,22 +56,27 @@ def dg(args: list[str], *, python: str | None = None) -> dict[str, Any]:
     return json.loads(summary.read_text())
 
 
-def steps_part(task: str, level: int, episodes: int, workers: int,
-               scratch: Path) -> dict[str, Any]:
+def steps_part(task: str, level: int, episodes: int, workers: list[int],
+               scratch: Path) -> list[dict[str, Any]]:
+    """One real run of the oracle and a dream run of it for each number of dream processes."""
     common = ["--task", task, "--agent", "oracle", "--split", "test", "--limit", str(episodes),
               "--concurrency", str(level)]
     real = dg(["eval", *common, "--out", str(scratch / f"real-{level}")])
-    dream = dg(["dream", *common, "--workers", str(workers),
-                "--out", str(scratch / f"dream-{level}")])
     r = real["real_transitions"] / real["wall_seconds"]
-    d = dream["synthetic_transitions"] / dream["wall_seconds"]
-    return {"part": "steps", "concurrency": level, "episodes": episodes,
-            "real_steps": real["real_transitions"], "real_wall_s": real["wall_seconds"],
-            "dream_steps": dream["synthetic_transitions"], "dream_wall_s": dream["wall_seconds"],
-            "real_steps_per_s": round(r, 2), "dream_steps_per_s": round(d, 2),
-            "ratio": round(d / r, 2), "dream_workers": workers,
-            "real_failed": real.get("failed_episodes", 0),
-            "dream_failed": dream.get("failed_episodes", 0)}
+    rows = []
+    for n in workers:
+        dream = dg(["dream", *common, "--workers", str(n),
+                    "--out", str(scratch / f"dream-{level}-{n}")])
+        d = dream["synthetic_transitions"] / dream["wall_seconds"]
+        rows.append({"part": "steps", "concurrency": level, "episodes": episodes,
+                     "real_steps": real["real_transitions"], "real_wall_s": real["wall_seconds"],
+                     "dream_steps": dream["synthetic_transitions"],
+                     "dream_wall_s": dream["wall_seconds"],
+                     "real_steps_per_s": round(r, 2), "dream_steps_per_s": round(d, 2),
+                     "ratio": round(d / r, 2), "dream_workers": n,
+                     "real_failed": real.get("failed_episodes", 0),
+                     "dream_failed": dream.get("failed_episodes", 0)})
+    return rows
 
 
 def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
@@ -103,6 +108,7 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
     model_path, buffer_path = resolve_experience_model(None, task)
     for side in ("dream", "real"):
         stamps: list[float] = []
+        rollouts: list[float] = []
         gateway = buffer = None
         if side == "dream":
             gateway = Gateway(LLMConfig(model=model_path, max_concurrency=max(4, level)))
@@ -123,7 +129,9 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
         try:
             result = train_grpo(policy, scratch / f"grpo-{side}-{level}", chosen, pool, cfg,
                                 PolicyConfig(), stage=f"bench-{side}",
-                                on_batch=lambda figures, s=stamps: s.append(time.perf_counter()))
+                                on_batch=lambda figures, s=stamps, r=rollouts: (
+                                    s.append(time.perf_counter()),
+                                    r.append(figures["rollout/seconds"])))
         finally:
             pool.close()
             if buffer is not None:
@@ -134,9 +142,16 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
         later = gaps[1:] or gaps
         out[f"{side}_batch_s"] = round(sum(later) / len(later), 2)
         out[f"{side}_first_batch_s"] = round(gaps[0], 2) if gaps else None
+        played = rollouts[1:] or rollouts
+        # the rest of a batch: the optimisation step (and the trainer's bookkeeping)
+        out[f"{side}_rollout_s"] = round(sum(played) / len(played), 2)
+        out[f"{side}_update_s"] = round(out[f"{side}_batch_s"] - out[f"{side}_rollout_s"], 2)
         out[f"{side}_steps"] = result["real_transitions"] + result["synthetic_transitions"]
     family.close()
     out["ratio"] = round(out["real_batch_s"] / out["dream_batch_s"], 2)
+    # the best a dream batch could do with rollouts that cost nothing: the real batch over the
+    # update both sides share
+    out["ratio_bound"] = round(out["real_batch_s"] / max(out["dream_update_s"], 1e-9), 2)
     return out
 
 
@@ -173,8 +188,9 @@ def main() -> None:
                         choices=("steps", "grpo", "eval"))
     parser.add_argument("--episodes", type=int, default=0,
                         help="episodes a level (default: max(64, 2 x concurrency))")
-    parser.add_argument("--dream-workers", type=int, default=1,
-                        help="steps: dg-agents dream --workers (processes sharing the episodes)")
+    parser.add_argument("--dream-workers", type=int, nargs="+", default=[1],
+                        help="steps: dg-agents dream --workers, one dream run for each "
+                             "(processes sharing the episodes), against the same real run")
     parser.add_argument("--tasks", type=int, default=4, help="GRPO: tasks a batch")
     parser.add_argument("--generations", type=int, default=4, help="GRPO: rollouts a task")
     parser.add_argument("--batches", type=int, default=3, help="GRPO: batches a side")
@@ -188,8 +204,9 @@ def main() -> None:
         for level in args.levels:
             episodes = args.episodes or max(64, 2 * level)
             if "steps" in args.parts:
-                rows.append(steps_part(args.task, level, episodes, args.dream_workers, scratch))
-                print(json.dumps(rows[-1]), flush=True)
+                for row in steps_part(args.task, level, episodes, args.dream_workers, scratch):
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
             if "grpo" in args.parts:
                 rows.append(grpo_part(args.task, level, args.tasks, args.generations,
                                       args.batches, scratch))
@@ -212,8 +229,10 @@ def main() -> None:
                   f"{r['concurrency']} | {r['real_steps_per_s']} | {r['dream_steps_per_s']} | "
                   f"{r['ratio']}x |")
         elif r["part"] == "grpo":
-            print(f"| GRPO batch of {r['batch_episodes']} episodes, seconds | {r['concurrency']} "
-                  f"| {r['real_batch_s']} | {r['dream_batch_s']} | {r['ratio']}x |")
+            print(f"| GRPO batch of {r['batch_episodes']} episodes, seconds (rollouts + "
+                  f"update) | {r['concurrency']} | {r['real_batch_s']} ({r['real_rollout_s']} + "
+                  f"{r['real_update_s']}) | {r['dream_batch_s']} ({r['dream_rollout_s']} + "
+                  f"{r['dream_update_s']}) | {r['ratio']}x (at most {r['ratio_bound']}x) |")
         else:
             print(f"| eval turns/s, warm start, {r['episodes']} test tasks | {r['concurrency']} "
                   f"| {r.get('before_turns_per_s', '—')} | {r['now_turns_per_s']} | "
