@@ -25,16 +25,13 @@ from typing import Any
 
 
 def prompts(task: str, tokenizer: Any, n: int, length: int) -> list[list[int]]:
-    from dreamgym_agents.pipeline.bundle import shipped_bundle
+    from dreamgym_agents.pipeline.bundle import DEMOS_FILE, shipped_bundle
 
-    bundle = shipped_bundle(task)
-    path = next(Path(bundle.policy_dir).parent.glob("episodes/demos.jsonl.gz"))
     text = []
-    with gzip.open(path, "rt") as fh:
+    with gzip.open(shipped_bundle(task).root / DEMOS_FILE, "rt") as fh:
         for line in fh:
             for t in json.loads(line)["transitions"]:
-                text.append(str(t.get("observation", t.get("state", ""))) + " " +
-                            str(t.get("action", "")))
+                text.append(f"{t['state']} {t['action']}")
             if len(text) > 40 * n:
                 break
     ids = tokenizer("\n".join(text))["input_ids"]
