@@ -84,8 +84,10 @@ def test_lora_grpo_steps_of_a_pretrained_chat_model_in_the_dream(tmp_path, smoll
     view = PolicyConfig(max_action_tokens=8)
     demos = [hi_demo("stop [hi]" if i % 2 else "stop [bye]", i) for i in range(8)]
     sft = tmp_path / "sft"
+    # every step sees all eight (half right): the warm start tends to an even split whatever
+    # the machine's numerics, where batches of four left it at the last batch's answer
     train_policy_sft(demos, PolicySFTConfig(
-        output_dir=str(sft), base_model=str(smollm2), lora_r=8, max_steps=40, batch_size=4,
+        output_dir=str(sft), base_model=str(smollm2), lora_r=8, max_steps=20, batch_size=8,
         learning_rate=1e-3, max_length=512, entity_swaps=0, seed=0), view)
     pool = EnvPool(lambda: make_env()[0], 6)
     torch.manual_seed(0)
