@@ -129,13 +129,53 @@ class AlfworldFamily:
         return generate_game(spec, games_root())
 
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
-        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each)."""
+        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each), then
+        read the first look of those generated here that have none kept yet
+        (:meth:`warm_first_looks`)."""
         _require()
         for task in tasks or []:
             self.game_path(task)
         from dreamgym_agents.adapters.alfworld.games import games_root
 
-        return f"ALFWorld games (generated offline, cached in {games_root()})"
+        read = self.warm_first_looks(tasks or [])
+        looks = f"; {read} first looks read" if read else ""
+        return f"ALFWorld games (generated offline, cached in {games_root()}{looks})"
+
+    def warm_first_looks(self, tasks: list[Task], workers: int | None = None) -> int:
+        """Read the first look (:meth:`first_look`) of each generated game of ``tasks`` that has
+        none kept beside it, in ``workers`` processes at once (None: one per core), and keep it
+        there: the dream's first step of a game then waits on no textworld load (one load is
+        ~2 s of CPU, taken one at a time under the process's textworld lock). Official games
+        (nothing is written in their folder) are left to be read when first asked. Returns how
+        many were read."""
+        import concurrent.futures
+        import multiprocessing
+
+        todo: dict[str, tuple[Task, Path, Path]] = {}
+        for task in tasks:
+            try:
+                game = self.game_path(task)
+            except (ConfigError, EnvError):
+                continue
+            kept = game.parent / f"start-{_renderer_key()}.txt"
+            if _generated_here(game) and not kept.is_file():
+                todo.setdefault(str(game), (task, game, kept))
+        if not todo:
+            return 0
+        workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        if workers == 1:
+            for task, _, _ in todo.values():
+                self.first_look(task)
+            return len(todo)
+        context = multiprocessing.get_context("spawn")  # textworld and torch in a forked child
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            read = dict(zip(todo, pool.map(_read_first_look, list(todo)), strict=True))
+        for path, (task, _, kept) in todo.items():
+            if isinstance(read[path], str):
+                logger.warning("could not load the game of %s: %s", task.task_id, read[path])
+            elif not kept.is_file():
+                _write_quietly(kept, json.dumps(read[path]))
+        return len(todo)
 
     def requirements(self) -> list[Requirement]:
         """The alfworld and textworld packages (``make install-alfworld``), where generated
@@ -200,16 +240,12 @@ class AlfworldFamily:
         gives, as :meth:`make_env`'s reset renders it; ``contents``: its start's hidden layout,
         :func:`.games.first_look`), from one load of the game, kept (:meth:`_per_game`). None
         when the game cannot be made or loaded."""
-        from dreamgym_agents.adapters.alfworld.belief import Belief
-        from dreamgym_agents.adapters.alfworld.games import first_look
-
         def read(game: Path) -> dict[str, Any] | None:
-            try:
-                opening, contents = first_look(game)
-            except Exception as exc:  # noqa: BLE001 - a game textworld cannot load
-                logger.warning("could not load the game of %s: %s", task.task_id, exc)
+            look = _read_first_look(str(game))
+            if isinstance(look, str):
+                logger.warning("could not load the game of %s: %s", task.task_id, look)
                 return None
-            return {"opening": Belief.start(opening).render(), "contents": contents}
+            return look
 
         return self._per_game("start", task, read, json.dumps, json.loads)
 
@@ -382,6 +418,20 @@ class AlfworldFamily:
 
     def close(self) -> None:
         return None
+
+
+def _read_first_look(game: str) -> dict[str, Any] | str:
+    """A game's first look (``opening`` rendered as the environment's reset renders it, and
+    ``contents``), or why textworld could not load it (a string). Top-level, so a process pool
+    can run it."""
+    from dreamgym_agents.adapters.alfworld import games
+    from dreamgym_agents.adapters.alfworld.belief import Belief
+
+    try:
+        opening, contents = games.first_look(game)
+    except Exception as exc:  # noqa: BLE001 - a game textworld cannot load
+        return f"{type(exc).__name__}: {exc}"
+    return {"opening": Belief.start(opening).render(), "contents": contents}
 
 
 @functools.cache

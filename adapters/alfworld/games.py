@@ -13,6 +13,7 @@ every kept game is solvable.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import threading
@@ -28,6 +29,8 @@ from dreamgym_agents.adapters.alfworld.planner import (
     logic_texts,
 )
 from dreamgym_agents.errors import EnvError, MissingExtraError
+
+logger = logging.getLogger(__name__)
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
@@ -102,10 +105,20 @@ def game_text(spec: GameSpec) -> tuple[str, str, dict[str, Any], dict[str, Any]]
     return problem, grammar, meta, traj_data
 
 
+def _kept_game_is_whole(path: Path) -> bool:
+    """Whether a game kept in the cache reads as a solvable game (a truncated or broken file,
+    an interrupted write say, is made again)."""
+    try:
+        return bool(json.loads(path.read_text(encoding="utf-8")).get("solvable"))
+    except (OSError, ValueError, AttributeError):
+        logger.warning("the kept game %s does not read: making it again", path)
+        return False
+
+
 def _generate_game(spec: GameSpec, root: str | Path) -> Path:
     folder = Path(root) / spec.folder
     path = folder / GAME_FILE
-    if path.exists() and json.loads(path.read_text(encoding="utf-8")).get("solvable"):
+    if path.exists() and _kept_game_is_whole(path):
         return path
     problem, grammar, meta, traj_data = game_text(spec)
     domain, _ = logic_texts()

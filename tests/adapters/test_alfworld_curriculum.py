@@ -156,6 +156,46 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
 
 
 
+def test_prepare_reads_the_first_looks_of_its_games_in_processes(tmp_path, monkeypatch):
+    """warm_first_looks (prepare's) reads each new generated game's first look in a pool of processes and keeps it
+    beside the game: the next process's dream reads it and loads no game; a game textworld
+    cannot load is a warning, nothing kept, and the others are read."""
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    family = make_family("alfworld")
+    tasks = family.load_tasks("train")[:3]
+    for task in tasks:
+        family.game_path(task)
+    broken = family.game_path(tasks[2])
+    broken.write_text('{"solvable": true}')  # kept as whole, but no game textworld can load
+    assert family.warm_first_looks(tasks, workers=2) == 3
+    assert family.warm_first_looks(tasks, workers=2) == 1  # only the broken one is left
+    kept = [list(family.game_path(t).parent.glob("start-*.txt")) for t in tasks]
+    assert [len(k) for k in kept] == [1, 1, 0]
+    from dreamgym_agents.adapters.alfworld import games
+
+    monkeypatch.setattr(games, "first_look", lambda path: pytest.fail("the game was loaded"))
+    later = make_family("alfworld")
+    for task, files in zip(tasks[:2], kept, strict=False):
+        assert later.opening(task) == json.loads(files[0].read_text())["opening"]
+        assert "Room: " in later.opening(task) and later.layout(task)
+    monkeypatch.undo()
+    env = later.make_env(EnvConfig(max_steps=1))
+    try:
+        assert env.reset(tasks[0]).state == later.opening(tasks[0])
+    finally:
+        env.close()
+
+
+def test_a_truncated_kept_game_is_made_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
+    family = make_family("alfworld")
+    task = family.load_tasks("train")[0]
+    game = family.game_path(task)
+    whole = game.read_text()
+    game.write_text(whole[: len(whole) // 2])  # an interrupted write
+    assert family.game_path(task) == game and game.read_text() == whole
+
+
 def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkeypatch):
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
     first = make_family("alfworld")
