@@ -16,7 +16,8 @@ fixed default; ``--set buffer.index=chroma`` retrieves through Chroma's filtered
 of the buffer's in-memory index, the default); ``--workers N`` plays each dream with
 ``dg-agents dream --workers N``. Each level plays ``max(4, 2 × concurrency)`` episodes of
 ``--max-steps`` steps; steps per second come from the run's own summary (its wall time, not
-the process start).
+the process start); ``command s`` is the whole command's, set-up included (the model's load,
+the openings a family reads ahead of the dream).
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ def run_level(args: argparse.Namespace, base_url: str, concurrency: int, out: Pa
     for item in args.set or []:
         command += ["--set", item]
     env = {**os.environ, "STUB_API_KEY": "stub-key"}
-    before = os.times()
+    before, started = os.times(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
-    after = os.times()
+    after, command_s = os.times(), time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"concurrency {concurrency}: dg-agents dream failed:\n"
                          f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -102,7 +103,8 @@ def run_level(args: argparse.Namespace, base_url: str, concurrency: int, out: Pa
     return {"concurrency": concurrency, "episodes": episodes, "steps": steps, "wall_s": wall,
             "steps_per_s": steps / wall, "ideal": concurrency / args.latency,
             "em_calls": calls,
-            "em_failures": summary.get("em_failures", 0), "process_cpu_s": cpu}
+            "em_failures": summary.get("em_failures", 0), "process_cpu_s": cpu,
+            "command_s": command_s}
 
 
 def main() -> None:
@@ -140,15 +142,16 @@ def main() -> None:
             print(f"{args.mode}: task {args.task}, latency {args.latency}s, server {base_url}, "
                   f"buffer {args.buffer}, overrides {args.set or []}, workers {args.workers}")
             print("| concurrency | steps | wall s | steps/s | ideal | % of ideal | "
-                  "model calls | EM failures | process CPU s |")
-            print("|---|---|---|---|---|---|---|---|---|")
+                  "model calls | EM failures | process CPU s | command s |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             for level in args.levels:
                 row = run_level(args, base_url, level, root / f"c{level}")
                 rows.append(row)
                 print(f"| {level} | {row['steps']} | {row['wall_s']:.1f} | "
                       f"{row['steps_per_s']:.1f} | {row['ideal']:.1f} | "
                       f"{100 * row['steps_per_s'] / row['ideal']:.0f} % | {row['em_calls']} | "
-                      f"{row['em_failures']} | {row['process_cpu_s']:.1f} |", flush=True)
+                      f"{row['em_failures']} | {row['process_cpu_s']:.1f} | "
+                      f"{row['command_s']:.1f} |", flush=True)
     finally:
         server.terminate()
     if args.json:

@@ -228,3 +228,20 @@ def test_the_tasks_own_evaluator_judges_a_stop_where_it_reads_only_the_answer_or
     off, _ = make_env(yes_man, verdicts=False)  # the model's verdicts alone, as before
     off.reset(price)
     assert off.step("send_msg_to_user('$13.00')").success is True
+
+
+def test_a_dream_reads_its_tasks_openings_ahead_where_the_family_can():
+    from dreamgym_agents.experience.dream import read_openings_ahead
+
+    class Ahead(WebArenaFamily):
+        asked: list = []
+
+        def read_openings(self, tasks):
+            self.asked.append([t.task_id for t in tasks])
+            return len(tasks)
+
+    tasks = [SAY_HI]
+    assert read_openings_ahead(WebArenaFamily(), tasks) == 0  # no hook: read when asked
+    ahead = Ahead()
+    assert read_openings_ahead(ahead, tasks) == 1 and ahead.asked == [[SAY_HI.task_id]]
+    assert read_openings_ahead(ahead, []) == 0 and len(ahead.asked) == 1

@@ -129,25 +129,21 @@ class AlfworldFamily:
         return generate_game(spec, games_root())
 
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
-        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each), then
-        read the first look of those generated here that have none kept yet
-        (:meth:`warm_first_looks`)."""
+        """Check the extra; make the games of ``tasks`` not made yet (a few seconds each)."""
         _require()
         for task in tasks or []:
             self.game_path(task)
         from dreamgym_agents.adapters.alfworld.games import games_root
 
-        read = self.warm_first_looks(tasks or [])
-        looks = f"; {read} first looks read" if read else ""
-        return f"ALFWorld games (generated offline, cached in {games_root()}{looks})"
+        return f"ALFWorld games (generated offline, cached in {games_root()})"
 
-    def warm_first_looks(self, tasks: list[Task], workers: int | None = None) -> int:
-        """Read the first look (:meth:`first_look`) of each generated game of ``tasks`` that has
-        none kept beside it, in ``workers`` processes at once (None: one per core), and keep it
-        there: the dream's first step of a game then waits on no textworld load (one load is
-        ~2 s of CPU, taken one at a time under the process's textworld lock). Official games
-        (nothing is written in their folder) are left to be read when first asked. Returns how
-        many were read."""
+    def read_openings(self, tasks: list[Task], workers: int | None = None) -> int:
+        """Before a dream: read the first look (:meth:`first_look`: what :meth:`opening` and
+        :meth:`layout` give) of each generated game of ``tasks`` that has none kept beside it,
+        in ``workers`` processes at once (None: one per core), and keep it there. The dream's
+        first step of a game then waits on no textworld load (~2 s of CPU each, one at a time
+        under the process's textworld lock). Official games (nothing is written in their
+        folder) are read when first asked. Returns how many were read."""
         import concurrent.futures
         import multiprocessing
 

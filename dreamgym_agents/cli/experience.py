@@ -432,6 +432,7 @@ def dream_command(
     """
     from dreamgym_agents.cli.dream_workers import DreamJob, check_workers, run_dream_workers
     from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.experience.dream import read_openings_ahead
 
     setup_logging(verbose)
     check_workers(workers)
@@ -470,6 +471,9 @@ def dream_command(
                           "expert plan, which a dream has not: it only looks around here (its "
                           "plans in the dream: `dg-agents fidelity`, which replays recorded "
                           "expert episodes)")
+        read = read_openings_ahead(family, tasks)
+        if read:
+            console.print(f"read the openings of {read} task(s) ahead")
         if workers == 1:
             result = run_with_progress(
                 console, len(tasks),

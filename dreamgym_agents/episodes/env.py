@@ -274,6 +274,9 @@ class TaskFamily(Protocol):
     ``agent_prompt``, the LLM agent's prompt template (default ``agent.md``);
     ``opening(task) -> str | None``, a task's real first state read without playing a step
     (the dream starts a task the buffer has no start for there);
+    ``read_openings(tasks) -> int``, where one read of an opening is costly: those of the
+    dream's tasks read at once before it plays
+    (:func:`~dreamgym_agents.experience.dream.read_openings_ahead`);
     ``task_generator(tasks, seed) -> (generator, feasible)``, the curriculum's
     :class:`~dreamgym_agents.rl.curriculum.TaskGenerator` of variants and its extra
     feasibility check (default: the template generator, its values grounded in real tasks);

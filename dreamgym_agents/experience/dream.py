@@ -105,6 +105,15 @@ REWARD_SOURCES = ("model", "state")
 """Who gives the dream's rewards (:attr:`DreamConfig.reward`)."""
 
 
+def read_openings_ahead(family: TaskFamily, tasks: list[Task]) -> int:
+    """Before a dream plays ``tasks``: the family's openings of them (and what its codec shows
+    of a task's start) read at once, where the family reads them ahead
+    (``TaskFamily.read_openings``, optional: ALFWorld's first looks, a textworld load each);
+    otherwise each is read when a dream step first asks. Returns how many were read."""
+    hook = getattr(family, "read_openings", None)
+    return 0 if hook is None or not tasks else int(hook(list(tasks)))
+
+
 class DreamEnv:
     """An environment whose transitions are predicted by the experience model.
 

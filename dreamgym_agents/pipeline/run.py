@@ -957,7 +957,7 @@ class Pipeline:
 
     def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
         from dreamgym_agents.episodes.graph import EnvPool
-        from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
+        from dreamgym_agents.experience.dream import DreamConfig, DreamEnv, read_openings_ahead
         from dreamgym_agents.rl.curriculum import Curriculum, TemplateTaskGenerator, grounded_in
         from dreamgym_agents.rl.grpo import train_grpo
 
@@ -976,6 +976,7 @@ class Pipeline:
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
         else:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
+            read_openings_ahead(family, tasks)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig(reward=self.cfg.dream_reward,
                                     verdicts=self.cfg.dream_verdicts)

@@ -156,8 +156,8 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
 
 
 
-def test_prepare_reads_the_first_looks_of_its_games_in_processes(tmp_path, monkeypatch):
-    """warm_first_looks (prepare's) reads each new generated game's first look in a pool of processes and keeps it
+def test_the_first_looks_of_a_dreams_games_are_read_ahead_in_processes(tmp_path, monkeypatch):
+    """read_openings reads each new generated game's first look in a pool of processes and keeps it
     beside the game: the next process's dream reads it and loads no game; a game textworld
     cannot load is a warning, nothing kept, and the others are read."""
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
@@ -167,8 +167,8 @@ def test_prepare_reads_the_first_looks_of_its_games_in_processes(tmp_path, monke
         family.game_path(task)
     broken = family.game_path(tasks[2])
     broken.write_text('{"solvable": true}')  # kept as whole, but no game textworld can load
-    assert family.warm_first_looks(tasks, workers=2) == 3
-    assert family.warm_first_looks(tasks, workers=2) == 1  # only the broken one is left
+    assert family.read_openings(tasks, workers=2) == 3
+    assert family.read_openings(tasks, workers=2) == 1  # only the broken one is left
     kept = [list(family.game_path(t).parent.glob("start-*.txt")) for t in tasks]
     assert [len(k) for k in kept] == [1, 1, 0]
     from dreamgym_agents.adapters.alfworld import games
