@@ -231,7 +231,10 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
                             bf16=native_bf16(device) if cfg.bf16 is None else cfg.bf16)
     # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
     # would spend most of their compute on padding.
-    options: dict[str, Any] = {"train_sampling_strategy": "group_by_length", **cfg.extra}
+    # TRL recomputes activations in the backward pass by default: a third more forward work
+    # for memory, which a CPU has to spare for these models (``extra`` can turn it back on)
+    options: dict[str, Any] = {"train_sampling_strategy": "group_by_length",
+                               "gradient_checkpointing": device != "cpu", **cfg.extra}
     args = trl.SFTConfig(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=cfg.batch_size,

@@ -93,6 +93,9 @@ class GRPOStageConfig:
         seed: Seed of task order and sampling.
         bf16: bfloat16 autocast of the scoring passes (None: where the training device
             computes it natively).
+        gradient_checkpointing: Recompute the activations in the backward pass, trading a
+            third more forward work for memory (TRL's default is on). None: on a GPU only; a
+            CPU has the memory to spare for these models.
         lora_r: LoRA rank (0: every weight is trained): only the adapters learn, the
             reference of the KL term is the adapters switched off, and they are merged into the
             saved checkpoint.
@@ -132,6 +135,7 @@ class GRPOStageConfig:
     concurrency: int = 16
     seed: int = 0
     bf16: bool | None = None
+    gradient_checkpointing: bool | None = None
     lora_r: int = 0
     use_vllm: bool = False
     vllm_mode: str = "server"
@@ -750,6 +754,8 @@ def train_grpo(
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
         loss_type=cfg.loss_type,
         use_cpu=device == "cpu", bf16=False, logging_steps=1, save_strategy="no", report_to=[],
+        gradient_checkpointing=(device != "cpu" if cfg.gradient_checkpointing is None
+                                else cfg.gradient_checkpointing),
         seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
         mask_truncated_completions=True, disable_tqdm=True, dataloader_num_workers=0,
     )
