@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +80,38 @@ def steps_part(task: str, level: int, episodes: int, workers: list[int],
     return rows
 
 
-def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
-              scratch: Path) -> dict[str, Any]:
-    """Seconds a GRPO batch takes in the dream and on the real environment (the mean of the
-    batches after the first, which carries the trainer's and the environments' set-up)."""
+def shipped_dream(task: str, family: Any, level: int) -> tuple[Any, Callable[[], None]]:
+    """``level`` dream environments of ``task``'s shipped experience model and buffer, and what
+    closes the model's gateway and buffer (close the pool first)."""
     from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
     from dreamgym_agents.cli.experience import resolve_experience_model
-    from dreamgym_agents.episodes.env import EnvConfig, env_config_for_agent, make_family
     from dreamgym_agents.episodes.graph import EnvPool
     from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
     from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
     from dreamgym_agents.experience.training import trained_settings
     from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+
+    model_path, buffer_path = resolve_experience_model(None, task)
+    gateway = Gateway(LLMConfig(model=model_path, max_concurrency=max(4, level)))
+    buffer = ReplayBuffer(BufferConfig(path=buffer_path, family=family.name))
+    exp_cfg = ExperienceConfig(**trained_settings(model_path))
+    model = ExperienceModel(exp_cfg, gateway, buffer,
+                            codec=family.experience_codec(exp_cfg.codec_version))
+    pool = EnvPool(lambda: DreamEnv(DreamConfig(), model, buffer, family), level)
+
+    def close() -> None:
+        buffer.close()
+        gateway.close()
+
+    return pool, close
+
+
+def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
+              scratch: Path) -> dict[str, Any]:
+    """Seconds a GRPO batch takes in the dream and on the real environment (the mean of the
+    batches after the first, which carries the trainer's and the environments' set-up)."""
+    from dreamgym_agents.episodes.env import EnvConfig, env_config_for_agent, make_family
+    from dreamgym_agents.episodes.graph import EnvPool
     from dreamgym_agents.pipeline.bundle import shipped_bundle
     from dreamgym_agents.pipeline.run import RL_LR, dream_tasks
     from dreamgym_agents.policy.model import PolicyAgent, PolicyConfig
@@ -105,20 +126,12 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
                           learning_rate=RL_LR, concurrency=level)
     out: dict[str, Any] = {"part": "grpo", "concurrency": level,
                            "batch_episodes": tasks * generations}
-    model_path, buffer_path = resolve_experience_model(None, task)
     for side in ("dream", "real"):
         stamps: list[float] = []
         rollouts: list[float] = []
-        gateway = buffer = None
+        close = None
         if side == "dream":
-            gateway = Gateway(LLMConfig(model=model_path, max_concurrency=max(4, level)))
-            buffer = ReplayBuffer(BufferConfig(path=buffer_path, family=family.name))
-            settings = trained_settings(model_path)
-            exp_cfg = ExperienceConfig(**settings)
-            model = ExperienceModel(exp_cfg, gateway, buffer,
-                                    codec=family.experience_codec(exp_cfg.codec_version))
-            pool = EnvPool(lambda m=model, b=buffer: DreamEnv(DreamConfig(), m, b, family),
-                           level)
+            pool, close = shipped_dream(task, family, level)
             chosen = dream_tasks(train, family)
         else:
             env_cfg = env_config_for_agent(family, EnvConfig(max_steps=cfg.max_episode_steps),
@@ -134,10 +147,8 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
                                     r.append(figures["rollout/seconds"])))
         finally:
             pool.close()
-            if buffer is not None:
-                buffer.close()
-            if gateway is not None:
-                gateway.close()
+            if close is not None:
+                close()
         gaps = [b - a for a, b in zip([started, *stamps], stamps, strict=False)]
         later = gaps[1:] or gaps
         out[f"{side}_batch_s"] = round(sum(later) / len(later), 2)

@@ -23,27 +23,16 @@ from pathlib import Path
 
 def one_side(task: str, batches: int, checkpointing: bool, out: Path) -> None:
     """Train ``batches`` dream GRPO batches; write each batch's end and rollout seconds."""
-    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
-    from dreamgym_agents.cli.experience import resolve_experience_model
+    from dream_speed import shipped_dream
+
     from dreamgym_agents.episodes.env import make_family
-    from dreamgym_agents.episodes.graph import EnvPool
-    from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
-    from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
-    from dreamgym_agents.experience.training import trained_settings
-    from dreamgym_agents.gateway.llm import Gateway, LLMConfig
     from dreamgym_agents.pipeline.bundle import shipped_bundle
     from dreamgym_agents.pipeline.run import RL_LR, dream_tasks
     from dreamgym_agents.policy.model import PolicyConfig
     from dreamgym_agents.rl.grpo import GRPOStageConfig, train_grpo
 
     family = make_family(task)
-    model_path, buffer_path = resolve_experience_model(None, task)
-    gateway = Gateway(LLMConfig(model=model_path, max_concurrency=8))
-    buffer = ReplayBuffer(BufferConfig(path=buffer_path, family=family.name))
-    exp_cfg = ExperienceConfig(**trained_settings(model_path))
-    model = ExperienceModel(exp_cfg, gateway, buffer,
-                            codec=family.experience_codec(exp_cfg.codec_version))
-    pool = EnvPool(lambda: DreamEnv(DreamConfig(), model, buffer, family), 8)
+    pool, close = shipped_dream(task, family, 8)
     cfg = GRPOStageConfig(max_steps=batches, tasks_per_step=4, num_generations=4,
                           max_episode_steps=getattr(family, "rl_episode_steps", None) or 10,
                           learning_rate=RL_LR, concurrency=8,
@@ -56,8 +45,7 @@ def one_side(task: str, batches: int, checkpointing: bool, out: Path) -> None:
                        [time.perf_counter() - started, figures["rollout/seconds"]]))
     finally:
         pool.close()
-        buffer.close()
-        gateway.close()
+        close()
         family.close()
     (out / "batches.json").write_text(json.dumps(stamps))
 

@@ -147,30 +147,30 @@ class AlfworldFamily:
         import concurrent.futures
         import multiprocessing
 
-        todo: dict[str, tuple[Task, Path, Path]] = {}
+        todo: dict[str, tuple[Task, Path]] = {}
         for task in tasks:
             try:
                 game = self.game_path(task)
             except (ConfigError, EnvError):
                 continue
-            kept = game.parent / f"start-{_renderer_key()}.txt"
-            if _generated_here(game) and not kept.is_file():
-                todo.setdefault(str(game), (task, game, kept))
+            kept = _kept_file("start", game)
+            if kept is not None and not kept.is_file():
+                todo.setdefault(str(game), (task, kept))
         if not todo:
             return 0
         workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
         if workers == 1:
-            for task, _, _ in todo.values():
+            for task, _ in todo.values():
                 self.first_look(task)
             return len(todo)
         context = multiprocessing.get_context("spawn")  # textworld and torch in a forked child
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            read = dict(zip(todo, pool.map(_read_first_look, list(todo)), strict=True))
-        for path, (task, _, kept) in todo.items():
-            if isinstance(read[path], str):
-                logger.warning("could not load the game of %s: %s", task.task_id, read[path])
-            elif not kept.is_file():
-                _write_quietly(kept, json.dumps(read[path]))
+            looks = pool.map(_read_first_look, list(todo))
+            for (task, kept), look in zip(todo.values(), looks, strict=True):
+                if isinstance(look, str):
+                    logger.warning("could not load the game of %s: %s", task.task_id, look)
+                elif not kept.is_file():
+                    _write_quietly(kept, json.dumps(look))
         return len(todo)
 
     def requirements(self) -> list[Requirement]:
@@ -261,8 +261,7 @@ class AlfworldFamily:
             except (ConfigError, EnvError):
                 self._kept[key] = None
                 return None
-            kept = game.parent / f"{what}-{_renderer_key()}.txt" \
-                if _generated_here(game) else None
+            kept = _kept_file(what, game)
             if kept is not None and kept.is_file():
                 value = load(kept.read_text(encoding="utf-8"))
             else:
@@ -438,6 +437,12 @@ def _renderer_key() -> str:
     for name in ("env.py", "belief.py", "games.py"):
         digest.update((here / name).read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _kept_file(what: str, game: Path) -> Path | None:
+    """Where :meth:`AlfworldFamily._per_game` keeps ``what`` of ``game`` (beside it, named for
+    the code that reads it); None for a game not generated here (nothing is written there)."""
+    return game.parent / f"{what}-{_renderer_key()}.txt" if _generated_here(game) else None
 
 
 def _generated_here(game: Path) -> bool:
