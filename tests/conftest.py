@@ -11,6 +11,17 @@ from dreamgym_agents.episodes.env import Observation, StepResult
 from dreamgym_agents.types import Task
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist (``make test``), each worker's torch computes with its share of the
+    cores: torch's own default, every core in every worker, oversubscribes the machine."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers > 1 and not os.environ.get("DG_TORCH_THREADS"):
+        os.environ["DG_TORCH_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // workers))
+
+
+_share_the_cores()
+
+
 def has_chromium() -> bool:
     return bool(os.environ.get("DG_CHROMIUM") or shutil.which("chromium")
                 or shutil.which("chromium-browser") or os.path.exists("/usr/bin/chromium"))
