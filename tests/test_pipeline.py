@@ -324,6 +324,66 @@ def test_a_bench_runs_side_by_side_in_worker_processes(tmp_path, monkeypatch):
         bench.BenchConfig(jobs=0)
 
 
+class Evaluated(Recorded):
+    """:class:`Recorded` whose evaluations play tasks: ``trajectories.jsonl`` in their folder
+    (task ``i`` of 6 solved when ``i`` < success × 6)."""
+
+    def _stub(self, stage):
+        run = super()._stub(stage)
+        if not stage.startswith("eval_"):
+            return run
+
+        def evaluated():
+            result = run()
+            folder = self.out / "eval" / stage
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / "trajectories.jsonl", "w") as fh:
+                for i in range(6):
+                    fh.write(json.dumps({"task": {"task_id": str(i)},
+                                         "success": i < result["success"] * 6}) + "\n")
+            return {**result, "folder": str(folder)}
+        return evaluated
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_bench_goes_on_from_its_records_when_the_run_folders_are_gone(tmp_path, jobs):
+    import shutil
+
+    import dreamgym_agents.pipeline.bench as bench
+
+    base = preset_config("quick")
+    records = tmp_path / "kept"  # a folder a user commits
+    asked = bench.BenchConfig(seeds=2, ablations=(), jobs=jobs, records=str(records))
+    first = bench.run_bench(base, asked, tmp_path / "one", pipeline=Evaluated)
+    assert sorted(p.name for p in records.iterdir()) == [
+        f"seed{s}-{n}.json" for s in (0, 1) for n in ("dreamgym", "grpo_real")]
+    kept = json.loads((records / "seed1-dreamgym.json").read_text())
+    assert kept["state"]["done"]["eval_dream"]["outcomes"] == {
+        str(i): float(i < 2) for i in range(6)}  # 0.3 of 6 tasks: 0 and 1
+
+    shutil.rmtree(tmp_path / "one")  # another machine: only the records are left
+    (records / "seed1-grpo_real.json").unlink()  # and one run never finished
+    again = bench.run_bench(base, asked, tmp_path / "two", pipeline=Evaluated)
+    assert _rows(again) == _rows(first)
+    assert again["rows"][1]["paired"] == first["rows"][1]["paired"]  # per-task outcomes kept
+    played = sorted(f"{p.parent.name}/{p.name}" for p in (tmp_path / "two").glob("seed*/*")
+                    if (p / "state.json").exists())
+    assert played == ["seed0/dreamgym", "seed1/grpo_real"]  # the missing run, and its warm start
+    warm = json.loads((tmp_path / "two/seed0/dreamgym/state.json").read_text())["done"]
+    assert sorted(warm) == ["eval_sft", "experience", "sft"]  # played to the warm start only
+    redone = json.loads((tmp_path / "two/seed1/grpo_real/state.json").read_text())["done"]
+    assert redone["sft"]["adopted"] and "dream_rl" in redone
+    assert (records / "seed1-grpo_real.json").exists()
+
+    other = preset_config("quick")
+    other.dream.learning_rate *= 2  # a record of other settings is not taken for this run
+    assert bench.Records(records).read(0, "dreamgym", bench.variants(other, asked, 0)[
+        "dreamgym"]) is None
+    (records / "seed0-dreamgym.json").write_text("{cut")
+    with pytest.raises(BenchError, match="seed0-dreamgym.json: not a bench record"):
+        bench.run_bench(base, asked, tmp_path / "three", pipeline=Evaluated)
+
+
 def test_a_file_reporter_writes_stages_tenths_of_bars_and_messages(tmp_path):
     from dreamgym_agents.pipeline.run import FileReporter
 

@@ -109,6 +109,13 @@ def bench_command(
                           help="Runs at a time, each in its own process with its share of the "
                                "CPU threads (1: one after another).")
     ] = 1,
+    records: Annotated[
+        Path | None, typer.Option("--records",
+                                  help="Folder of the finished runs' records (default "
+                                       "OUT/records): settings, stage results and per-task "
+                                       "outcomes, small enough to commit; a bench given it "
+                                       "again, anywhere, takes its recorded runs as finished.")
+    ] = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -116,7 +123,8 @@ def bench_command(
     """Table 1's shape on the task's real test split: SFT, GRPO-real(N), DreamGym (0 real),
     DreamGym-S2R (≤ N/10) and the ablations, each as mean ± std over seeds and as its paired
     difference to SFT and to GRPO-real(N) on the same (seed, task) pairs, with a 95 % bootstrap
-    interval. Writes table.json and table.md; rerun the same command to resume.
+    interval. Writes table.json and table.md; rerun the same command to resume
+    (with --records, on another machine too).
     """
     from dreamgym_agents.pipeline.bench import ABLATIONS, BenchConfig, run_bench
 
@@ -128,7 +136,7 @@ def bench_command(
     chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
     bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
                             variants=tuple(variant or ()), shared_warm_start=shared_warm_start,
-                            jobs=jobs)
+                            jobs=jobs, records=str(records) if records else None)
     with progress_reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)
         reporter.say(f"wrote {out / 'table.md'} and {out / 'table.json'}")

@@ -75,6 +75,10 @@ class BenchConfig:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
         jobs: Runs at a time, each in its own process (1: one after another, in this one).
+        records: The folder of the runs' records (None: ``<out>/records``): each finished
+            run's settings, stage results and per-task test outcomes, a few kilobytes a run,
+            small enough to commit. A later bench (another machine, the run folders gone)
+            takes a recorded run with the same settings as finished.
     """
 
     seeds: int = 5
@@ -83,6 +87,7 @@ class BenchConfig:
     variants: tuple[str, ...] = ()
     shared_warm_start: bool = True
     jobs: int = 1
+    records: str | None = None
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -165,23 +170,45 @@ def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
     make = pipeline or Pipeline
     if cfg.jobs > 1:
         return _run_side_by_side(base, cfg, out, reporter, make)
+    records = Records(cfg.records or out / RECORDS)
     states: dict[tuple[int, str], dict[str, Any]] = {}
+    warm: dict[int, dict[str, dict[str, Any]]] = {}  # each seed's warm start, as its runs see it
+
+    def warm_start(seed: int) -> dict[str, dict[str, Any]]:
+        """The warm start ``seed``'s other runs adopt (seed 0's when shared), from its DreamGym
+        run's folder: played to the warm start's end here when only its record is left."""
+        owner = 0 if cfg.shared_warm_start else seed
+        if owner not in warm:
+            folder = out / f"seed{owner}" / "dreamgym"
+            main = make(variants(base, cfg, owner)["dreamgym"], folder, reporter)
+            main.run(until="eval_sft")
+            warm[owner] = _warm_start(main.state)
+        return warm[owner]
+
     for seed in range(cfg.seeds):
         runs = variants(base, cfg, seed)
-        first = states.get((0, "dreamgym"))
-        warm = _warm_start(first) if cfg.shared_warm_start and first else None
-        main = make(runs.pop("dreamgym"), out / f"seed{seed}" / "dreamgym", reporter, adopt=warm)
-        if reporter:
-            reporter.say(f"[bold]seed {seed}: dreamgym[/]")
-        main.run()
-        states[(seed, "dreamgym")] = main.state
-        for name, run_cfg in runs.items():
-            if reporter:
-                reporter.say(f"[bold]seed {seed}: {name}[/]")
-            pipe = make(run_cfg, out / f"seed{seed}" / name, reporter,
-                        adopt=_adopted(_warm_start(main.state), run_cfg))
-            pipe.run()
-            states[(seed, name)] = pipe.state
+        for name, run_cfg in runs.items():  # dreamgym first: the others adopt its warm start
+            folder = out / f"seed{seed}" / name
+            state = _finished_state(folder, run_cfg) or records.read(seed, name, run_cfg)
+            if state is None:
+                if reporter:
+                    reporter.say(f"[bold]seed {seed}: {name}[/]")
+                own = name == "dreamgym" and (seed == 0 or not cfg.shared_warm_start)
+                if own:  # it trains (or takes the bundle's) warm start itself
+                    adopt = None
+                elif name == "dreamgym":
+                    adopt = warm_start(seed)
+                else:
+                    adopt = _adopted(warm_start(seed), run_cfg)
+                pipe = make(run_cfg, folder, reporter, adopt=adopt)
+                pipe.run()
+                state = pipe.state
+                if name == "dreamgym" and own:
+                    warm.setdefault(seed, _warm_start(state))
+            elif reporter:
+                reporter.say(f"seed {seed}: {name} finished before")
+            records.write(seed, name, run_cfg, state)
+            states[(seed, name)] = state
         # after every seed: a long bench stopped later still has the seeds it finished
         table = _write_table(states, cfg, base, out)
     return table
@@ -221,8 +248,21 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
     (``DG_TORCH_THREADS`` when set). A failed run does not stop the others: the table is
     written over the runs that finished, and the error names the failed runs' folders, which
     resume when the command is run again."""
+    records = Records(cfg.records or out / RECORDS)
+    states: dict[tuple[int, str], dict[str, Any]] = {}
+    todo: list[tuple[int, str, PipelineConfig]] = []
+    for seed in range(cfg.seeds):  # finished before, as asked: nothing to start
+        for name, run_cfg in variants(base, cfg, seed).items():
+            state = _finished_state(out / f"seed{seed}" / name, run_cfg) \
+                or records.read(seed, name, run_cfg)
+            if state is None:
+                todo.append((seed, name, run_cfg))
+            else:
+                records.write(seed, name, run_cfg, state)
+                states[(seed, name)] = state
     warm: dict[int, dict[str, dict[str, Any]]] = {}
-    for seed in range(1 if cfg.shared_warm_start else cfg.seeds):
+    owners = {0} if cfg.shared_warm_start else {seed for seed, _, _ in todo}
+    for seed in sorted(owners if todo else ()):
         if reporter:
             reporter.say(f"[bold]seed {seed}: warm start[/]")
         main = make(variants(base, cfg, seed)["dreamgym"], out / f"seed{seed}" / "dreamgym",
@@ -230,18 +270,11 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
         main.run(until="eval_sft")
         warm[seed] = _warm_start(main.state)
     jobs: list[tuple[int, str, PipelineConfig, dict[str, Any] | None]] = []
-    for seed in range(cfg.seeds):
+    for seed, name, run_cfg in todo:
         seed_warm = warm[0] if cfg.shared_warm_start else warm[seed]
-        for name, run_cfg in variants(base, cfg, seed).items():
-            own = name == "dreamgym" and seed in warm  # its warm start is in its folder
-            jobs.append((seed, name, run_cfg, None if own else _adopted(seed_warm, run_cfg)))
+        own = name == "dreamgym" and seed in warm  # its warm start is in its folder
+        jobs.append((seed, name, run_cfg, None if own else _adopted(seed_warm, run_cfg)))
     jobs.sort(key=lambda job: job[1] != "dreamgym")  # stable: by seed within each group
-    states: dict[tuple[int, str], dict[str, Any]] = {}
-    for seed, name, run_cfg, _ in list(jobs):  # finished before, as asked: nothing to start
-        state = _finished_state(out / f"seed{seed}" / name, run_cfg)
-        if state is not None:
-            states[(seed, name)] = state
-    jobs = [job for job in jobs if (job[0], job[1]) not in states]
     total = len(jobs)
     threads = max(1, torch_threads() // cfg.jobs)
     if reporter:
@@ -268,6 +301,9 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
                 folder = out / f"seed{seed}" / name
                 if process.exitcode == 0:
                     states[(seed, name)] = json.loads((folder / STATE_FILE).read_text())
+                    records.write(seed, name, next(c for s, n, c in todo
+                                                   if (s, n) == (seed, name)),
+                                  states[(seed, name)])
                     if reporter:
                         reporter.say(f"seed {seed}: {name} finished")
                 else:
@@ -301,6 +337,56 @@ def _finished_state(folder: Path, run_cfg: PipelineConfig) -> dict[str, Any] | N
         return None
     state = json.loads(path.read_text())
     return state if "report" in state.get("done", {}) else None
+
+
+RECORDS = "records"
+"""The runs' records in a bench folder unless ``--records`` names another (:class:`Records`)."""
+
+
+class Records:
+    """A folder of finished bench runs, one ``seed<N>-<run>.json`` each: the run's settings,
+    its state (every stage's result) and, for each evaluation, the outcome of every task it
+    played, so that the table can be made, and the run taken as finished, without its run
+    folder (a bench continued on another machine, or in another session)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    def path(self, seed: int, name: str) -> Path:
+        return self.folder / f"seed{seed}-{name}.json"
+
+    def read(self, seed: int, name: str, run_cfg: PipelineConfig) -> dict[str, Any] | None:
+        """The recorded state of this run when its settings are ``run_cfg``'s, else None."""
+        path = self.path(seed, name)
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"{path}: not a bench record ({exc}); remove it to rerun that "
+                             "run") from None
+        if record.get("config") != json.loads(json.dumps(asdict(run_cfg))):
+            logger.info("%s: recorded with other settings; the run is played", path)
+            return None
+        return record["state"]
+
+    def write(self, seed: int, name: str, run_cfg: PipelineConfig,
+              state: dict[str, Any]) -> None:
+        """Record a finished run (its evaluations' per-task outcomes kept in its state)."""
+        state = copy.deepcopy(state)
+        for stage, result in state.get("done", {}).items():
+            if stage.startswith("eval") and isinstance(result, dict) \
+                    and "outcomes" not in result and result.get("folder"):
+                played = episode_outcomes(result["folder"])
+                if played:
+                    result["outcomes"] = played
+        record = {"seed": seed, "run": name, "config": json.loads(json.dumps(asdict(run_cfg))),
+                  "state": state}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.path(seed, name)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
 
 
 ERROR_FILE = "bench-error.txt"
@@ -345,7 +431,8 @@ def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
             done = states.get((seed, run), {}).get("done", {})
             if stage not in done:
                 continue
-            played = episode_outcomes(done[stage].get("folder", ""))
+            played = done[stage].get("outcomes") or episode_outcomes(
+                done[stage].get("folder", ""))
             outcomes.setdefault(label, {}).update({(seed, t): v for t, v in played.items()})
             values.append(float(done[stage]["success"]))
             reals.append(sum(int(done[t].get("real_transitions", 0)) for t in trained))
