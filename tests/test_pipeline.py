@@ -579,3 +579,45 @@ def test_the_presets_use_validation_as_every_rl_stages_stop_rule():
             assert stage.validate_every and stage.validate_limit == cfg.calibrate_limit == 31
     quick = preset_config("quick")
     assert quick.dream.max_steps == 2 * quick.dream.validate_every == 16  # start, middle, end
+
+
+def test_an_rl_stage_that_kept_its_start_is_evaluated_by_its_starts_episodes(tmp_path,
+                                                                              monkeypatch):
+    tasks = [Task(task_id=str(i), family="webarena", intent="x", split="test")
+             for i in range(3)]
+    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe._open_folder()
+    monkeypatch.setattr(pipe, "test_tasks", lambda *a, **k: tasks)
+    before = tmp_path / "run" / "eval" / "eval_sft"
+    before.mkdir(parents=True)
+    (before / "trajectories.jsonl").write_text("".join(
+        json.dumps({"task": {"task_id": t.task_id}, "success": t.task_id == "1"}) + "\n"
+        for t in tasks))
+    (before / "summary.json").write_text(json.dumps(
+        {"stage": "eval_sft", "success_rate": 1 / 3, "episodes": 3, "successes": 1,
+         "real_transitions": 12, "invalid_actions": 0, "mean_steps": 4.0}))
+    done = pipe.state["done"]
+    done["eval_sft"] = {"success": 1 / 3, "folder": str(before)}
+    done["dream_rl"] = {"path": "/ckpt/dream_rl", "validation": {"selected_step": 0}}
+
+    reused = pipe.stage_eval_dream()
+    assert reused["same_policy_as"] == "eval_sft" and reused["successes"] == 1
+    assert reused["eval_real_transitions"] == 0  # no real episode played for it
+    folder = tmp_path / "run" / "eval" / "eval_dream"
+    assert reused["folder"] == str(folder)
+    assert (folder / "trajectories.jsonl").read_text() == \
+        (before / "trajectories.jsonl").read_text()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["stage"] == "eval_dream" and summary["checkpoint"] == "/ckpt/dream_rl"
+
+    played: list[str] = []
+    monkeypatch.setattr(pipe, "evaluate", lambda stage, ckpt, **kw: played.append(stage) or {})
+    done["dream_rl"]["validation"]["selected_step"] = 8  # it handed on a trained policy
+    pipe.stage_eval_dream()
+    done["dream_rl"]["validation"]["selected_step"] = 0
+    monkeypatch.setattr(pipe, "test_tasks", lambda *a, **k: tasks[:2])  # other tasks
+    pipe.stage_eval_dream()
+    monkeypatch.setattr(pipe, "test_tasks", lambda *a, **k: tasks)
+    pipe.cfg.reuse_same_policy_eval = False
+    pipe.stage_eval_dream()
+    assert played == ["eval_dream"] * 3

@@ -95,6 +95,10 @@ class PipelineConfig:
             same step limit and view: the same episodes, measured again identical), when the
             run's warm start is the bundle's and every evaluated task is among them; False
             plays them again.
+        reuse_same_policy_eval: An RL stage whose stop rule handed on its starting policy
+            (validation kept step 0: the same weights) is evaluated by the episodes of its
+            start's evaluation (``eval_dream`` by ``eval_sft``'s, ``eval_s2r`` by
+            ``eval_dream``'s), not played again; False plays them again.
         dream_reward: Who rewards the dream's steps (``DreamConfig.reward``): ``model``, the
             experience model (the method), or ``state``, the family's check of the predicted state
             (a declared variant; the bench's ``state_reward`` row).
@@ -150,6 +154,7 @@ class PipelineConfig:
     eval_max_steps: int = 15
     dream_eval_types: list[str] | str | None = "family"
     reuse_bundle_eval: bool = True
+    reuse_same_policy_eval: bool = True
     dream_reward: str = "model"
     dream_verdicts: bool = True
     sim_to_real: bool = True
@@ -1116,13 +1121,47 @@ class Pipeline:
                           real=self.cfg.real_rl)
 
     def stage_eval_dream(self) -> dict[str, Any]:
-        return self.evaluate("eval_dream", self.checkpoint("dream_rl"))
+        return self._same_policy_eval("eval_dream", "dream_rl", "eval_sft") \
+            or self.evaluate("eval_dream", self.checkpoint("dream_rl"))
+
+    def _same_policy_eval(self, stage: str, trained: str, before: str) -> dict[str, Any] | None:
+        """``stage``'s evaluation from ``before``'s episodes when the RL stage ``trained``
+        handed on its starting policy (its stop rule kept step 0: the weights ``before``
+        evaluated) and ``before`` played the same tasks; else None (played)."""
+        from dreamgym_agents.episodes.graph import SUMMARY_FILE, TRAJECTORIES_FILE
+        from dreamgym_agents.pipeline.paired import episode_outcomes
+
+        done = self.state["done"]
+        validation = (done.get(trained) or {}).get("validation") or {}
+        source = Path((done.get(before) or {}).get("folder") or "")
+        if not self.cfg.reuse_same_policy_eval or validation.get("selected_step") != 0 or \
+                not (source / TRAJECTORIES_FILE).is_file() or \
+                not (source / SUMMARY_FILE).is_file():
+            return None
+        played = set(episode_outcomes(source))
+        if played != {str(t.task_id) for t in self.test_tasks()}:
+            return None
+        folder = self.out / "eval" / stage
+        if folder.exists():
+            shutil.rmtree(folder)
+        shutil.copytree(source, folder)
+        summary = json.loads((folder / SUMMARY_FILE).read_text())
+        summary.update({"stage": stage, "checkpoint": self.checkpoint(trained),
+                        "played_by": f"{before} (the same policy: {trained} kept its start)"})
+        (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
+        self.reporter.say(f"{stage}: {trained} handed on its starting policy (validation kept "
+                          f"step 0), so its evaluation is {before}'s, not played again: "
+                          f"{summary['successes']}/{summary['episodes']} ({folder}; --set "
+                          "reuse_same_policy_eval=false plays it)")
+        return {**eval_result(summary, folder), "eval_real_transitions": 0,
+                "same_policy_as": before}
 
     def stage_s2r(self) -> dict[str, Any]:
         return self._grpo("s2r", self.checkpoint("dream_rl"), self.cfg.s2r, real=True)
 
     def stage_eval_s2r(self) -> dict[str, Any]:
-        return self.evaluate("eval_s2r", self.checkpoint("s2r"))
+        return self._same_policy_eval("eval_s2r", "s2r", "eval_dream") \
+            or self.evaluate("eval_s2r", self.checkpoint("s2r"))
 
     def stage_report(self) -> dict[str, Any]:
         from dreamgym_agents.pipeline.report import write_report
