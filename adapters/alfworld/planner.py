@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 from typing import Any
 
@@ -186,7 +187,17 @@ def enable_pddl_cache(max_entries: int = 64) -> None:
 
     if getattr(fast_downward.pddl2sas, "_alfproto_cached", False):
         return
-    orig = fast_downward.pddl2sas
+    translate = fast_downward.pddl2sas
+
+    def orig(domain, problem, verbose=False, optimize=False):
+        # fast_downward's translator sets sys.argv to ["translate.py", "domain", "task"] for its
+        # options module and never puts it back: a script reading its arguments after a game
+        # loaded wrote its run to ./task (the process's own arguments are restored here)
+        argv = sys.argv
+        try:
+            return translate(domain, problem, verbose=verbose, optimize=optimize)
+        finally:
+            sys.argv = argv
 
     def pddl2sas(domain, problem, verbose=False, optimize=False):
         if problem.lstrip().startswith("(define (problem pruned)"):

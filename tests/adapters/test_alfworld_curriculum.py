@@ -237,3 +237,21 @@ def test_a_games_opening_is_kept_beside_it_for_the_next_process(tmp_path, monkey
     finally:
         third.close()
     assert not list(official.glob("start-*.txt"))
+
+
+def test_loading_a_game_leaves_the_process_arguments_alone(family, monkeypatch):
+    """fast_downward's translator sets ``sys.argv`` for its own options and never restores it:
+    a script that read its arguments after a game loaded wrote its run to ``./task``."""
+    import sys
+
+    from dreamgym_agents.adapters.alfworld import planner
+
+    monkeypatch.setattr(planner, "_SAS_CACHE", {})  # the game is translated here, not cached
+    argv = sys.argv
+    env = family.make_env(EnvConfig(max_steps=3))
+    try:
+        env.reset(family.load_tasks("test")[0])
+        env.step("look")
+    finally:
+        env.close()
+    assert sys.argv is argv and sys.argv[0] != "translate.py"
