@@ -147,26 +147,30 @@ class AlfworldFamily:
         import concurrent.futures
         import multiprocessing
 
-        todo: dict[str, tuple[Task, Path]] = {}
+        from dreamgym_agents.adapters.alfworld.games import GAME_FILE, GameSpec, games_root
+
+        todo: dict[str, tuple[Task, Path, tuple[int, str, str] | None]] = {}
         for task in tasks:
-            try:
-                game = self.game_path(task)
-            except (ConfigError, EnvError):
+            spec = _spec_of(task)
+            if spec is None:  # an official game, or a task the family cannot make
                 continue
+            game = games_root() / GameSpec(*spec).folder / GAME_FILE
             kept = _kept_file("start", game)
             if kept is not None and not kept.is_file():
-                todo.setdefault(str(game), (task, kept))
+                # a game not made yet is made by the worker that reads it
+                todo.setdefault(str(game), (task, kept, None if game.is_file() else spec))
         if not todo:
             return 0
         workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
         if workers == 1:
-            for task, _ in todo.values():
+            for task, _, _ in todo.values():
                 self.first_look(task)
             return len(todo)
         context = multiprocessing.get_context("spawn")  # textworld and torch in a forked child
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            looks = pool.map(_read_first_look, list(todo))
-            for (task, kept), look in zip(todo.values(), looks, strict=True):
+            looks = pool.map(_make_and_look, list(todo), [spec for _, _, spec in todo.values()],
+                             [str(games_root())] * len(todo))
+            for (task, kept, _), look in zip(todo.values(), looks, strict=True):
                 if isinstance(look, str):
                     logger.warning("could not load the game of %s: %s", task.task_id, look)
                 elif not kept.is_file():
@@ -413,6 +417,31 @@ class AlfworldFamily:
 
     def close(self) -> None:
         return None
+
+
+def _spec_of(task: Task) -> tuple[int, str, str] | None:
+    """The generated game of ``task`` as (seed, task type, layout); None for a game file."""
+    if task.config.get("game_file"):
+        return None
+    game = task.config.get("game") or {}
+    try:
+        return int(game["seed"]), str(game["task_type"]), str(game["layout"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _make_and_look(game: str, spec: tuple[int, str, str] | None,
+                   root: str) -> dict[str, Any] | str:
+    """:func:`_read_first_look` of ``game``, made first from ``spec`` under ``root`` when given
+    (a process pool's worker: the games of a dream made and read in parallel)."""
+    if spec is not None:
+        from dreamgym_agents.adapters.alfworld.games import GameSpec, generate_game
+
+        try:
+            generate_game(GameSpec(*spec), root)
+        except Exception as exc:  # noqa: BLE001 - a game with no plan: not kept
+            return f"{type(exc).__name__}: {exc}"
+    return _read_first_look(game)
 
 
 def _read_first_look(game: str) -> dict[str, Any] | str:

@@ -981,7 +981,11 @@ class Pipeline:
             pool = EnvPool(lambda: family.make_env(env_cfg), cfg.concurrency)
         else:
             tasks = dream_tasks(tasks, family, self.cfg.dream_eval_types)
-            read_openings_ahead(family, tasks)
+            if len(tasks) <= cfg.max_steps * cfg.tasks_per_step:
+                # every task will be played: their openings read at once, where the family
+                # can; of a larger set (which the batches draw is TRL's shuffle) each is read
+                # when the dream first meets it, not hundreds made and read for a few batches
+                read_openings_ahead(family, tasks)
             model, _, buffer = self.dream()
             dream_cfg = DreamConfig(reward=self.cfg.dream_reward,
                                     verdicts=self.cfg.dream_verdicts)

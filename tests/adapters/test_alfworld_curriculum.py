@@ -158,19 +158,25 @@ def test_a_task_without_a_recorded_start_dreams_from_its_real_opening(tmp_path, 
 
 def test_the_first_looks_of_a_dreams_games_are_read_ahead_in_processes(tmp_path, monkeypatch):
     """read_openings reads each new generated game's first look in a pool of processes and keeps it
-    beside the game: the next process's dream reads it and loads no game; a game textworld
-    cannot load is a warning, nothing kept, and the others are read."""
+    beside the game: the next process's dream reads it and loads no game; a game not made yet
+    is made by the worker that reads it; a game textworld cannot load is a warning, nothing
+    kept, and the others are read."""
+    from dreamgym_agents.adapters.alfworld.games import GAME_FILE, GameSpec, games_root
+
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
     family = make_family("alfworld")
-    tasks = family.load_tasks("train")[:3]
-    for task in tasks:
+    tasks = family.load_tasks("train")[:4]
+    for task in tasks[:3]:
         family.game_path(task)
     broken = family.game_path(tasks[2])
     broken.write_text('{"solvable": true}')  # kept as whole, but no game textworld can load
-    assert family.read_openings(tasks, workers=2) == 3
+    unmade = games_root() / GameSpec(**tasks[3].config["game"]).folder / GAME_FILE
+    assert not unmade.exists()
+    assert family.read_openings(tasks, workers=2) == 4
+    assert unmade.is_file()  # made in a worker, with its first look
     assert family.read_openings(tasks, workers=2) == 1  # only the broken one is left
     kept = [list(family.game_path(t).parent.glob("start-*.txt")) for t in tasks]
-    assert [len(k) for k in kept] == [1, 1, 0]
+    assert [len(k) for k in kept] == [1, 1, 0, 1]
     from dreamgym_agents.adapters.alfworld import games
 
     monkeypatch.setattr(games, "first_look", lambda path: pytest.fail("the game was loaded"))
