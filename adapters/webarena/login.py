@@ -64,9 +64,12 @@ def _postmill(page: Any, who: Account) -> None:
 
 
 def _gitlab(page: Any, who: Account) -> None:
-    page.get_by_test_id("username-field").fill(who.username)
-    page.get_by_test_id("password-field").fill(who.password)
-    page.get_by_test_id("sign-in-button").click()
+    # GitLab's data-testid attributes, named in CSS: get_by_test_id reads Playwright's test-id
+    # attribute, which BrowserGym sets to its own ("bid") for the whole Playwright instance,
+    # so after a BrowserGym episode in the process it found no field and timed out
+    page.locator('[data-testid="username-field"]').fill(who.username)
+    page.locator('[data-testid="password-field"]').fill(who.password)
+    page.locator('[data-testid="sign-in-button"]').click()
 
 
 def _left(path_part: str) -> Callable[[Any], bool]:

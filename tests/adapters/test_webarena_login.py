@@ -112,6 +112,26 @@ def test_each_real_sites_form_signs_in_with_webarenas_account(tmp_path, sites):
         made.close()
 
 
+def test_gitlab_signs_in_after_browsergym_changed_playwrights_test_id_attribute(tmp_path,
+                                                                                sites):
+    """BrowserGym sets the Playwright instance's test-id attribute to its own ("bid"): the
+    GitLab form's ``data-testid`` fields are still found (a real WebArena run signs in from
+    the thread its BrowserGym episodes use)."""
+    from dreamgym_agents.adapters.webarena.chromium import thread_playwright
+
+    def launch():
+        pw = thread_playwright()
+        pw.selectors.set_test_id_attribute("bid")  # what browsergym.core.env does
+        return pw.chromium.launch(headless=True)
+
+    made = SignIns(tmp_path, {s: sites for s in SITE_LOGINS}, launch, environ={})
+    try:
+        path, [record] = made.state_for(["gitlab"])
+        assert any(c["value"] == "ok" for c in json.loads(Path(path).read_text())["cookies"])
+    finally:
+        made.close()  # its thread's Playwright instance, and its setting, end with it
+
+
 def test_an_old_session_is_renewed_and_a_wrong_account_is_one_clear_error(tmp_path, sites):
     made = signins(tmp_path, sites, environ={}, max_age_s=0.0)
     try:
