@@ -621,3 +621,12 @@ def test_an_rl_stage_that_kept_its_start_is_evaluated_by_its_starts_episodes(tmp
     pipe.cfg.reuse_same_policy_eval = False
     pipe.stage_eval_dream()
     assert played == ["eval_dream"] * 3
+
+
+def test_a_refused_resume_names_each_setting_that_differs():
+    from dreamgym_agents.pipeline.run import _diff
+
+    assert _diff({"seed": 0, "dream": {"learning_rate": 1e-4}},
+                 {"seed": 1, "dream": {"learning_rate": 1e-4}}) == "seed: 0 → 1"
+    assert _diff({"extra": {}, "old": 3}, {"extra": {"x": 1}}) == \
+        "extra: {} → (none), extra.x: (none) → 1, old: 3 → (none)"

@@ -1256,17 +1256,24 @@ def dream_tasks(tasks: list[Any], family: Any,
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    a, b = _flat(old), _flat(new)
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    return ", ".join(f"{k}: {a.get(k)!r} → {b.get(k)!r}" for k in keys[:4]) + \
+    """The settings that differ, ``key: before → now`` (a setting one side lacks: ``(none)``;
+    an empty mapping, which flattens to nothing, by its own key)."""
+    a, b = _flat(old, keep_empty=True), _flat(new, keep_empty=True)
+    missing = object()
+    keys = sorted(k for k in set(a) | set(b) if a.get(k, missing) != b.get(k, missing))
+
+    def shown(side: dict[str, Any], key: str) -> str:
+        return repr(side[key]) if key in side else "(none)"
+
+    return ", ".join(f"{k}: {shown(a, k)} → {shown(b, k)}" for k in keys[:4]) + \
         (", …" if len(keys) > 4 else "")
 
 
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flat(data: dict[str, Any], prefix: str = "", keep_empty: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in data.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
+        if isinstance(v, dict) and (v or not keep_empty):
+            out.update(_flat(v, f"{prefix}{k}.", keep_empty))
         else:
             out[f"{prefix}{k}"] = v
     return out
