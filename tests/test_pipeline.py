@@ -630,3 +630,20 @@ def test_a_refused_resume_names_each_setting_that_differs():
                  {"seed": 1, "dream": {"learning_rate": 1e-4}}) == "seed: 0 → 1"
     assert _diff({"extra": {}, "old": 3}, {"extra": {"x": 1}}) == \
         "extra: {} → (none), extra.x: (none) → 1, old: 3 → (none)"
+
+
+@pytest.mark.parametrize(("selected", "played"), [(0, ["dream_rl-start"]),
+                                                 (8, ["dream_rl-start", "dream_rl-final"])])
+def test_a_stage_that_kept_its_start_is_calibrated_once(tmp_path, monkeypatch, selected,
+                                                        played):
+    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe._open_folder()
+    calls: list[str] = []
+    monkeypatch.setattr(pipe, "_calibrate", lambda name, policy, folder, real=None:
+                        calls.append(name) or {"policy": str(policy)})
+    result = {"validation": {"selected_step": selected}}
+    out = pipe._stage_calibration("dream_rl", "/ckpt/sft", tmp_path / "final", tmp_path / "s",
+                                  result)
+    assert calls == played
+    assert (out["final"] == out["start"]) == (selected == 0)
+    assert pipe.state["calibrations"][str(tmp_path / "final")] == out["final"]

@@ -1065,6 +1065,10 @@ class Pipeline:
             if known is not None and side == "start":
                 out[side] = known  # the previous stage's final policy
                 continue
+            if side == "final" and step == 0 and out.get("start") is not None:
+                out[side] = out["start"]  # the stop rule handed on the start: its weights
+                self.state["calibrations"][str(policy)] = out[side]
+                continue
             out[side] = self._calibrate(f"{stage}-{side}", policy,
                                         self.out / "calibration" / f"{stage}-{side}", real)
             if out[side] is not None and side == "final":
