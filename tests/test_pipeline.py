@@ -105,7 +105,7 @@ def test_a_run_resumes_across_a_setting_added_since_at_its_default(tmp_path):
     other = preset_config("quick")
     other.dream_reward = "state"  # a new setting away from its default is another run
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigError, match=r"other settings \(dream_reward: None → 'state'\)"):
+    with pytest.raises(ConfigError, match=r"other settings \(dream_reward: \(none\) → 'state'\)"):
         Stubbed(other, tmp_path, calls=[]).run()
 
 
