@@ -120,13 +120,11 @@ class AlfworldFamily:
 
         if task.config.get("game_file"):
             return Path(task.config["game_file"])
-        game = task.config.get("game") or {}
-        try:
-            spec = GameSpec(int(game["seed"]), str(game["task_type"]), str(game["layout"]))
-        except (KeyError, TypeError, ValueError):
+        spec = _spec_of(task)
+        if spec is None:
             raise ConfigError(f"task {task.task_id}: config.game needs seed, task_type and "
-                              "layout (or give game_file)") from None
-        return generate_game(spec, games_root())
+                              "layout (or give game_file)")
+        return generate_game(GameSpec(*spec), games_root())
 
     def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
         """Check the extra; make the games of ``tasks`` not made yet (a few seconds each)."""
@@ -149,12 +147,13 @@ class AlfworldFamily:
 
         from dreamgym_agents.adapters.alfworld.games import GAME_FILE, GameSpec, games_root
 
+        root = games_root()
         todo: dict[str, tuple[Task, Path, tuple[int, str, str] | None]] = {}
         for task in tasks:
             spec = _spec_of(task)
             if spec is None:  # an official game, or a task the family cannot make
                 continue
-            game = games_root() / GameSpec(*spec).folder / GAME_FILE
+            game = root / GameSpec(*spec).folder / GAME_FILE
             kept = _kept_file("start", game)
             if kept is not None and not kept.is_file():
                 # a game not made yet is made by the worker that reads it
@@ -169,7 +168,7 @@ class AlfworldFamily:
         context = multiprocessing.get_context("spawn")  # textworld and torch in a forked child
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             looks = pool.map(_make_and_look, list(todo), [spec for _, _, spec in todo.values()],
-                             [str(games_root())] * len(todo))
+                             [str(root)] * len(todo))
             for (task, kept, _), look in zip(todo.values(), looks, strict=True):
                 if isinstance(look, str):
                     logger.warning("could not load the game of %s: %s", task.task_id, look)

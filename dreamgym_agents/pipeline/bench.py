@@ -284,7 +284,7 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
     tick = reporter.bar("bench runs", total) if reporter else None
     context = multiprocessing.get_context("spawn")  # no forked torch or Chroma state
     failed: list[str] = []
-    running: dict[Any, tuple[Any, int, str]] = {}
+    running: dict[Any, tuple[Any, int, str, PipelineConfig]] = {}
     table = _write_table(states, cfg, base, out)
     try:
         while jobs or running:
@@ -294,16 +294,14 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
                     target=_run_one, name=f"bench seed{seed}/{name}",
                     args=(make, run_cfg, out / f"seed{seed}" / name, adopt, threads))
                 process.start()
-                running[process.sentinel] = (process, seed, name)
+                running[process.sentinel] = (process, seed, name, run_cfg)
             for sentinel in multiprocessing.connection.wait(list(running)):
-                process, seed, name = running.pop(sentinel)
+                process, seed, name, run_cfg = running.pop(sentinel)
                 process.join()
                 folder = out / f"seed{seed}" / name
                 if process.exitcode == 0:
                     states[(seed, name)] = json.loads((folder / STATE_FILE).read_text())
-                    records.write(seed, name, next(c for s, n, c in todo
-                                                   if (s, n) == (seed, name)),
-                                  states[(seed, name)])
+                    records.write(seed, name, run_cfg, states[(seed, name)])
                     if reporter:
                         reporter.say(f"seed {seed}: {name} finished")
                 else:
@@ -317,9 +315,9 @@ def _run_side_by_side(base: PipelineConfig, cfg: BenchConfig, out: Path,
                     tick()
                 table = _write_table(states, cfg, base, out)
     finally:  # Ctrl-C or an error here: the runs still going stop (each resumes next time)
-        for process, _, _ in running.values():
+        for process, *_ in running.values():
             process.terminate()
-        for process, _, _ in running.values():
+        for process, *_ in running.values():
             process.join()
     if failed:
         raise BenchError(f"{len(failed)} of {total} bench run(s) failed: "
@@ -333,10 +331,15 @@ def _finished_state(folder: Path, run_cfg: PipelineConfig) -> dict[str, Any] | N
     settings, else None (the run's process then resumes it, or refuses other settings)."""
     path, config = folder / STATE_FILE, folder / CONFIG_FILE
     if not path.exists() or not config.exists() or \
-            json.loads(config.read_text()) != json.loads(json.dumps(asdict(run_cfg))):
+            json.loads(config.read_text()) != _settings(run_cfg):
         return None
     state = json.loads(path.read_text())
     return state if "report" in state.get("done", {}) else None
+
+
+def _settings(run_cfg: PipelineConfig) -> dict[str, Any]:
+    """A run's settings as its folder's config file and its record hold them (plain JSON)."""
+    return json.loads(json.dumps(asdict(run_cfg)))
 
 
 RECORDS = "records"
@@ -365,7 +368,7 @@ class Records:
         except json.JSONDecodeError as exc:
             raise BenchError(f"{path}: not a bench record ({exc}); remove it to rerun that "
                              "run") from None
-        if record.get("config") != json.loads(json.dumps(asdict(run_cfg))):
+        if record.get("config") != _settings(run_cfg):
             logger.info("%s: recorded with other settings; the run is played", path)
             return None
         return record["state"]
@@ -380,8 +383,7 @@ class Records:
                 played = episode_outcomes(result["folder"])
                 if played:
                     result["outcomes"] = played
-        record = {"seed": seed, "run": name, "config": json.loads(json.dumps(asdict(run_cfg))),
-                  "state": state}
+        record = {"seed": seed, "run": name, "config": _settings(run_cfg), "state": state}
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.path(seed, name)
         tmp = path.with_suffix(".json.tmp")
