@@ -56,6 +56,13 @@ class EnvironmentError_(DreamGymError):
 EnvError = EnvironmentError_
 
 
+class UnplayableTaskError(EnvironmentError_):
+    """A task its environment can never play (a broken game file, a game its planner rejects):
+    its episode fails with this reason in ``errors.jsonl`` and the run goes on without it; a
+    rerun fails it the same way, so a run whose only failures are these ends with its summary
+    and exit 0."""
+
+
 class MissingExtraError(DreamGymError):
     """An optional dependency is not installed; the message names the extra to install."""
 

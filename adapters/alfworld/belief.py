@@ -69,6 +69,12 @@ class Rules:
     openable: frozenset[str]
     lamps: frozenset[str]
 
+    @functools.cached_property
+    def portable(self) -> frozenset[str]:
+        """The objects some receptacle can hold: what can be picked up (a 2020 game shows a
+        ``sink 1`` on a countertop, which no command takes)."""
+        return frozenset().union(*self.can_contain.values())
+
     @classmethod
     def alfred(cls) -> Rules:
         """The tables of ``alfworld.gen.constants`` (the ``alfworld`` extra)."""
@@ -256,7 +262,7 @@ class Belief:
             for obj in visible:
                 if kind_of(obj) in rules.lamps:
                     out.add(f"use {obj}")
-                elif not self.holding:
+                elif not self.holding and kind_of(obj) in rules.portable:
                     out.add(f"take {obj} from {self.at}")
             held = kind_of(self.holding) if self.holding else ""
             if held and place.status != "closed" and held in rules.can_contain.get(kind, ()):

@@ -2,7 +2,8 @@
 
 ``reset(task)`` makes (or reuses) the task's game and starts it; the observation is the abstract
 state (:mod:`~dreamgym_agents.adapters.alfworld.belief`) and ``info["admissible"]`` the commands
-the game accepts. ``step(command)``: a command the game does not accept here is an invalid step
+the game accepts, both in the family's words whatever the game's release (:mod:`.dialect`).
+``step(command)``: a command the game does not accept here is an invalid step
 (recorded, the state unchanged), never an exception; an accepted one plays, and the episode ends
 with reward 1 when the task is done. ALFWorld has no "stop" action: an episode ends on success or
 at the step limit.
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from dreamgym_agents.adapters.alfworld.belief import Belief
+from dreamgym_agents.adapters.alfworld.dialect import Dialect, canonical
 from dreamgym_agents.adapters.alfworld.games import TEXTWORLD_LOCK
 from dreamgym_agents.episodes.env import Observation, StepResult
-from dreamgym_agents.errors import EnvError
+from dreamgym_agents.errors import UnplayableTaskError
 from dreamgym_agents.types import Task
 
 HIDDEN_VERBS = ("slice",)
@@ -49,7 +51,8 @@ class AlfworldActionSet:
                 "heat O with X, clean O with X, cool O with X, look, inventory.")
 
     def parse(self, text: str) -> list[Command]:
-        """The command written (lower-cased, spaces collapsed), as a one-item list.
+        """The command written (lower-cased, spaces collapsed; ALFWorld 2020's ``put O in/on R``
+        read as the family's ``move O to R``: :mod:`.dialect`), as a one-item list.
 
         Raises:
             ValueError: Not a command of the game's grammar (empty, or an unknown verb).
@@ -59,12 +62,29 @@ class AlfworldActionSet:
         if verb not in self.VERBS:
             raise ValueError(f"not an ALFWorld command: {text!r} (expected one of the listed "
                              "actions, e.g. 'go to countertop 1')")
-        return [Command(verb, command)]
+        return [Command(verb, canonical(command))]
 
 
 def admissible_shown(commands: list[str]) -> list[str]:
     """The game's admissible commands an agent is offered (sorted, without hidden verbs)."""
     return sorted(c for c in commands if c.split(" ", 1)[0] not in HIDDEN_VERBS)
+
+
+_GAME_FAILURES = (Exception, SystemExit)
+"""What loading or playing a game may raise for a game that cannot be played: textworld's and
+the planner's errors, and the ``SystemExit`` of Fast Downward's translator, which ends with it
+on a PDDL it rejects (``Undeclared predicate: …``)."""
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a game could not be played, in one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, KeyError) and text in ("'val1'", "'val2'"):
+        # Fast Downward's translator stands an unsolvable task in by a "dummy(val1)" atom,
+        # which textworld then cannot name
+        return "its goal cannot be reached from its start (the planner's translator found " \
+               "the task unsolvable)"
+    return text if isinstance(exc, Exception) else f"the planner stopped: {text}"
 
 
 _TEXTWORLD = TEXTWORLD_LOCK
@@ -90,6 +110,7 @@ class AlfworldEnv:
         self._plan: list[str] = []
         self._game: Any = None
         self._belief = Belief()
+        self._dialect = Dialect()
         self._admissible: list[str] = []
         self._lock = threading.Lock()
         self._done = True
@@ -101,14 +122,16 @@ class AlfworldEnv:
         with self._lock:
             self._close_game()
             try:
+                self._dialect = Dialect.of_game(path)
                 with _TEXTWORLD:
                     self._game = Game(path, expert=self._expert)
                     opening, info = self._game.reset()
-            except Exception as exc:  # a game textworld cannot load: the setup's fault
-                raise EnvError(f"ALFWorld game {path} could not start: {exc}") from exc
+            except _GAME_FAILURES as exc:  # a game textworld or its planner cannot load
+                self._game = None
+                raise UnplayableTaskError(f"ALFWorld game {path} could not start: "
+                                          f"{_reason(exc)}") from None
             self._belief = Belief.start(opening)
-            self._admissible = admissible_shown(info["admissible_commands"])
-            self._plan = info["expert_plan"]
+            self._take_in(info)
             self._done = False
             return self._observation()
 
@@ -129,14 +152,25 @@ class AlfworldEnv:
             if command not in self._admissible:
                 error = f"'{command}' is not possible here: choose one of the listed actions"
                 return StepResult(self._observation(error), valid=False, error=error)
-            with _TEXTWORLD:
-                feedback, won, info = self._game.step(command)
+            try:
+                with _TEXTWORLD:
+                    feedback, won, info = self._game.step(self._dialect.to_game(command))
+            except _GAME_FAILURES as exc:  # the planner rejected the game mid-way
+                self._done = True
+                raise UnplayableTaskError(f"ALFWorld game {self._game.path} failed at "
+                                          f"'{command}': {_reason(exc)}") from None
+            feedback = self._dialect.feedback(command, feedback)
             self._belief.update(command, feedback)
-            self._admissible = admissible_shown(info["admissible_commands"])
-            self._plan = info["expert_plan"]
+            self._take_in(info)
             self._done = won
             return StepResult(self._observation(), reward=1.0 if won else 0.0, done=won,
                               success=won, info={"feedback": " ".join(feedback.split())})
+
+    def _take_in(self, info: dict[str, Any]) -> None:
+        """The game's admissible commands and the expert's plan, in the family's words."""
+        words = self._dialect.from_game
+        self._admissible = admissible_shown([words(c) for c in info["admissible_commands"]])
+        self._plan = [words(c) for c in info["expert_plan"]]
 
     def _close_game(self) -> None:
         if self._game is not None:

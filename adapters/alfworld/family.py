@@ -5,7 +5,8 @@ Tasks come from ``tasks/alfworld/{train,validation,test}.json`` (generated games
 layouts, test on its unseen ones (ALFWorld's ``valid_unseen``). A task names its game (seed,
 task type, layout); the game file is generated on first use and cached. With ``ALFWORLD_DATA``
 pointing at ALFWorld's official games, ``--tasks $ALFWORLD_DATA/json_2.1.1/valid_unseen`` loads
-them (every ``game.tw-pddl`` below the folder).
+them (every playable ``game.tw-pddl`` below the folder: :func:`official_tasks`); they are played
+in the family's words (:mod:`.dialect`), and one that cannot be played fails as its own episode.
 """
 
 from __future__ import annotations
@@ -89,30 +90,27 @@ class AlfworldFamily:
             return [task_from_config(c, split) for c in json.loads(Path(path).read_text())]
 
     def load_task_file(self, path: str) -> list[Task]:
-        """A JSON task file of this family, or a folder of official ``game.tw-pddl`` files."""
-        from dreamgym_agents.adapters.alfworld.games import GAME_FILE, task_description
-
+        """A JSON task file of this family, or a folder of official ``game.tw-pddl`` files
+        (:func:`official_tasks`)."""
         folder = Path(path)
         if folder.is_dir():
-            games = sorted(folder.rglob(GAME_FILE))
-            if not games:
-                raise ConfigError(f"no {GAME_FILE} below {folder}")
-            return [task_from_config({"task_id": f"{folder.name}.{i}",
-                                      "intent": task_description(g), "game_file": str(g),
-                                      "task_type": g.parent.parent.name.split("-", 1)[0]})
-                    for i, g in enumerate(games)]
+            return official_tasks(folder)
         if not folder.is_file():
             raise ConfigError(f"task file not found: {path}")
         return [task_from_config(c) for c in json.loads(folder.read_text())]
 
     def instance_key(self, task: Task) -> tuple[str, ...]:
         """What makes a task the same task: its game (many games share a sentence such as
-        'put a clean soapbar in shelf', in other rooms)."""
+        'put a clean soapbar in shelf', in other rooms). An official game is its ALFRED trial
+        (``<task folder>/trial_…``, the same wherever the data lies), never a generated one."""
         game = task.config.get("game") or {}
         if game:
             return ("game", str(game.get("layout")), str(game.get("task_type")),
                     str(game.get("seed")))
-        return ("file", str(task.config.get("game_file", task.task_id)))
+        path = Path(str(task.config.get("game_file", task.task_id)))
+        if path.parent.name.startswith("trial_"):
+            return ("official", path.parent.parent.name, path.parent.name)
+        return ("file", str(path))
 
     def game_path(self, task: Task) -> Path:
         """The task's game file (generated and cached on first use)."""
@@ -416,6 +414,59 @@ class AlfworldFamily:
 
     def close(self) -> None:
         return None
+
+
+UNPLAYABLE_TYPES = ("pick_and_place_with_movable_recep",)
+"""ALFWorld task types this family cannot play: their games declare predicates (an object as a
+receptacle) that the planner and the belief state do not read. ALFWorld's evaluation leaves
+them out too (its six task types)."""
+
+
+def official_tasks(folder: Path) -> list[Task]:
+    """One task per playable ``game.tw-pddl`` below ``folder`` (symbolic links followed), in
+    path order, as ALFWorld itself collects them: a game its data marks unsolvable
+    (``"solvable": false``: 47 of ``valid_seen``'s 187) is left out, as ALFWorld's
+    ``collect_game_files`` leaves it out, and a game of a task type the family cannot play
+    (:data:`UNPLAYABLE_TYPES`) too; each left out is counted in one log line.
+
+    Raises:
+        ConfigError: No playable game below ``folder``.
+    """
+    from dreamgym_agents.adapters.alfworld.games import GAME_FILE, task_description
+
+    found = sorted(Path(root) / GAME_FILE for root, _, files in os.walk(folder, followlinks=True)
+                   if GAME_FILE in files)
+    tasks: list[Task] = []
+    unsolvable, unplayable = 0, 0
+    for game in found:
+        task_type = game.parent.parent.name.split("-", 1)[0]
+        if task_type in UNPLAYABLE_TYPES:
+            unplayable += 1
+            continue
+        try:
+            solvable = json.loads(game.read_text(encoding="utf-8")).get("solvable", True)
+        except (OSError, ValueError):
+            solvable = True  # a broken file is played, and fails as an episode with its reason
+        if solvable is False:
+            unsolvable += 1
+            continue
+        try:
+            intent = task_description(game)
+        except (OSError, ValueError):
+            intent = ""
+        trial = game.parent.relative_to(folder)  # the walk's paths start with folder
+        tasks.append(task_from_config({"task_id": f"{folder.name}/{trial.as_posix()}",
+                                       "intent": intent, "game_file": str(game),
+                                       "task_type": task_type}))
+    if unsolvable:
+        logger.warning("%s: %d game(s) left out that ALFWorld's data marks unsolvable (as "
+                       "ALFWorld leaves them out)", folder, unsolvable)
+    if unplayable:
+        logger.warning("%s: %d game(s) left out of a task type this family cannot play (%s)",
+                       folder, unplayable, ", ".join(UNPLAYABLE_TYPES))
+    if not tasks:
+        raise ConfigError(f"no playable {GAME_FILE} below {folder} ({len(found)} found)")
+    return tasks
 
 
 def _spec_of(task: Task) -> tuple[int, str, str] | None:

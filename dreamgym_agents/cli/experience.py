@@ -492,7 +492,7 @@ def dream_command(
     em = result.summary["experience_usage"]
     console.print(f"em_failures={result.summary['em_failures']}; experience model: "
                   f"{em['calls']} calls, {em['total_tokens']} tokens, ${em['cost_usd']:.4f}")
-    raise_if_failed(result, out)
+    raise_if_failed(result, out, console)
 
 
 def _dream_parts(job: Any, family: Any, concurrency: int) -> tuple[Any, ...]:

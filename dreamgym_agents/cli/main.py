@@ -132,7 +132,7 @@ def eval_command(
     finally:
         family.close()
     print_summary(console, result.summary, out)
-    raise_if_failed(result, out)
+    raise_if_failed(result, out, console)
 
 
 def scorable(family: Any, tasks: list, env_cfg: Any, *, skip: bool) -> list:
@@ -255,7 +255,7 @@ def collect_command(
     steps = sum(len(t.transitions) for t in merged)
     console.print(f"wrote {out / 'offline.jsonl'}: {count} episodes, {steps} transitions")
     for name in names:
-        raise_if_failed(results[name], out / name)
+        raise_if_failed(results[name], out / name, console)
 
 
 @app.command("doctor")

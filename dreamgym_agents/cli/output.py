@@ -44,10 +44,18 @@ def make_console(*, quiet: bool = False) -> Any:
     return Console(stderr=True, soft_wrap=True, quiet=quiet)
 
 
-def raise_if_failed(result: Any, out: Path) -> None:
-    if result.failed:
+def raise_if_failed(result: Any, out: Path, console: Any = None) -> None:
+    """End the command with one line when episodes failed that a rerun may play; episodes
+    whose task can never be played (``UnplayableTaskError``: a broken game file) are only
+    said, on ``console``, and the command ends as its summary says."""
+    unplayable = [f for f in result.failed if f.get("unplayable")]
+    retry = len(result.failed) - len(unplayable)
+    if unplayable and console is not None:
+        console.print(f"{len(unplayable)} task(s) could not be played and were left out, each "
+                      f"with its reason in {out / 'errors.jsonl'}", markup=False)
+    if retry:
         raise DreamGymError(
-            f"{len(result.failed)} episode(s) failed (see {out / 'errors.jsonl'}); "
+            f"{retry} episode(s) failed (see {out / 'errors.jsonl'}); "
             "rerun the same command to retry them"
         )
 

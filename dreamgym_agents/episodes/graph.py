@@ -32,7 +32,7 @@ from langgraph.runtime import Runtime
 
 from dreamgym_agents.episodes.agent import Agent
 from dreamgym_agents.episodes.env import Environment, Observation
-from dreamgym_agents.errors import ConfigError, DreamGymError, ModelError
+from dreamgym_agents.errors import ConfigError, DreamGymError, ModelError, UnplayableTaskError
 from dreamgym_agents.types import (
     ModelUsage,
     Task,
@@ -357,7 +357,9 @@ async def run_episodes(
                         return
                     except DreamGymError as exc:
                         envs.put_nowait(env)
-                        failed.append({"episode_id": episode_id, "error": str(exc)})
+                        failed.append({"episode_id": episode_id, "error": str(exc),
+                                       **({"unplayable": True}
+                                          if isinstance(exc, UnplayableTaskError) else {})})
                         if on_episode:
                             on_episode(None)
                         return
@@ -385,6 +387,7 @@ async def run_episodes(
     summary = summarize(read_trajectories(traj_file) if traj_file.exists() else [], cfg.meta)
     summary["wall_seconds"] = round(time.perf_counter() - wall_start, 3)
     summary["failed_episodes"] = len(failed)
+    summary["unplayable_episodes"] = sum(1 for item in failed if item.get("unplayable"))
     summary["resumed_episodes"] = skipped
     (cfg.out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True))
     return RunResult(summary=summary, failed=failed, skipped=skipped)
