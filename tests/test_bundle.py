@@ -432,3 +432,15 @@ def test_reused_episodes_are_those_the_recipe_would_play(tmp_path):
                        "alfworld", demos)
     with pytest.raises(ConfigError, match="family"):
         reuse_episodes(source, family_recipe("webarena"), tmp_path / "y", "webarena", demos)
+
+
+@pytest.mark.parametrize("family", ["webarena", "alfworld"])
+def test_a_shipped_warm_start_plays_as_the_policy_it_is(family):
+    """``eval --agent hf/bundles/<family>/policy`` reads the view the bundle's manifest records
+    for its warm start (the folder has no policy.json of its own), not a generic model's."""
+    from dreamgym_agents.policy.model import trained_policy_settings, view_record
+
+    bundle = shipped_bundle(family)
+    settings = trained_policy_settings(bundle.policy_dir)
+    assert settings is not None
+    assert view_record(settings) == view_record(bundle.manifest["warm_start"]["view"])

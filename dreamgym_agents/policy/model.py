@@ -340,12 +340,20 @@ POLICY_FILE = "policy.json"
 
 
 def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig | None:
-    """The settings a policy checkpoint was trained with (None: not a policy checkpoint of
-    ours, or one written before they were kept)."""
+    """The settings a policy checkpoint was trained with: its :data:`POLICY_FILE`, or for an
+    embedded bundle's warm start (``<bundle>/policy``) the view its ``manifest.json`` records
+    (None: not a policy checkpoint of ours, or one written before they were kept)."""
     path = Path(directory, POLICY_FILE)
-    if not path.is_file():
+    manifest = Path(directory).parent / "manifest.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+    elif Path(directory).name == "policy" and manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text())["warm_start"]["view"]
+        except (ValueError, KeyError, TypeError):
+            return None
+    else:
         return None
-    data = json.loads(path.read_text())
     known = {f.name for f in fields(PolicyConfig)}
     return PolicyConfig(**{k: v for k, v in data.items() if k in known})
 
