@@ -77,9 +77,12 @@ class HeldOut:
         return out
 
     @classmethod
-    def for_family(cls, family: Any, splits: tuple[str, ...] = HELD_OUT_SPLITS) -> HeldOut:
-        """The family's tasks of ``splits`` (a split the family does not have is skipped: real
-        WebArena has a test set only)."""
+    def for_family(cls, family: Any, splits: tuple[str, ...] | None = None) -> HeldOut:
+        """The family's tasks of ``splits`` (None: its ``held_out_splits`` where it names them,
+        else :data:`HELD_OUT_SPLITS`; a split the family does not have is skipped: real
+        WebArena has a test set only, ALFWorld's official games may not be there)."""
+        if splits is None:
+            splits = tuple(getattr(family, "held_out_splits", HELD_OUT_SPLITS))
         tasks: list[Task] = []
         found = []
         for split in splits:

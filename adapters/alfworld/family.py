@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 FAMILY = "alfworld"
 SPLITS = ("train", "validation", "test")
+OFFICIAL_SPLITS = ("valid_seen", "valid_unseen")
+"""ALFWorld's own evaluation splits (its official games, with ``ALFWORLD_DATA``): held out like
+validation and test (:attr:`AlfworldFamily.held_out_splits`)."""
 TASK_DIR = "alfworld"
 
 
@@ -71,6 +74,9 @@ class AlfworldFamily:
 
     name = FAMILY
     env_options = AlfworldEnvOptions
+    held_out_splits = ("validation", "test", *OFFICIAL_SPLITS)
+    """The splits no training may see: the generated validation and test games, and ALFWorld's
+    official evaluation games where they are present."""
     rl_episode_steps = 15
     """An RL episode's step limit in the presets: as long as an evaluation's (the expert's plans
     take 3-9 commands; the web's 10 would leave a policy one wrong command to spare)."""
@@ -81,8 +87,20 @@ class AlfworldFamily:
         self._game_locks: dict[str, threading.Lock] = {}
 
     def load_tasks(self, split: str) -> list[Task]:
+        """The generated games of ``split`` (:data:`SPLITS`), or ALFWorld's official games of
+        one of :data:`OFFICIAL_SPLITS` (``$ALFWORLD_DATA/json_2.1.1/<split>``)."""
+        if split in OFFICIAL_SPLITS:
+            from dreamgym_agents.adapters.alfworld.games import official_root
+
+            root = official_root()
+            if root is None or not (root / split).is_dir():
+                raise ConfigError(f"ALFWorld's official {split} games are not here: point "
+                                  "ALFWORLD_DATA at the folder that holds json_2.1.1/"
+                                  f"{split} (as alfworld-download leaves it)")
+            return official_tasks(root / split, split)
         if split not in SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+            raise ConfigError(f"split must be one of {', '.join(SPLITS + OFFICIAL_SPLITS)}, "
+                              f"got {split!r}")
         ref = resources.files("dreamgym_agents.tasks") / TASK_DIR / f"{split}.json"
         with resources.as_file(ref) as path:
             if not Path(path).is_file():
@@ -293,7 +311,10 @@ class AlfworldFamily:
         game = task.config.get("game")
         if game:
             return {f"game:{json.dumps(game, sort_keys=True)}"}
-        return {f"game_file:{task.config.get('game_file') or task.task_id}"}
+        path = Path(str(task.config.get("game_file") or task.task_id))
+        if path.parent.name.startswith("trial_"):  # an official game: its ALFRED trial
+            return {f"official:{path.parent.parent.name}/{path.parent.name}"}
+        return {f"game_file:{path}"}
 
     def task_generator(self, tasks: list[Task], seed: int) -> tuple[Any, None]:
         """The curriculum's variants: new games of a seed's type in its room
@@ -422,7 +443,7 @@ receptacle) that the planner and the belief state do not read. ALFWorld's evalua
 them out too (its six task types)."""
 
 
-def official_tasks(folder: Path) -> list[Task]:
+def official_tasks(folder: Path, split: str = "") -> list[Task]:
     """One task per playable ``game.tw-pddl`` below ``folder`` (symbolic links followed), in
     path order, as ALFWorld itself collects them: a game its data marks unsolvable
     (``"solvable": false``: 47 of ``valid_seen``'s 187) is left out, as ALFWorld's
@@ -457,7 +478,7 @@ def official_tasks(folder: Path) -> list[Task]:
         trial = game.parent.relative_to(folder)  # the walk's paths start with folder
         tasks.append(task_from_config({"task_id": f"{folder.name}/{trial.as_posix()}",
                                        "intent": intent, "game_file": str(game),
-                                       "task_type": task_type}))
+                                       "task_type": task_type}, split))
     if unsolvable:
         logger.warning("%s: %d game(s) left out that ALFWorld's data marks unsolvable (as "
                        "ALFWorld leaves them out)", folder, unsolvable)

@@ -23,6 +23,8 @@ class Split(StrEnum):
     train = "train"
     validation = "validation"
     test = "test"
+    valid_seen = "valid_seen"  # ALFWorld's official splits (ALFWORLD_DATA)
+    valid_unseen = "valid_unseen"
 
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")]

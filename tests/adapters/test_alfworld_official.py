@@ -209,3 +209,32 @@ def test_a_run_over_broken_games_finishes_with_its_summary_and_says_why(tmp_path
     assert all(e["unplayable"] for e in errors.values())
     assert "Undeclared predicate" in errors["games/c-undeclared/trial_x"]["error"]
     assert "3 task(s) could not be played" in run.stderr
+
+
+@needs_official
+def test_the_official_splits_are_task_sets_and_held_out(tmp_path, monkeypatch):
+    """``--split valid_seen`` with ALFWORLD_DATA; its games are held out wherever they are
+    read from (a linked copy of one is still held out), and no generated game is."""
+    from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.heldout import HeldOut
+
+    family = AlfworldFamily()
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(ConfigError, match="ALFWORLD_DATA"):
+        family.load_tasks("valid_seen")
+    assert "valid_seen" not in HeldOut.for_family(family).splits  # not there: skipped
+    monkeypatch.setenv("ALFWORLD_DATA", str(OFFICIAL.parent))
+    seen = family.load_tasks("valid_seen")
+    assert len(seen) == 140 and all(t.split == "valid_seen" for t in seen)  # 47 unsolvable
+    held = HeldOut.for_family(family)
+    assert "valid_seen" in held.splits and all(held.matches(t) for t in seen)
+    linked = tmp_path / "copy"
+    linked.mkdir()
+    folder = Path(seen[0].config["game_file"]).parents[1]
+    (linked / folder.name).symlink_to(folder)
+    assert all(held.matches(t) for t in family.load_task_file(str(linked)))
+    assert not any(held.matches(t) for t in family.load_tasks("train"))
+    if (OFFICIAL / "valid_train").is_dir():  # official training games are not held out
+        assert not any(held.matches(t) for t in family.load_task_file(
+            str(OFFICIAL / "valid_train")))
