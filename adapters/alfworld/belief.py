@@ -54,6 +54,11 @@ _TURN_ON = re.compile(r"^You turn on the ([a-z]+ \d+)\.")
 _CARRY = re.compile(r"^You are carrying: (.*)$")
 _ROOM = re.compile(r"Looking quickly around you, you see (.*?)\.\s*$", re.M)
 _TASK = re.compile(r"Your task is to: (.*?)\s*$", re.M)
+FIXED = frozenset({"bathtub", "curtains", "houseplant", "mirror", "showerglass", "sink",
+                   "television", "window"})
+"""Object kinds a game may show on a receptacle that no command picks up: in ALFWorld's official
+games every object of these kinds lacks the ``pickupable`` fact (a 2020 countertop shows a
+``sink 1``); lamps are used, not taken."""
 PROPERTY = {"clean": "clean", "heat": "hot", "cool": "cool"}
 TOOLS = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
 
@@ -68,12 +73,6 @@ class Rules:
     abilities: dict[str, frozenset[str]]
     openable: frozenset[str]
     lamps: frozenset[str]
-
-    @functools.cached_property
-    def portable(self) -> frozenset[str]:
-        """The objects some receptacle can hold: what can be picked up (a 2020 game shows a
-        ``sink 1`` on a countertop, which no command takes)."""
-        return frozenset().union(*self.can_contain.values())
 
     @classmethod
     def alfred(cls) -> Rules:
@@ -113,6 +112,10 @@ class Belief:
 
     task: str = ""
     at: str = ""
+    here: list[str] = field(default_factory=list)
+    """Other receptacles at the player's location (a 2020 game can place two at one: the
+    countertop beside the sinkbasin gone to), as the game's commands show them
+    (:meth:`notice_here`); always empty in the wheel's games."""
     holding: str = ""
     receptacles: list[str] = field(default_factory=list)
     places: dict[str, Place] = field(default_factory=dict)
@@ -139,7 +142,7 @@ class Belief:
         text = " ".join(feedback.split())
         self.feedback = text
         if m := _ARRIVE.match(text):
-            self.at = m.group(1)
+            self.at, self.here = m.group(1), []
             self._see(text)
         elif m := _OPENED.match(text):
             self._see(text)
@@ -173,6 +176,20 @@ class Belief:
         elif text.startswith("On the "):  # examine a receptacle
             self._see(text)
 
+    def notice_here(self, commands: list[str]) -> None:
+        """Take in which other receptacles the game treats as here: those it lets the player
+        examine (``examine countertop 2`` while at the sinkbasin beside it), and whether one
+        never seen is open or closed (the game offers to close it or to open it)."""
+        offered = set(commands)
+        named = {c[len("examine "):] for c in offered if c.startswith("examine ")}
+        self.here = sorted((r for r in named if r in self.receptacles and r != self.at),
+                           key=_order)
+        for name in self.here:
+            if name not in self.places and f"open {name}" in offered:
+                self.places[name] = Place(status="closed")
+            elif name not in self.places and f"close {name}" in offered:
+                self.places[name] = Place(status="open")
+
     def _see(self, text: str) -> None:
         if m := _ON.search(text):
             self._place(m.group(1)).items = sorted(items_of(m.group(2)), key=game_order)
@@ -196,6 +213,7 @@ class Belief:
         lines = [f"Task: {self.task}",
                  f"Room: {', '.join(self.receptacles) or 'unknown'}",
                  f"At: {self.at or 'the middle of the room'}",
+                 *([f"{ALSO_HERE}{', '.join(self.here)}"] if self.here else []),
                  f"Holding: {held}",
                  f"Feedback: {self.feedback}"]
         for name, place in self.places.items():  # first seen first
@@ -229,6 +247,8 @@ class Belief:
         belief.task, belief.feedback = fields.get("Task", ""), fields.get("Feedback", "")
         at = fields.get("At", "")
         belief.at = "" if at == "the middle of the room" else at
+        here = fields.get(ALSO_HERE.rstrip(": "), "")
+        belief.here = here.split(", ") if here else []
         holding, props = _split_props(fields.get("Holding", "nothing"))
         belief.holding = "" if holding == "nothing" else holding
         if props:
@@ -238,6 +258,7 @@ class Belief:
         names |= set() if room == "unknown" else set(room.split(", "))
         if belief.at:
             names.add(belief.at)
+        names |= set(belief.here)
         belief.receptacles = sorted(names, key=_order)
         return belief
 
@@ -247,32 +268,35 @@ class Belief:
         """The commands the game accepts in this state (its grammar and ``rules``, applied to
         what the player knows), sorted."""
         out = {"look", "inventory", "help"}
+        present = [self.at, *self.here] if self.at else []
         for name in self.receptacles:
-            if name != self.at:
+            if name not in present:
                 out.add(f"go to {name}")
         if self.holding:
             out.add(f"examine {self.holding}")
-        if self.at:
-            place = self.places.get(self.at, Place())
-            kind = kind_of(self.at)
-            out.add(f"examine {self.at}")
+        held = kind_of(self.holding) if self.holding else ""
+        for name in present:
+            place = self.places.get(name, Place())
+            kind = kind_of(name)
+            out.add(f"examine {name}")
             if kind in rules.openable:
-                out.add(f"close {self.at}" if place.status == "open" else f"open {self.at}")
+                out.add(f"close {name}" if place.status == "open" else f"open {name}")
             visible = (place.items or []) if place.status != "closed" else []
             for obj in visible:
                 if kind_of(obj) in rules.lamps:
                     out.add(f"use {obj}")
-                elif not self.holding and kind_of(obj) in rules.portable:
-                    out.add(f"take {obj} from {self.at}")
-            held = kind_of(self.holding) if self.holding else ""
+                elif not self.holding and kind_of(obj) not in FIXED:
+                    out.add(f"take {obj} from {name}")
             if held and place.status != "closed" and held in rules.can_contain.get(kind, ()):
-                out.add(f"move {self.holding} to {self.at}")
+                out.add(f"move {self.holding} to {name}")
             verb = TOOLS.get(kind)
             if held and verb and held in rules.abilities[verb]:
-                out.add(f"{verb} {self.holding} with {self.at}")
+                out.add(f"{verb} {self.holding} with {name}")
         return sorted(out)
 
 
+ALSO_HERE = "Also here: "
+"""The head of the line naming the other receptacles at the player's location (2020 games)."""
 SEEN = "Seen "
 """The head of a receptacle's line (``Seen fridge 1: (open) apple 1``)."""
 _ITEMS_SPLIT = re.compile(r", (?![^()]*\))")  # commas outside an object's (properties)

@@ -171,6 +171,7 @@ class AlfworldEnv:
         words = self._dialect.from_game
         self._admissible = admissible_shown([words(c) for c in info["admissible_commands"]])
         self._plan = [words(c) for c in info["expert_plan"]]
+        self._belief.notice_here(self._admissible)
 
     def _close_game(self) -> None:
         if self._game is not None:
