@@ -82,3 +82,16 @@ def test_dream_concurrency_plays_the_dream_against_the_latency_server(tmp_path, 
     load("dream_concurrency").main()
     [row] = json.loads(out.read_text())["rows"]
     assert row["steps"] == row["episodes"] * 2 == row["em_calls"]  # one agent call a step
+
+
+def test_request_path_times_each_layer_of_a_hosted_call(monkeypatch, capsys):
+    pytest.importorskip("aiohttp")
+    monkeypatch.setattr(sys, "argv", ["request_path", "--levels", "2", "--calls", "6",
+                                      "--latency", "0.01"])
+    load("request_path").main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and "---" not in line and "layer" not in line]
+    assert [r[0].strip("| ") for r in rows] == [
+        "aiohttp", "httpx", "openai-sdk", "litellm openai/", "litellm aiohttp_openai/",
+        "gateway (threads)"]
+    assert all(r[1] == "2" and float(r[2]) > 0 and float(r[3].strip(" |")) > 0 for r in rows)
