@@ -40,6 +40,8 @@ OFFICIAL_SPLITS = ("valid_seen", "valid_unseen")
 """ALFWorld's own evaluation splits (its official games, with ``ALFWORLD_DATA``): held out like
 validation and test (:attr:`AlfworldFamily.held_out_splits`)."""
 TASK_DIR = "alfworld"
+OFFICIAL_MAX_STEPS = 50
+"""The step limit of ALFWorld's own evaluation of its official games."""
 
 
 def _require() -> None:
@@ -116,6 +118,14 @@ class AlfworldFamily:
         if not folder.is_file():
             raise ConfigError(f"task file not found: {path}")
         return [task_from_config(c) for c in json.loads(folder.read_text())]
+
+    @staticmethod
+    def standard_max_steps(tasks: list[Task]) -> int | None:
+        """ALFWorld's own step limit (50, as its evaluation plays) where every task is an
+        official game; None (the command's default) otherwise."""
+        official = [Path(str(t.config.get("game_file", ""))).parent.name.startswith("trial_")
+                    for t in tasks]
+        return OFFICIAL_MAX_STEPS if official and all(official) else None
 
     def instance_key(self, task: Task) -> tuple[str, ...]:
         """What makes a task the same task: its game (many games share a sentence such as

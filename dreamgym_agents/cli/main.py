@@ -75,7 +75,8 @@ def eval_command(
     concurrency: ConcurrencyOpt = 2,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", min=1,
-                                 help="Steps per episode [15; real WebArena sites: 30].")
+                                 help="Steps per episode [15; real WebArena sites: 30; "
+                                 "ALFWorld's official games: 50].")
     ] = None,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed (site data, random agent) [0].")
@@ -102,17 +103,20 @@ def eval_command(
     setup_logging(verbose)
     sections = Sections(config, overrides, ("env", "llm"))
     family = make_family(task)
+    tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     # Precedence: --set, then explicit flags, then the config file, then the family's
-    # default (real WebArena: 30 steps), then the defaults.
+    # default (the step limit its benchmark evaluates these tasks with: ALFWorld's official
+    # games 50; real WebArena: 30 steps), then the defaults.
     flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
              if v is not None}
-    default_steps = getattr(family, "default_max_steps", None)
+    standard = getattr(family, "standard_max_steps", None)
+    default_steps = (standard(tasks) if standard else None) or \
+        getattr(family, "default_max_steps", None)
     env_cfg = sections.configure(EnvConfig(**({"max_steps": default_steps}
                                               if default_steps else {})), "env", flags)
     env_options(family, env_cfg)  # the family's own env.* keys: one line before any episode
     seed = env_cfg.seed
 
-    tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     if limit is not None:
         tasks = tasks[:limit]
     tasks = scorable(family, tasks, env_cfg, skip=skip_unscorable)

@@ -257,3 +257,17 @@ def test_the_official_splits_are_task_sets_and_held_out(tmp_path, monkeypatch):
     if (OFFICIAL / "valid_train").is_dir():  # official training games are not held out
         assert not any(held.matches(t) for t in family.load_task_file(
             str(OFFICIAL / "valid_train")))
+
+
+@needs_official
+def test_official_games_play_alfworlds_50_steps_unless_told(monkeypatch, tmp_path):
+    """ALFWorld's own evaluation setting is the default for its games (the family's
+    ``standard_max_steps``); generated games keep the command's (an explicit ``--max-steps``
+    wins over both, as over any family default)."""
+    from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+
+    family = AlfworldFamily()
+    monkeypatch.setenv("ALFWORLD_DATA", str(OFFICIAL.parent))
+    assert family.standard_max_steps(family.load_tasks("valid_seen")) == 50
+    assert family.standard_max_steps(family.load_tasks("test")) is None
+    assert family.standard_max_steps([]) is None
