@@ -123,8 +123,7 @@ class AlfworldFamily:
     def standard_max_steps(tasks: list[Task]) -> int | None:
         """ALFWorld's own step limit (50, as its evaluation plays) where every task is an
         official game; None (the command's default) otherwise."""
-        official = [Path(str(t.config.get("game_file", ""))).parent.name.startswith("trial_")
-                    for t in tasks]
+        official = [official_trial(t) is not None for t in tasks]
         return OFFICIAL_MAX_STEPS if official and all(official) else None
 
     def instance_key(self, task: Task) -> tuple[str, ...]:
@@ -135,10 +134,10 @@ class AlfworldFamily:
         if game:
             return ("game", str(game.get("layout")), str(game.get("task_type")),
                     str(game.get("seed")))
-        path = Path(str(task.config.get("game_file", task.task_id)))
-        if path.parent.name.startswith("trial_"):
-            return ("official", path.parent.parent.name, path.parent.name)
-        return ("file", str(path))
+        trial = official_trial(task)
+        if trial is not None:
+            return ("official", *trial)
+        return ("file", str(task.config.get("game_file", task.task_id)))
 
     def game_path(self, task: Task) -> Path:
         """The task's game file (generated and cached on first use)."""
@@ -321,10 +320,10 @@ class AlfworldFamily:
         game = task.config.get("game")
         if game:
             return {f"game:{json.dumps(game, sort_keys=True)}"}
-        path = Path(str(task.config.get("game_file") or task.task_id))
-        if path.parent.name.startswith("trial_"):  # an official game: its ALFRED trial
-            return {f"official:{path.parent.parent.name}/{path.parent.name}"}
-        return {f"game_file:{path}"}
+        trial = official_trial(task)
+        if trial is not None:
+            return {"official:" + "/".join(trial)}
+        return {f"game_file:{task.config.get('game_file') or task.task_id}"}
 
     def task_generator(self, tasks: list[Task], seed: int) -> tuple[Any, None]:
         """The curriculum's variants: new games of a seed's type in its room
@@ -453,6 +452,15 @@ receptacle) that the planner and the belief state do not read. ALFWorld's evalua
 them out too (its six task types)."""
 
 
+def official_trial(task: Task) -> tuple[str, str] | None:
+    """``(task folder, trial folder)`` of an official game's task (ALFWorld's layout
+    ``<split>/<task folder>/trial_…/game.tw-pddl``: the same game wherever the data lies);
+    None for a generated game or another file."""
+    path = Path(str(task.config.get("game_file") or ""))
+    return (path.parent.parent.name, path.parent.name) \
+        if path.parent.name.startswith("trial_") else None
+
+
 def official_tasks(folder: Path, split: str = "") -> list[Task]:
     """One task per playable ``game.tw-pddl`` below ``folder`` (symbolic links followed), in
     path order, as ALFWorld itself collects them: a game its data marks unsolvable
@@ -463,7 +471,7 @@ def official_tasks(folder: Path, split: str = "") -> list[Task]:
     Raises:
         ConfigError: No playable game below ``folder``.
     """
-    from dreamgym_agents.adapters.alfworld.games import GAME_FILE, task_description
+    from dreamgym_agents.adapters.alfworld.games import GAME_FILE, description_of
 
     found = sorted(Path(root) / GAME_FILE for root, _, files in os.walk(folder, followlinks=True)
                    if GAME_FILE in files)
@@ -475,16 +483,15 @@ def official_tasks(folder: Path, split: str = "") -> list[Task]:
             unplayable += 1
             continue
         try:
-            solvable = json.loads(game.read_text(encoding="utf-8")).get("solvable", True)
+            content = json.loads(game.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            solvable = True  # a broken file is played, and fails as an episode with its reason
-        if solvable is False:
+            content = {}  # a broken file is played, and fails as an episode with its reason
+        if not isinstance(content, dict):
+            content = {}
+        if content.get("solvable", True) is False:
             unsolvable += 1
             continue
-        try:
-            intent = task_description(game)
-        except (OSError, ValueError):
-            intent = ""
+        intent = description_of(content)
         trial = game.parent.relative_to(folder)  # the walk's paths start with folder
         tasks.append(task_from_config({"task_id": f"{folder.name}/{trial.as_posix()}",
                                        "intent": intent, "game_file": str(game),

@@ -185,7 +185,11 @@ def _checked_plan(game_path: Path) -> list[str]:
 
 def task_description(game_path: str | Path) -> str:
     """The game's task sentence (``put a clean spoon in drawer``), from its grammar."""
-    game = json.loads(Path(game_path).read_text(encoding="utf-8"))
+    return description_of(json.loads(Path(game_path).read_text(encoding="utf-8")))
+
+
+def description_of(game: dict[str, Any]) -> str:
+    """The task sentence of a game file's parsed content (:func:`task_description`)."""
     meta = game.get("dreamgym") or {}
     if meta.get("task_desc"):
         return str(meta["task_desc"])

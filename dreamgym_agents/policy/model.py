@@ -343,11 +343,13 @@ def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig |
     """The settings a policy checkpoint was trained with: its :data:`POLICY_FILE`, or for an
     embedded bundle's warm start (``<bundle>/policy``) the view its ``manifest.json`` records
     (None: not a policy checkpoint of ours, or one written before they were kept)."""
+    from dreamgym_agents.pipeline.bundle import MANIFEST_FILE, POLICY_DIR
+
     path = Path(directory, POLICY_FILE)
-    manifest = Path(directory).parent / "manifest.json"
+    manifest = Path(directory).parent / MANIFEST_FILE
     if path.is_file():
         data = json.loads(path.read_text())
-    elif Path(directory).name == "policy" and manifest.is_file():
+    elif Path(directory).name == POLICY_DIR and manifest.is_file():
         try:
             data = json.loads(manifest.read_text())["warm_start"]["view"]
         except (ValueError, KeyError, TypeError):
