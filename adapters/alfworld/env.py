@@ -7,10 +7,16 @@ the game accepts, both in the family's words whatever the game's release (:mod:`
 (recorded, the state unchanged), never an exception; an accepted one plays, and the episode ends
 with reward 1 when the task is done. ALFWorld has no "stop" action: an episode ends on success or
 at the step limit.
+
+The game itself plays in a worker process of a :class:`~.host.GameHost` (one per core by
+default): a game whose planner crashes, hangs or rejects its PDDL fails its own episode
+(:class:`~dreamgym_agents.errors.UnplayableTaskError`), never the run; ``processes=0`` plays
+in this process instead, one game step at a time under textworld's lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +25,11 @@ from typing import Any
 from dreamgym_agents.adapters.alfworld.belief import Belief
 from dreamgym_agents.adapters.alfworld.dialect import Dialect, canonical
 from dreamgym_agents.adapters.alfworld.games import TEXTWORLD_LOCK
+from dreamgym_agents.adapters.alfworld.host import (
+    DEFAULT_TIMEOUT_S,
+    GameFailedError,
+    shared_host,
+)
 from dreamgym_agents.episodes.env import Observation, StepResult
 from dreamgym_agents.errors import UnplayableTaskError
 from dreamgym_agents.types import Task
@@ -76,14 +87,21 @@ the planner's errors, and the ``SystemExit`` of Fast Downward's translator, whic
 on a PDDL it rejects (``Undeclared predicate: …``)."""
 
 
+_UNSOLVABLE = ("its goal cannot be reached from its start (the planner's translator found the "
+               "task unsolvable)")
+
+
 def _reason(exc: BaseException) -> str:
     """Why a game could not be played, in one line."""
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, GameFailedError):
+        if exc.kind == "KeyError" and exc.message in ("'val1'", "'val2'"):
+            return _UNSOLVABLE
+        return exc.message if exc.kind != "SystemExit" else f"the planner stopped: {exc.message}"
     if isinstance(exc, KeyError) and text in ("'val1'", "'val2'"):
         # Fast Downward's translator stands an unsolvable task in by a "dummy(val1)" atom,
         # which textworld then cannot name
-        return "its goal cannot be reached from its start (the planner's translator found " \
-               "the task unsolvable)"
+        return _UNSOLVABLE
     return text if isinstance(exc, Exception) else f"the planner stopped: {text}"
 
 
@@ -99,11 +117,16 @@ class AlfworldEnv:
         expert: Play with the expert, whose plan from the current state is offered in
             ``info["expert_plan"]`` (what the oracle and noisy agents follow); planning costs
             ~0.2 s each time the agent leaves the plan.
+        processes: The game host's worker processes (None: one per core; 0: play in this
+            process, under textworld's lock, where a native crash ends the process).
+        timeout: Seconds a game's start or step may take in a worker before it counts as hung.
     """
 
     provenance = "real"
 
-    def __init__(self, game_for: Any, *, expert: bool = True) -> None:
+    def __init__(self, game_for: Any, *, expert: bool = True, processes: int | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._host = shared_host(processes, timeout) if processes != 0 else None
         self.action_set = AlfworldActionSet()
         self._game_for = game_for
         self._expert = expert
@@ -123,11 +146,15 @@ class AlfworldEnv:
             self._close_game()
             try:
                 self._dialect = Dialect.of_game(path)
-                with _TEXTWORLD:
-                    self._game = Game(path, expert=self._expert)
+                if self._host is not None:
+                    self._game = self._host.game(path, expert=self._expert)
                     opening, info = self._game.reset()
+                else:
+                    with _TEXTWORLD:
+                        self._game = Game(path, expert=self._expert)
+                        opening, info = self._game.reset()
             except _GAME_FAILURES as exc:  # a game textworld or its planner cannot load
-                self._game = None
+                self._close_game()
                 raise UnplayableTaskError(f"ALFWorld game {path} could not start: "
                                           f"{_reason(exc)}") from None
             self._belief = Belief.start(opening)
@@ -153,7 +180,7 @@ class AlfworldEnv:
                 error = f"'{command}' is not possible here: choose one of the listed actions"
                 return StepResult(self._observation(error), valid=False, error=error)
             try:
-                with _TEXTWORLD:
+                with self._game_lock():
                     feedback, won, info = self._game.step(self._dialect.to_game(command))
             except _GAME_FAILURES as exc:  # the planner rejected the game mid-way
                 self._done = True
@@ -173,11 +200,15 @@ class AlfworldEnv:
         self._plan = [words(c) for c in info["expert_plan"]]
         self._belief.notice_here(self._admissible)
 
+    def _game_lock(self) -> Any:
+        """textworld's lock where the game plays in this process (a worker needs none)."""
+        return contextlib.nullcontext() if self._host is not None else _TEXTWORLD
+
     def _close_game(self) -> None:
-        if self._game is not None:
-            with _TEXTWORLD:
-                self._game.close()
-            self._game = None
+        game, self._game = self._game, None
+        if game is not None:
+            with self._game_lock():
+                game.close()
 
     def close(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents.adapters.alfworld.host import DEFAULT_TIMEOUT_S
 from dreamgym_agents.episodes.env import (
     EnvConfig,
     Environment,
@@ -66,9 +67,23 @@ class AlfworldEnvOptions:
     Attributes:
         expert: Offer the PDDL planner's plan in each observation (what the oracle follows);
             False saves the planning when no agent needs it.
+        processes: Worker processes that play the games (:mod:`.host`; None: one per core): a
+            game whose planner crashes or hangs fails its own episode, never the run. 0 plays
+            them in the run's process, one step at a time.
+        game_timeout_s: Seconds a game's start or one of its steps may take in a worker before
+            the game counts as hung (its episode fails with that reason).
     """
 
     expert: bool = True
+    processes: int | None = None
+    game_timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.processes is not None and self.processes < 0:
+            raise ConfigError(f"env.processes must be 0 (in this process) or more, not "
+                              f"{self.processes}")
+        if self.game_timeout_s <= 0:
+            raise ConfigError(f"env.game_timeout_s must be above 0, not {self.game_timeout_s}")
 
 
 class AlfworldFamily:
@@ -223,7 +238,9 @@ class AlfworldFamily:
     def make_env(self, cfg: EnvConfig) -> Environment:
         from dreamgym_agents.adapters.alfworld.env import AlfworldEnv
 
-        return AlfworldEnv(self.game_path, expert=env_options(self, cfg).expert)
+        options = env_options(self, cfg)
+        return AlfworldEnv(self.game_path, expert=options.expert, processes=options.processes,
+                           timeout=options.game_timeout_s)
 
     @staticmethod
     def agent_env_options(agent: Any) -> dict[str, Any]:
