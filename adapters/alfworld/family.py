@@ -40,6 +40,11 @@ SPLITS = ("train", "validation", "test")
 OFFICIAL_SPLITS = ("valid_seen", "valid_unseen")
 """ALFWorld's own evaluation splits (its official games, with ``ALFWORLD_DATA``): held out like
 validation and test (:attr:`AlfworldFamily.held_out_splits`)."""
+OFFICIAL_TRAIN_SPLITS = {"valid_train": "valid_train", "official_train": "train"}
+"""ALFWorld's official training games, by split name → folder of ``json_2.1.1``: ``valid_train``
+(a sample of them that ALFWorld evaluates on-train with) and ``official_train`` (its whole
+``train`` folder, 3,553 games; the family's own ``train`` split is its generated games). A run
+trains on them with ``--set train_split=…``."""
 TASK_DIR = "alfworld"
 OFFICIAL_MAX_STEPS = 50
 """The step limit of ALFWorld's own evaluation of its official games."""
@@ -105,19 +110,21 @@ class AlfworldFamily:
 
     def load_tasks(self, split: str) -> list[Task]:
         """The generated games of ``split`` (:data:`SPLITS`), or ALFWorld's official games of
-        one of :data:`OFFICIAL_SPLITS` (``$ALFWORLD_DATA/json_2.1.1/<split>``)."""
-        if split in OFFICIAL_SPLITS:
+        one of :data:`OFFICIAL_SPLITS` or :data:`OFFICIAL_TRAIN_SPLITS`
+        (``$ALFWORLD_DATA/json_2.1.1/<folder>``)."""
+        if split in OFFICIAL_SPLITS or split in OFFICIAL_TRAIN_SPLITS:
             from dreamgym_agents.adapters.alfworld.games import official_root
 
+            folder = OFFICIAL_TRAIN_SPLITS.get(split, split)
             root = official_root()
-            if root is None or not (root / split).is_dir():
+            if root is None or not (root / folder).is_dir():
                 raise ConfigError(f"ALFWorld's official {split} games are not here: point "
                                   "ALFWORLD_DATA at the folder that holds json_2.1.1/"
-                                  f"{split} (as alfworld-download leaves it)")
-            return official_tasks(root / split, split)
+                                  f"{folder} (as alfworld-download leaves it)")
+            return official_tasks(root / folder, split)
         if split not in SPLITS:
-            raise ConfigError(f"split must be one of {', '.join(SPLITS + OFFICIAL_SPLITS)}, "
-                              f"got {split!r}")
+            known = (*SPLITS, *OFFICIAL_SPLITS, *OFFICIAL_TRAIN_SPLITS)
+            raise ConfigError(f"split must be one of {', '.join(known)}, got {split!r}")
         ref = resources.files("dreamgym_agents.tasks") / TASK_DIR / f"{split}.json"
         with resources.as_file(ref) as path:
             if not Path(path).is_file():

@@ -25,6 +25,8 @@ class Split(StrEnum):
     test = "test"
     valid_seen = "valid_seen"  # ALFWorld's official splits (ALFWORLD_DATA)
     valid_unseen = "valid_unseen"
+    valid_train = "valid_train"  # ALFWorld's official training games
+    official_train = "official_train"
 
 
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder (resumes if it exists).")]

@@ -55,11 +55,12 @@ def run_buffer(out: Path, source: str | Path) -> Path:
     return target
 
 
-def for_buffer(episodes: list[Trajectory], held_out: Any, name: str) -> list[Trajectory]:
-    """The episodes a run's buffer may learn from: those of train tasks (and a curriculum's
-    variants of them), never a validation or test task's (``held_out`` rejects them by id and
-    by what they ask, counted under ``name``)."""
-    kept = [t for t in episodes if t.task.split in ("train", "synthetic")]
+def for_buffer(episodes: list[Trajectory], held_out: Any, name: str, *,
+               train_split: str = "train") -> list[Trajectory]:
+    """The episodes a run's buffer may learn from: those of its train tasks (``train_split``)
+    and a curriculum's variants of them, never a validation or test task's (``held_out``
+    rejects them by id and by what they ask, counted under ``name``)."""
+    kept = [t for t in episodes if t.task.split in (train_split, "synthetic")]
     return held_out.keep(kept, name) if kept else []
 
 

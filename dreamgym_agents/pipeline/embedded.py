@@ -454,23 +454,25 @@ DEMOS_VERSION = 1
 """Bumped whenever what a cached set of oracle demonstrations holds changes."""
 
 
-def demos_dir(family: str, tasks: int | None, seed: int = 0) -> Path:
-    """Where ``family``'s oracle demonstrations on ``tasks`` train tasks (None: all) are
-    cached."""
-    return cache_root() / family / demos_name(tasks, seed)
+def demos_dir(family: str, tasks: int | None, seed: int = 0, split: str = "train") -> Path:
+    """Where ``family``'s oracle demonstrations on ``tasks`` tasks of ``split`` (None: all)
+    are cached."""
+    return cache_root() / family / demos_name(tasks, seed, split)
 
 
-def demos_name(tasks: int | None, seed: int = 0) -> str:
-    """The name of the demonstrations on ``tasks`` train tasks (None: all): it changes with
-    what they hold."""
-    return f"demos-v{DEMOS_VERSION}-seed{seed}-{'all' if tasks is None else tasks}"
+def demos_name(tasks: int | None, seed: int = 0, split: str = "train") -> str:
+    """The name of the demonstrations on ``tasks`` tasks of ``split`` (None: all): it changes
+    with what they hold (the family's ``train`` split is left out of it, as it always was)."""
+    where = "" if split == "train" else f"-{split}"
+    return f"demos-v{DEMOS_VERSION}-seed{seed}{where}-{'all' if tasks is None else tasks}"
 
 
 def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
                  concurrency: int = 4, max_steps: int = 15, progress: Progress | None = None,
                  bar: Callable[[str, int], Tick] | None = None,
-                 folder: Path | None = None) -> Path:
-    """Play the ``family``'s oracle on ``tasks`` of its train tasks, spread over the templates
+                 folder: Path | None = None, split: str = "train") -> Path:
+    """Play the ``family``'s oracle on ``tasks`` of its ``split`` tasks (its train tasks, or
+    another trainable split: ALFWorld's official ``valid_train``), spread over the templates
     (None: every train task the oracle can play: one with an oracle program, or any with an
     oracle that follows the environment's expert), unless done; return the folder (default:
     cached under :func:`demos_dir`).
@@ -484,7 +486,7 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
     from dreamgym_agents.episodes.env import EnvConfig, make_family, spread_tasks
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 
-    folder = folder or demos_dir(family, tasks, seed)
+    folder = folder or demos_dir(family, tasks, seed, split)
     say = progress or (lambda msg: logger.info("%s", msg))
     with build_lock(folder):
         if (folder / "COMPLETE").exists():
@@ -494,13 +496,14 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
         try:
             oracle = made.offline_agents(seed=seed)["oracle"]
             expert = bool(getattr(oracle, "needs_expert", False))
-            pool = [t for t in made.load_tasks("train") if t.oracle or expert]
+            pool = [t for t in made.load_tasks(split) if t.oracle or expert]
             chosen = spread_tasks(pool, tasks) if tasks is not None else pool
-            say(f"policy demonstrations: the oracle on {len(chosen)} train tasks "
+            say(f"policy demonstrations: the oracle on {len(chosen)} {split} tasks "
                 f"({made.prepare(env_cfg, chosen)}) → {folder}")
             run_cfg = RunConfig(out_dir=folder / "oracle", concurrency=concurrency,
                                 max_steps=max_steps,
-                                meta={"command": "embedded-demos", "tasks": tasks, "seed": seed})
+                                meta={"command": "embedded-demos", "tasks": tasks, "seed": seed,
+                                      **({"split": split} if split != "train" else {})})
             tick = bar("demonstrations", len(chosen)) if bar is not None else None
             result = asyncio.run(run_episodes(
                 chosen, lambda: made.make_env(env_cfg), oracle, run_cfg,

@@ -76,6 +76,11 @@ class PipelineConfig:
         demo_tasks: Train tasks whose oracle demonstrations join the offline data the warm
             start imitates, spread over the templates (None: every train task; 0: none, the
             warm start learns from the experience model's collection alone). Cached.
+        train_split: The split the run trains on: its demonstrations, its RL stages' tasks
+            and the curriculum's seeds, and the real steps its buffer learns from (ALFWorld:
+            ``valid_train`` or ``official_train``, its official training games with
+            ``ALFWORLD_DATA``). Never a held-out split. The experience model's collection
+            stays the embedded recipe's.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
         eval_split: The split the evaluations read: ``test`` for reported figures,
@@ -146,6 +151,7 @@ class PipelineConfig:
     experience_buffer: str | None = None
     experience_recipe: dict[str, Any] = field(default_factory=dict)
     demo_tasks: int | None = None
+    train_split: str = "train"
     use_retrieval: bool = True
     use_reasoning: bool = True
     eval_split: str = "test"
@@ -193,6 +199,9 @@ class PipelineConfig:
         if self.demo_tasks is not None and self.demo_tasks < 0:
             raise ConfigError(f"demo_tasks must be >= 0 (None: every train task), got "
                               f"{self.demo_tasks}")
+        if self.train_split in ("validation", "test"):
+            raise ConfigError(f"train_split {self.train_split!r} is held out: a run never "
+                              "trains on its validation or test tasks")
         if self.eval_concurrency < 1 or self.eval_max_steps < 1:
             raise ConfigError("eval_concurrency and eval_max_steps must be at least 1")
         if self.experience_model != "embedded":
@@ -619,7 +628,8 @@ class Pipeline:
         batches = [0]
 
         def sink(episodes: list[Any]) -> None:
-            kept = for_buffer(episodes, self.held_out(), f"{stage}_buffer")
+            kept = for_buffer(episodes, self.held_out(), f"{stage}_buffer",
+                              train_split=self.cfg.train_split)
             if not kept:
                 return
             _, _, buffer = self.dream()
@@ -755,11 +765,12 @@ class Pipeline:
             self.reporter.say(f"experience model: the embedded bundle {paths['bundle']} "
                               f"({paths['checkpoint']})")
         if self.cfg.demo_tasks != 0:
-            name = demos_name(self.cfg.demo_tasks, recipe.seed)
+            name = demos_name(self.cfg.demo_tasks, recipe.seed, self.cfg.train_split)
             if bundle is not None and bundle.manifest["demos"]["name"] == name:
                 done["demos"] = str(bundle.demos_file)  # shipped: no browser needed
             else:
                 done["demos"] = str(ensure_demos(family, self.cfg.demo_tasks, seed=recipe.seed,
+                                                 split=self.cfg.train_split,
                                                  concurrency=self.cfg.eval_concurrency,
                                                  max_steps=self.cfg.eval_max_steps,
                                                  progress=self.reporter.say,
@@ -960,6 +971,18 @@ class Pipeline:
         return {**eval_result(s, folder), "eval_real_transitions": 0,
                 "build_real_transitions": s["real_transitions"], "from_bundle": bundle.id}
 
+    def train_tasks(self, family: Any) -> list[Any]:
+        """The tasks of the run's ``train_split``.
+
+        Raises:
+            ConfigError: The family holds that split out (an official evaluation split).
+        """
+        split = self.cfg.train_split
+        if split in getattr(family, "held_out_splits", ("validation", "test")):
+            raise ConfigError(f"train_split {split!r} is held out by the {family.name} "
+                              "family: a run never trains on it")
+        return family.load_tasks(split)
+
     def _grpo(self, stage: str, start: str, cfg: GRPOStageConfig, *, real: bool) -> dict:
         from dreamgym_agents.episodes.graph import EnvPool
         from dreamgym_agents.experience.dream import DreamConfig, DreamEnv, read_openings_ahead
@@ -969,7 +992,7 @@ class Pipeline:
         folder = self._stage_dir(stage)
         family = self.family()
         held_out = self.held_out()
-        tasks = held_out.keep(family.load_tasks("train"), f"{stage}_tasks")
+        tasks = held_out.keep(self.train_tasks(family), f"{stage}_tasks")
         curriculum = None
         llm_generator = None
         if real:

@@ -271,3 +271,45 @@ def test_official_games_play_alfworlds_50_steps_unless_told(monkeypatch, tmp_pat
     assert family.standard_max_steps(family.load_tasks("valid_seen")) == 50
     assert family.standard_max_steps(family.load_tasks("test")) is None
     assert family.standard_max_steps([]) is None
+
+
+@needs_official
+@needs_alfworld
+def test_a_run_can_train_on_the_official_training_games(tmp_path, monkeypatch):
+    """``--set train_split=valid_train``: the run's training tasks, demonstrations and buffer
+    steps come from ALFWorld's official training games; an evaluation split never can."""
+    from dreamgym_agents.adapters.alfworld.family import AlfworldFamily
+    from dreamgym_agents.errors import ConfigError
+    from dreamgym_agents.heldout import HeldOut
+    from dreamgym_agents.pipeline.coevolve import for_buffer
+    from dreamgym_agents.pipeline.embedded import demos_name, ensure_demos
+    from dreamgym_agents.pipeline.run import Pipeline, PipelineConfig
+    from dreamgym_agents.types import read_trajectories
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(OFFICIAL.parent))
+    monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))
+    family = AlfworldFamily()
+    train = family.load_tasks("valid_train")
+    assert len(train) >= 150 and all(t.split == "valid_train" for t in train)
+    assert not any(HeldOut.for_family(family).matches(t) for t in train)
+    if not (OFFICIAL / "train").is_dir():
+        with pytest.raises(ConfigError, match="json_2.1.1/train"):
+            family.load_tasks("official_train")
+    with pytest.raises(ConfigError, match="held out"):
+        PipelineConfig(task="alfworld", train_split="test")
+    run = Pipeline(PipelineConfig(task="alfworld", train_split="valid_train"), tmp_path / "run")
+    assert [t.task_id for t in run.train_tasks(family)] == [t.task_id for t in train]
+    held = Pipeline(PipelineConfig(task="alfworld", train_split="valid_seen"), tmp_path / "r2")
+    with pytest.raises(ConfigError, match="held out by the alfworld family"):
+        held.train_tasks(family)
+    # the generated train split keeps its demonstrations' name; another split has its own
+    assert demos_name(None, 0) == demos_name(None, 0, "train") != demos_name(None, 0,
+                                                                             "valid_train")
+    folder = ensure_demos("alfworld", 3, split="valid_train", concurrency=1, max_steps=50,
+                          folder=tmp_path / "demos")
+    episodes = read_trajectories(folder / "oracle" / "trajectories.jsonl")
+    assert len(episodes) == 3 and all(e.success for e in episodes)
+    assert {e.task.split for e in episodes} == {"valid_train"}
+    assert len(for_buffer(episodes, HeldOut.for_family(family), "b",
+                          train_split="valid_train")) == 3
+    assert for_buffer(episodes, HeldOut.for_family(family), "b") == []  # not its train split
