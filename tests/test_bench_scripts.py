@@ -95,3 +95,12 @@ def test_request_path_times_each_layer_of_a_hosted_call(monkeypatch, capsys):
         "aiohttp", "httpx", "openai-sdk", "litellm openai/", "litellm aiohttp_openai/",
         "gateway (threads)"]
     assert all(r[1] == "2" and float(r[2]) > 0 and float(r[3].strip(" |")) > 0 for r in rows)
+
+
+def test_dream_scaling_spends_each_budget_by_the_batch_and_gives_its_interval():
+    scaling = load("dream_scaling")
+    assert scaling.batches_for([512, 2048, 8192], 16) == [32, 128, 512]
+    assert scaling.batches_for([10, 17], 16) == [1, 2]  # a budget is spent, rounded up
+    low, high = scaling.wilson(11, 60)  # worked by hand: p = 0.1833, z = 1.96
+    assert (round(low, 3), round(high, 3)) == (0.106, 0.299)
+    assert scaling.wilson(0, 31)[0] == 0.0 and scaling.wilson(0, 0) == (0.0, 0.0)

@@ -330,6 +330,29 @@ def test_validation_ends_a_stage_with_its_best_policy(tmp_path, every, patience,
     PolicyModel.load(result["path"])
 
 
+def test_keep_at_keeps_the_policy_after_those_batches(tmp_path):
+    """A scaling curve's points: the policy after batches 1 and 3 of 3, each a whole
+    checkpoint, with the episodes and seconds the stage had spent by then."""
+    start = undecided_warm_start(tmp_path)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    out = tmp_path / "grpo"
+    torch.manual_seed(0)
+    result = train_grpo(start, out, [SAY_HI], pool,
+                        GRPOStageConfig(num_generations=8, tasks_per_step=1, micro_batch=8,
+                                        max_steps=3, max_episode_steps=2, concurrency=8,
+                                        learning_rate=1e-3, keep_at=[1, 3]))
+    pool.close()
+    lines = [json.loads(line) for line in open(out / "kept" / "kept.jsonl")]
+    assert [k["batch"] for k in lines] == [1, 3] == [k["batch"] for k in result["kept"]]
+    assert [k["episodes"] for k in lines] == [8, 24]
+    assert lines[0]["seconds"] <= lines[1]["seconds"]
+    first, last = (PolicyModel.load(k["path"]) and _weights(k["path"]) for k in lines)
+    assert _same(last, _weights(result["path"]))  # the last batch's is the stage's own
+    assert not _same(first, last) and not _same(first, _weights(start))
+    with pytest.raises(ConfigError, match="keep_at lists batches"):
+        GRPOStageConfig(keep_at=[0])
+
+
 def test_validate_every_needs_a_validation_split(tmp_path):
     with pytest.raises(ConfigError, match="validate_every needs a validation split"):
         train_grpo(tmp_path, tmp_path / "grpo", counter_tasks(1), None,

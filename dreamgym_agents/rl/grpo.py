@@ -117,6 +117,10 @@ class GRPOStageConfig:
         validate_limit: Validation tasks played each time (spread over the split; None: all).
         validate_patience: End the stage after this many validations in a row below the best
             (0: play every batch).
+        keep_at: Keep a copy of the policy after each of these batches, in
+            ``<stage>/kept/batch-<n>/``, with the stage's episodes and seconds so far in
+            ``kept/kept.jsonl``: the points of a scaling curve
+            (``benchmarks/dream_scaling.py``); the stage's result stays its own rule's.
     """
 
     num_generations: int = 4
@@ -144,11 +148,14 @@ class GRPOStageConfig:
     validate_every: int = 0
     validate_limit: int | None = None
     validate_patience: int = 0
+    keep_at: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("validate_every", "validate_patience"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        if any(int(b) < 1 for b in self.keep_at):
+            raise ConfigError(f"keep_at lists batches, each at least 1, got {self.keep_at}")
         if self.validate_limit is not None and self.validate_limit < 1:
             raise ConfigError(f"validate_limit must be at least 1 task (None: the whole "
                               f"validation split), got {self.validate_limit}")
@@ -785,6 +792,25 @@ def train_grpo(
                            stage, rule.below, rule.best["step"] if rule.best else 0)
         return stop
 
+    keep_at = {int(b) for b in cfg.keep_at}
+    kept: list[dict[str, Any]] = []
+
+    def keep(batch: int, model: Any) -> None:
+        """A copy of the policy after ``batch`` batches, and where the stage stood then."""
+        target = out / "kept" / f"batch-{batch}"
+        if target.exists():
+            shutil.rmtree(target)
+        save_trained(model, tokenizer, target, policy_cfg, lora=bool(cfg.lora_r),
+                     merge_copy=True)
+        c = rollout.counters
+        line = {"batch": batch, "path": str(target), "episodes": c.episodes,
+                "synthetic_transitions": c.synthetic_transitions,
+                "real_transitions": c.real_transitions,
+                "seconds": round(time.perf_counter() - start, 1)}
+        kept.append(line)
+        with open(out / "kept" / "kept.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
     class _Control(transformers.TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if logs:
@@ -794,6 +820,9 @@ def train_grpo(
                     fh.write(json.dumps(line) + "\n")
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step % cfg.num_iterations == 0 and \
+                    state.global_step // cfg.num_iterations in keep_at:
+                keep(state.global_step // cfg.num_iterations, kw["model"])
             if rollout.budget is not None and rollout.budget.spent:
                 control.should_training_stop = True
             if cfg.time_budget_s and time.perf_counter() - start > cfg.time_budget_s:
@@ -846,7 +875,8 @@ def train_grpo(
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
             "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
-            "curriculum": vars(curriculum.stats) if curriculum else None, **validation}
+            "curriculum": vars(curriculum.stats) if curriculum else None, **validation,
+            **({"kept": kept} if kept else {})}
 
 
 def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
