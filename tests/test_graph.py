@@ -171,3 +171,23 @@ def test_every_episode_steps_at_once_beyond_the_default_thread_pool(tmp_path):
 
 def test_summarize_empty():
     assert summarize([])["episodes"] == 0
+
+
+def test_a_stage_goes_on_without_tasks_that_can_never_be_played(tmp_path, caplog):
+    """A stage that needs every episode (a collection, an evaluation) leaves out a task whose
+    game can never be played, saying so, and stops in one line for an episode a rerun may
+    play."""
+    from dreamgym_agents.episodes.graph import RunResult
+    from dreamgym_agents.errors import ConfigError
+
+    broken = {"episode_id": "e1", "error": "could not start", "unplayable": True}
+    flaky = {"episode_id": "e2", "error": "the browser closed"}
+    errors = tmp_path / "errors.jsonl"
+    with caplog.at_level("WARNING"):
+        RunResult({}, [broken], 0).check("demonstration", errors)
+    assert "demonstration: 1 task(s) could not be played" in caplog.text
+    assert str(errors) in caplog.text
+    assert RunResult({}, [broken, flaky], 0).retryable == [flaky]
+    with pytest.raises(ConfigError, match=r"^1 evaluation episode\(s\) failed"):
+        RunResult({}, [broken, flaky], 0).check("evaluation", errors)
+    RunResult({}, [], 0).check("evaluation", errors)

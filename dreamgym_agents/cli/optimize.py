@@ -247,9 +247,7 @@ def _play_real(family: Any, tasks: list, env_cfg: Any, folder: Path) -> tuple[li
                             meta={"command": "optimize-real", "agent": who})
         result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agents[who],
                                           run_cfg))
-        if result.failed:
-            raise ConfigError(f"{len(result.failed)} real episode(s) failed (see "
-                              f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
+        result.check("real", run_cfg.out_dir / "errors.jsonl")
         used += result.summary["real_transitions"]
         episodes += load_real_run(run_cfg.out_dir).trajectories
     return episodes, used

@@ -243,6 +243,27 @@ class RunResult:
     failed: list[dict[str, Any]]
     skipped: int
 
+    @property
+    def retryable(self) -> list[dict[str, Any]]:
+        """The failed episodes a rerun may play (all but those whose task can never be played,
+        ``UnplayableTaskError``: a broken game file)."""
+        return [f for f in self.failed if not f.get("unplayable")]
+
+    def check(self, what: str, errors: Path) -> None:
+        """End a stage that must not go on with episodes missing, in one line; episodes whose
+        task can never be played are only logged (a rerun would fail them the same way).
+
+        Raises:
+            ConfigError: Episodes failed that a rerun may play.
+        """
+        unplayable = len(self.failed) - len(self.retryable)
+        if unplayable:
+            logger.warning("%s: %d task(s) could not be played and were left out, each with "
+                           "its reason in %s", what, unplayable, errors)
+        if self.retryable:
+            raise ConfigError(f"{len(self.retryable)} {what} episode(s) failed (see {errors}); "
+                              "rerun the same command to retry them")
+
 
 def episode_id_for(task: Task, agent: str) -> str:
     """A run's episode id: unique per agent and task, stable across reruns (resume), and

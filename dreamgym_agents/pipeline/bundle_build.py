@@ -394,9 +394,7 @@ def measure(bundle: Bundle, cfg: BuildConfig, folder: Path, reporter: Reporter,
                                       "split": "test", "max_steps": cfg.eval_max_steps})
             result = asyncio.run(run_episodes(held_out, lambda: family.make_env(env_cfg), agent,
                                               run_cfg, on_episode=lambda t, k=tick: k(1, t)))
-            if result.failed:
-                raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
-                                  f"{run_cfg.out_dir / 'errors.jsonl'}); rerun to retry them")
+            result.check(name, run_cfg.out_dir / "errors.jsonl")
             runs.append(run_cfg.out_dir)
         figures["fidelity"] = measure_fidelity(bundle, cfg, runs, folder, family_name, reporter)
         evaluated = spread_tasks(tests, cfg.eval_limit)

@@ -325,9 +325,9 @@ def collect(recipe: EmbeddedRecipe, folder: Path, family: str, *, say: Progress,
 
             result = asyncio.run(run_episodes(chosen, lambda: made.make_env(env_cfg), agent,
                                               run_cfg, on_episode=done))
-            if result.failed:  # never a collection with episodes quietly missing
-                raise ConfigError(f"{len(result.failed)} {name} episode(s) failed (see "
-                                  f"{folder / name / 'errors.jsonl'}); rerun to retry them")
+            # never a collection with episodes quietly missing (a game that can never be
+            # played is left out, and said)
+            result.check(name, folder / name / "errors.jsonl")
     finally:
         made.close()
     (folder / "COMPLETE").write_text(json.dumps({"collect": recipe.collect_key}, sort_keys=True))
@@ -510,9 +510,7 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
                 on_episode=None if tick is None else (lambda t: tick(1, t))))
         finally:
             made.close()
-        if result.failed:
-            raise ConfigError(f"{len(result.failed)} demonstration episode(s) failed (see "
-                              f"{folder / 'oracle' / 'errors.jsonl'}); rerun to retry them")
+        result.check("demonstration", folder / "oracle" / "errors.jsonl")
         (folder / "COMPLETE").write_text(json.dumps(result.summary, sort_keys=True))
     return folder
 

@@ -1222,9 +1222,7 @@ def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folde
     env_cfg = env_config_for_agent(family, EnvConfig(max_steps=max_steps), agent)
     result = asyncio.run(run_episodes(tasks, lambda: family.make_env(env_cfg), agent, run_cfg,
                                       on_episode=on_episode))
-    if result.failed:
-        raise ConfigError(f"{len(result.failed)} evaluation episode(s) of {name} failed "
-                          f"(see {folder / 'errors.jsonl'}); rerun the same command to retry")
+    result.check(f"evaluation ({name})", folder / "errors.jsonl")
     return eval_result(result.summary, folder)
 
 
