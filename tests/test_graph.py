@@ -110,27 +110,35 @@ SCRIPT = textwrap.dedent("""
     from conftest import CounterEnv, counter_tasks
     from counter_agents import CounterSolver
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
+
+    class Stalls(CounterSolver):  # tasks 4 on never answered: the kill always lands mid-run,
+        async def act(self, task, *args):  # however fast the machine plays the first four
+            if {stall} and int(task.task_id) >= 4:
+                await asyncio.Event().wait()
+            return await super().act(task, *args)
+
     cfg = RunConfig(out_dir={out!r}, concurrency=2, max_steps=6, meta={{"agent": "counter-solver"}})
-    asyncio.run(run_episodes(counter_tasks(12), CounterEnv, CounterSolver(delay_s=0.05), cfg))
+    asyncio.run(run_episodes(counter_tasks(12), CounterEnv, Stalls(), cfg))
 """)
 
 
 def test_kill_9_then_rerun_resumes_with_each_episode_once(tmp_path):
     tests = os.path.dirname(__file__)
     out = str(tmp_path / "run")
-    script = SCRIPT.format(tests=tests, out=out)
-    proc = subprocess.Popen([sys.executable, "-c", script])
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT.format(tests=tests, out=out,
+                                                                 stall=True)])
     traj_file = tmp_path / "run" / "trajectories.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline:
-        if traj_file.exists() and len(traj_file.read_text().splitlines()) >= 3:
+        if traj_file.exists() and len(traj_file.read_text().splitlines()) >= 4:
             break
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done_before = len(read_trajectories(traj_file, repair=True))
-    assert 3 <= done_before < 12, "the kill should land mid-run"
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert done_before == 4, "the kill lands while tasks 4 and 5 wait"
+    subprocess.run([sys.executable, "-c", SCRIPT.format(tests=tests, out=out, stall=False)],
+                   check=True, timeout=120)
     trajs = read_trajectories(traj_file)
     ids = [t.episode_id for t in trajs]
     assert len(ids) == 12 and len(set(ids)) == 12
