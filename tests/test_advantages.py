@@ -72,3 +72,29 @@ def test_a_turns_value_is_read_before_its_first_action_token():
         turn_gae([0, 1], [0.5], gamma=1, lam=1, terminal=True)
     with pytest.raises(ValueError, match="lam must be in"):
         turn_gae([1], [0.5], gamma=1, lam=1.5, terminal=True)
+
+
+def test_the_value_loss_falls_on_fixed_returns():
+    import torch
+
+    from dreamgym_agents.rl.ppo import value_loss
+
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 6, 8)  # four rows of six tokens, the critic's inputs
+    head = torch.nn.Linear(8, 1)
+    returns = torch.tensor([[1.0, 0, 0, 0.5, 0, 0]] * 4)
+    starts = torch.tensor([[1.0, 0, 0, 1, 0, 0]] * 4)
+    optimiser = torch.optim.Adam(head.parameters(), lr=0.05)
+    losses = []
+    for _ in range(40):
+        values = head(hidden).squeeze(-1)
+        loss = value_loss(values, values.detach() * starts, returns, starts, clip=0.2)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.1 * losses[0]
+    # clipped: a value far from its old one earns no more than the clipped step does
+    old, far = torch.zeros(1, 1), torch.full((1, 1), 5.0)
+    one = torch.ones(1, 1)
+    assert float(value_loss(far, old, one, one, clip=0.2)) == 0.5 * 16.0  # max of the two

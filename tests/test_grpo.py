@@ -109,6 +109,49 @@ def test_turns_are_scored_from_their_own_segment(tmp_path, counter_env_factory):
     assert (logps[0][torch.tensor(tokens.env_mask + [0] * pad) == 0] == 0).all()
 
 
+def test_a_turns_value_reads_its_observation_and_not_its_action(tmp_path, counter_env_factory):
+    """PPO's critic values each turn at its first action token (the context before it): a
+    change of the turn's observation changes its value; a change of its action does not, nor
+    does any later token."""
+    from dreamgym_agents.policy.model import episode_tokens
+    from dreamgym_agents.rl.advantages import action_runs
+
+    demos = counter_demos(tmp_path, counter_env_factory, 3)
+    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))
+    tokens = episode_tokens(policy, demos[2].task, demos[2].transitions)
+    prompt, completion, env_mask = tokens.prompt_ids, tokens.completion_ids, tokens.env_mask
+    runs = action_runs(env_mask)
+    assert len(runs) >= 2
+    torch.manual_seed(0)
+    head = torch.nn.Linear(policy.model.config.hidden_size, 1)
+    assistant = policy.tokenizer.convert_tokens_to_ids("<|assistant|>")
+
+    def turn_values(completion_ids):
+        ids = torch.tensor([prompt + completion_ids])
+        with torch.no_grad():
+            _, _, values = turn_logps(policy.model, ids, torch.ones_like(ids),
+                                      len(completion_ids), user_id=policy.user_id,
+                                      assistant_id=assistant, pad_id=policy.pad_id,
+                                      value_head=head)
+        return [float(values[0, start]) for start, _ in runs]
+
+    before = turn_values(completion)
+    k = 1  # the second turn: its observation is the environment tokens before its action
+    start, end = runs[k]
+    seen = list(completion)
+    observed = [i for i in range(runs[k - 1][1], start) if not env_mask[i]]
+    digit = next(i for i in observed if policy.tokenizer.decode([seen[i]]).strip().isdigit())
+    other = policy.tokenizer.convert_tokens_to_ids(
+        "7" if policy.tokenizer.decode([seen[digit]]).strip() != "7" else "8")
+    seen[digit] = other
+    changed_observation = turn_values(seen)
+    # another action, every token of it (the next turn's segment starts at its own <|user|>)
+    changed_action = turn_values(completion[:start] + [other] * (end - start) + completion[end:])
+    assert changed_observation[k] != pytest.approx(before[k])
+    assert changed_observation[:k] == pytest.approx(before[:k])  # an earlier turn's is its own
+    assert changed_action == pytest.approx(before)
+
+
 def test_constrained_actions_are_scored_under_the_distribution_they_were_sampled_from(
         tmp_path, counter_env_factory):
     """Actions sampled under the page's grammar: the log-probabilities the loss (and the KL)
@@ -436,3 +479,46 @@ def test_a_vllm_stage_is_handed_to_trl_and_refused_when_it_cannot_run(monkeypatc
                         lambda name, *a: None if name == "vllm" else real(name, *a))
     with pytest.raises(MissingExtraError, match=r"dreamgym-agents\[vllm\]"):
         check_vllm(server, PolicyConfig(constrained_decoding=False), "dream_rl")
+
+
+def test_ppo_in_a_tiny_dream_moves_toward_the_rewarded_answer_and_learns_its_values(tmp_path):
+    """``algorithm: ppo`` on GRPO's rollout path: the critic (zero at the start) learns the
+    state's value while it alone trains (the warm-up), then the policy moves toward the
+    rewarded answer; the head is saved beside the policy and read back by the next stage."""
+    from safetensors.torch import load_file
+
+    from dreamgym_agents.rl.ppo import VALUE_HEAD_FILE, PPOSettings
+
+    path = undecided_warm_start(tmp_path)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    torch.manual_seed(0)
+    cfg = GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16, max_steps=6,
+                          learning_rate=1e-3, concurrency=8, max_episode_steps=2,
+                          algorithm="ppo", ppo=PPOSettings(critic_warmup=3), keep_at=[3])
+    result = train_grpo(path, tmp_path / "ppo", [SAY_HI], pool, cfg)
+    lines = [json.loads(line) for line in open(tmp_path / "ppo" / "metrics.jsonl")]
+    losses = [line["grpo/ppo/value_loss"] for line in lines if "grpo/ppo/value_loss" in line]
+    values = [line["grpo/ppo/value_mean"] for line in lines if "grpo/ppo/value_mean" in line]
+    successes = [line["rollout/success"] for line in lines if "rollout/success" in line]
+    assert result["algorithm"] == "ppo" and result["steps"] == 6 and len(losses) == 6
+    assert values[0] == 0.0  # the critic starts at zero: its first advantages are the returns
+    # the warm-up: the critic learned the state's value while the policy was held still
+    assert abs(values[3] - statistics.mean(successes[:3])) < 0.25
+    assert _same(_weights(result["kept"][0]["path"]), _weights(path))
+    assert not _same(_weights(result["path"]), _weights(path))
+    settings = json.loads((Path(result["path"]) / "policy.json").read_text())
+    assert settings["algorithm"] == "ppo"
+    head = load_file(str(Path(result["path"]) / VALUE_HEAD_FILE))
+    assert head["weight"].abs().sum() > 0
+    assert say_hi_margin(result["path"]) > say_hi_margin(path) + 0.05
+    # a stage that starts from it starts from its critic
+    again = train_grpo(result["path"], tmp_path / "ppo2", [SAY_HI], pool,
+                       GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16,
+                                       max_steps=1, concurrency=8, max_episode_steps=2,
+                                       algorithm="ppo"))
+    pool.close()
+    first = [json.loads(line) for line in open(tmp_path / "ppo2" / "metrics.jsonl")
+             if "grpo/ppo/value_mean" in line][0]["grpo/ppo/value_mean"]
+    assert first != 0.0 and again["algorithm"] == "ppo"
+    with pytest.raises(ConfigError, match="algorithm must be one of grpo, ppo"):
+        GRPOStageConfig(algorithm="a2c")

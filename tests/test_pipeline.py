@@ -214,6 +214,47 @@ def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
         bench.BenchConfig(variants=("x",))
 
 
+def test_bench_gives_ppo_its_rows_beside_grpos_on_the_same_seeds():
+    import dreamgym_agents.pipeline.bench as bench
+
+    base = preset_config("quick")
+    both = bench.variants(base, bench.BenchConfig(ablations=(), algorithms=("grpo", "ppo")),
+                          seed=3)
+    assert sorted(both) == ["dreamgym", "dreamgym_ppo", "grpo_real", "ppo_real"]
+    ppo, real = both["dreamgym_ppo"], both["ppo_real"]
+    assert ppo.dream.algorithm == ppo.s2r.algorithm == "ppo" and ppo.sim_to_real
+    assert real.dream.algorithm == "ppo" and real.real_rl and not real.sim_to_real
+    assert real.dream.real_transition_budget == both["grpo_real"].dream.real_transition_budget
+    assert both["dreamgym"].dream.algorithm == "grpo" and {r.seed for r in both.values()} == {3}
+    only = bench.variants(base, bench.BenchConfig(ablations=(), algorithms=("ppo",)), seed=0)
+    assert sorted(only) == ["dreamgym", "dreamgym_ppo", "ppo_real"]  # SFT's row stays
+    labels = [row[0] for row in bench.ROWS]
+    assert {"PPO-real(N)", "DreamGym (PPO)", "DreamGym-S2R (PPO)"} <= set(labels)
+    with pytest.raises(ConfigError, match="--algorithm takes grpo or ppo"):
+        bench.BenchConfig(algorithms=("a2c",))
+
+
+def test_a_record_of_a_run_before_a_setting_was_added_is_the_same_run():
+    """Settings added to the code since a run was recorded, at their defaults, do not make it
+    another run (a bench resumed at a later commit takes its recorded runs); any other
+    difference does."""
+    from dataclasses import asdict
+
+    from dreamgym_agents.pipeline.run import added_at_defaults
+
+    now = json.loads(json.dumps(asdict(preset_config("quick"))))
+    older = json.loads(json.dumps(now))
+    del older["train_split"], older["dream"]["algorithm"], older["dream"]["ppo"]
+    assert added_at_defaults(older, now) is not None
+    assert "dream.algorithm" in added_at_defaults(older, now)
+    other = json.loads(json.dumps(older))
+    other["dream"]["max_steps"] += 1
+    assert added_at_defaults(other, now) is None
+    changed = json.loads(json.dumps(now))
+    changed["dream"]["algorithm"] = "ppo"
+    assert added_at_defaults(changed, now) is None and added_at_defaults(now, now) == {}
+
+
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
     import dreamgym_agents.pipeline.bench as bench
 

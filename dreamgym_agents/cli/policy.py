@@ -104,6 +104,12 @@ def bench_command(
                            help="Every seed starts from seed 0's warm start (the seeds vary "
                                 "the RL), or each seed trains its own.")
     ] = True,
+    algorithm: Annotated[
+        list[str] | None, typer.Option("--algorithm",
+                                       help="The RL rows' algorithm (repeatable): grpo (the "
+                                            "default), ppo (PPO-real(N), DreamGym (PPO), "
+                                            "DreamGym-S2R (PPO)), or both.")
+    ] = None,
     jobs: Annotated[
         int, typer.Option("--jobs", min=1,
                           help="Runs at a time, each in its own process with its share of the "
@@ -136,6 +142,7 @@ def bench_command(
     chosen = tuple(ablation) if ablation else tuple(ABLATIONS) if ablations else ()
     bench_cfg = BenchConfig(seeds=seeds, real_budget=real_budget, ablations=chosen,
                             variants=tuple(variant or ()), shared_warm_start=shared_warm_start,
+                            algorithms=tuple(algorithm or ("grpo",)),
                             jobs=jobs, records=str(records) if records else None)
     with progress_reporter() as reporter:
         table = run_bench(base, bench_cfg, out, reporter)

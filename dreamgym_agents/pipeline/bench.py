@@ -39,6 +39,7 @@ from dreamgym_agents.pipeline.run import (
     Pipeline,
     PipelineConfig,
     Reporter,
+    added_at_defaults,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,10 @@ class BenchConfig:
         shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
+        algorithms: The RL algorithms of the RL rows: ``grpo`` (GRPO-real(N), DreamGym,
+            DreamGym-S2R), ``ppo`` (PPO-real(N), DreamGym (PPO), DreamGym-S2R (PPO): the same
+            runs with every RL stage's ``algorithm: ppo``), or both, on the same seeds and
+            tasks.
         jobs: Runs at a time, each in its own process (1: one after another, in this one).
         records: The folder of the runs' records (None: ``<out>/records``): each finished
             run's settings, stage results and per-task test outcomes, a few kilobytes a run,
@@ -86,6 +91,7 @@ class BenchConfig:
     ablations: tuple[str, ...] = tuple(ABLATIONS)
     variants: tuple[str, ...] = ()
     shared_warm_start: bool = True
+    algorithms: tuple[str, ...] = ("grpo",)
     jobs: int = 1
     records: str | None = None
 
@@ -97,6 +103,9 @@ class BenchConfig:
         if self.real_budget is not None and self.real_budget < 10:
             raise ConfigError(f"--real-budget must be at least 10 (S2R gets N/10), got "
                               f"{self.real_budget}")
+        if not self.algorithms or any(a not in ("grpo", "ppo") for a in self.algorithms):
+            raise ConfigError(f"--algorithm takes grpo or ppo (or both), got "
+                              f"{', '.join(self.algorithms) or 'none'}")
         unknown = [name for name in self.ablations if name not in ABLATIONS]
         if unknown:
             raise ConfigError(f"unknown ablation {unknown[0]!r}: choose from "
@@ -129,11 +138,16 @@ def variants(base: PipelineConfig, cfg: BenchConfig, seed: int) -> dict[str, Pip
 
     runs = {"dreamgym": make(**{"sim_to_real": True,
                                 "s2r.real_transition_budget": max(1, budget // 10)})}
-    runs["grpo_real"] = make(**{"sim_to_real": False, "real_rl": True,
-                                "dream.real_transition_budget": budget,
-                                "dream.max_steps": 10_000,
-                                "dream.concurrency": base.s2r.concurrency,
-                                "curriculum.enabled": False})
+    real_rl = {"sim_to_real": False, "real_rl": True, "dream.real_transition_budget": budget,
+               "dream.max_steps": 10_000, "dream.concurrency": base.s2r.concurrency,
+               "curriculum.enabled": False}
+    if "grpo" in cfg.algorithms:
+        runs["grpo_real"] = make(**real_rl)
+    if "ppo" in cfg.algorithms:
+        runs["dreamgym_ppo"] = make(**{"sim_to_real": True, "dream.algorithm": "ppo",
+                                       "s2r.algorithm": "ppo",
+                                       "s2r.real_transition_budget": max(1, budget // 10)})
+        runs["ppo_real"] = make(**real_rl, **{"dream.algorithm": "ppo"})
     for name, changes in ABLATIONS.items():
         if name in cfg.ablations:
             runs[name] = make(sim_to_real=False, **changes)
@@ -148,6 +162,9 @@ ROWS = (
     ("GRPO-real(N)", "grpo_real", "eval_dream", ("dream_rl",)),
     ("DreamGym", "dreamgym", "eval_dream", ("dream_rl",)),
     ("DreamGym-S2R", "dreamgym", "eval_s2r", ("dream_rl", "s2r")),
+    ("PPO-real(N)", "ppo_real", "eval_dream", ("dream_rl",)),
+    ("DreamGym (PPO)", "dreamgym_ppo", "eval_dream", ("dream_rl",)),
+    ("DreamGym-S2R (PPO)", "dreamgym_ppo", "eval_s2r", ("dream_rl", "s2r")),
     ("DreamGym w/o replay retrieval", "no_retrieval", "eval_dream", ("dream_rl",)),
     ("DreamGym w/o reasoning", "no_reasoning", "eval_dream", ("dream_rl",)),
     ("DreamGym w/o task generation", "no_task_generation", "eval_dream", ("dream_rl",)),
@@ -331,7 +348,7 @@ def _finished_state(folder: Path, run_cfg: PipelineConfig) -> dict[str, Any] | N
     settings, else None (the run's process then resumes it, or refuses other settings)."""
     path, config = folder / STATE_FILE, folder / CONFIG_FILE
     if not path.exists() or not config.exists() or \
-            json.loads(config.read_text()) != _settings(run_cfg):
+            added_at_defaults(json.loads(config.read_text()), _settings(run_cfg)) is None:
         return None
     state = json.loads(path.read_text())
     return state if "report" in state.get("done", {}) else None
@@ -368,7 +385,7 @@ class Records:
         except json.JSONDecodeError as exc:
             raise BenchError(f"{path}: not a bench record ({exc}); remove it to rerun that "
                              "run") from None
-        if record.get("config") != _settings(run_cfg):
+        if added_at_defaults(record.get("config") or {}, _settings(run_cfg)) is None:
             logger.info("%s: recorded with other settings; the run is played", path)
             return None
         return record["state"]
@@ -413,7 +430,7 @@ def _run_one(make: Callable[..., Pipeline], run_cfg: PipelineConfig, folder: Pat
     (folder / ERROR_FILE).unlink(missing_ok=True)
 
 
-PAIRED_BASELINES = ("SFT", "GRPO-real(N)")
+PAIRED_BASELINES = ("SFT", "GRPO-real(N)", "PPO-real(N)")
 """The rows every row is compared with, pair by pair (same seed, same test task)."""
 
 

@@ -428,11 +428,8 @@ class Pipeline:
             previous = json.loads(path.read_text())
             if previous != config:
                 # a setting added to the code after the run began resumes at its default
-                default = _flat(json.loads(json.dumps(asdict(type(self.cfg)()))))
-                now, before = _flat(config), _flat(previous)
-                added = {k: v for k, v in now.items()
-                         if k not in before and k in default and v == default[k]}
-                if {**before, **added} != now:
+                added = added_at_defaults(previous, config)
+                if added is None:
                     diff = _diff(previous, config)
                     raise ConfigError(f"{self.out} holds a run with other settings ({diff}): "
                                       "rerun with the same ones to resume, or use another --out "
@@ -1278,6 +1275,18 @@ def dream_tasks(tasks: list[Any], family: Any,
         return list(tasks)
     allowed = set(eval_types)
     return [t for t in tasks if set(family.task_eval_types(t)) <= allowed]
+
+
+def added_at_defaults(previous: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
+    """The settings of a run's ``config`` that its ``previous`` one lacks, each at its default
+    (settings added to the code since it was recorded: the same run); None when the two
+    differ otherwise."""
+    if previous == config:
+        return {}
+    default = _flat(json.loads(json.dumps(asdict(PipelineConfig()))))
+    now, before = _flat(config), _flat(previous)
+    added = {k: v for k, v in now.items() if k not in before and k in default and v == default[k]}
+    return added if {**before, **added} == now else None
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:

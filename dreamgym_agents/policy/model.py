@@ -361,11 +361,12 @@ def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig |
 
 
 def save_policy_settings(directory: str | os.PathLike[str], cfg: PolicyConfig,
-                         layout: str) -> None:
+                         layout: str, algorithm: str | None = None) -> None:
     """Write a trained policy's settings beside its checkpoint (:data:`POLICY_FILE`: its
-    layout, ``compact`` or ``chat``, its view and decoding), so ``eval --agent
-    hf/<checkpoint>`` plays it as it was trained."""
-    settings = {**asdict(cfg), "turn_format": layout}
+    layout, ``compact`` or ``chat``, its view and decoding, and the RL algorithm that trained
+    it last, when one did), so ``eval --agent hf/<checkpoint>`` plays it as it was trained."""
+    settings = {**asdict(cfg), "turn_format": layout,
+                **({"algorithm": algorithm} if algorithm else {})}
     Path(directory, POLICY_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True))
 
 

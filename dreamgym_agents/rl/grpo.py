@@ -49,6 +49,13 @@ from dreamgym_agents.policy.model import (
 )
 from dreamgym_agents.policy.sft import with_lora
 from dreamgym_agents.rl.curriculum import Curriculum
+from dreamgym_agents.rl.ppo import (
+    PPOSettings,
+    check_algorithm,
+    ppo_trainer_class,
+    save_value_head,
+    value_head_for,
+)
 from dreamgym_agents.types import Task, Trajectory, append_trajectory
 
 logger = logging.getLogger(__name__)
@@ -117,6 +124,9 @@ class GRPOStageConfig:
         validate_limit: Validation tasks played each time (spread over the split; None: all).
         validate_patience: End the stage after this many validations in a row below the best
             (0: play every batch).
+        algorithm: ``grpo`` (group-normalised outcome advantages) or ``ppo`` (a critic head
+            and turn-level GAE: :mod:`.ppo`, its settings under ``ppo``).
+        ppo: PPO's settings (:class:`~.ppo.PPOSettings`), read when ``algorithm`` is ``ppo``.
         keep_at: Keep a copy of the policy after each of these batches, in
             ``<stage>/kept/batch-<n>/``, with the stage's episodes and seconds so far in
             ``kept/kept.jsonl``: the points of a scaling curve
@@ -149,11 +159,14 @@ class GRPOStageConfig:
     validate_limit: int | None = None
     validate_patience: int = 0
     keep_at: list[int] = field(default_factory=list)
+    algorithm: str = "grpo"
+    ppo: PPOSettings = field(default_factory=PPOSettings)
 
     def __post_init__(self) -> None:
         for name in ("validate_every", "validate_patience"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
+        check_algorithm(self.algorithm)
         if any(int(b) < 1 for b in self.keep_at):
             raise ConfigError(f"keep_at lists batches, each at least 1, got {self.keep_at}")
         if self.validate_limit is not None and self.validate_limit < 1:
@@ -309,6 +322,8 @@ class EpisodeRollout:
         self.on_batch = on_batch
         self.on_episodes = on_episodes
         self.counters = RolloutCounters()
+        self.outcomes: list[tuple[float, bool]] = []
+        """The last batch's ``(reward, ended by the task)`` per row (PPO's GAE reads them)."""
         self._policy: PolicyModel | None = None
         self.constraints = ConstraintBook()
         """The decoding constraint of every sampled token of the current batch, for the
@@ -339,6 +354,7 @@ class EpisodeRollout:
         out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "env_mask": [],
                                      "episode_reward": []}
         rewards: list[float | None] = []
+        self.outcomes = []
         played: list[Trajectory] = []
         for (eid, _), outcome in zip(episodes, outcomes, strict=True):
             tokens = agent.pop_episode(eid)
@@ -359,6 +375,7 @@ class EpisodeRollout:
                 out["env_mask"].append(tokens.env_mask)
                 self.constraints.add(tokens)
                 rewards.append(1.0 if outcome.success else 0.0)
+                self.outcomes.append((rewards[-1], outcome.termination != "max_steps"))
             else:  # kept out of the loss: every token masked, a neutral reward (below)
                 self.counters.masked_episodes += 1
                 head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.eos_id]
@@ -366,6 +383,7 @@ class EpisodeRollout:
                 out["completion_ids"].append([policy.eos_id])
                 out["env_mask"].append([0])
                 rewards.append(None)
+                self.outcomes.append((0.0, True))
         if self.budget is not None:  # every real step, those of episodes the budget cut too
             self.counters.real_transitions = self.budget.used
         if self.on_episodes is not None and played:
@@ -501,7 +519,8 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
                user_id: int, assistant_id: int, pad_id: int, temperature: float = 1.0,
                compute_entropy: bool = False, bf16: bool = False,
                rows_per_pass: int = 16,
-               constraints: ConstraintBook | None = None) -> tuple[Any, Any]:
+               constraints: ConstraintBook | None = None,
+               value_head: Any = None) -> tuple[Any, ...]:
     """Log-probabilities (and entropies) of the completion tokens, each turn scored from its own
     segment; only action tokens are scored, the others get 0 (they are masked out of the loss).
     A row the ``constraints`` book recorded says where its turns start and which tokens are
@@ -513,8 +532,13 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
     the KL are those of the distribution the actions were sampled from; scored over the whole
     vocabulary they would be biased by the mass of the forbidden tokens.
 
+    With ``value_head`` (PPO's critic, :mod:`.ppo`), each action token also gets the critic's
+    value of the context before it (the hidden state its logits come from): at a turn's first
+    action token that is the turn's state, after its observation and before its action.
+
     Returns:
-        ``(logps, entropies)`` of shape ``(batch, logits_to_keep)`` (entropies None unless asked).
+        ``(logps, entropies)`` of shape ``(batch, logits_to_keep)`` (entropies None unless asked),
+        and ``values`` of that shape third when ``value_head`` is given.
     """
     import torch
 
@@ -551,6 +575,8 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
     logps = torch.zeros((batch, logits_to_keep), dtype=torch.float32, device=device)
     entropies = torch.zeros((batch, logits_to_keep), dtype=torch.float32, device=device) \
         if compute_entropy else None
+    values = torch.zeros((batch, logits_to_keep), dtype=torch.float32, device=device) \
+        if value_head is not None else None
     for k in range(0, len(rows), rows_per_pass):
         chunk = rows[k:k + rows_per_pass]
         width = max(e - s for _, s, e in chunk)
@@ -580,7 +606,8 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
             hidden = last_hidden(model, ids, mask)
         rows_t = torch.tensor(src_r, device=device)
         cols_t = torch.tensor(src_c, device=device)
-        logits = head(hidden[rows_t, cols_t - 1].float()).float() / temperature
+        before = hidden[rows_t, cols_t - 1].float()  # the context each scored token follows
+        logits = head(before).float() / temperature
         if allowed_of:
             mask = torch.zeros_like(logits, dtype=torch.bool)
             for n, (i, j) in enumerate(zip(src_r, src_c, strict=True)):
@@ -600,6 +627,10 @@ def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: 
         if entropies is not None:
             ent = -(logp_all.exp() * logp_all.masked_fill(logp_all == float("-inf"), 0.0)).sum(-1)
             entropies = entropies.index_put(where, ent.detach())
+        if values is not None:
+            values = values.index_put(where, value_head(before).squeeze(-1).float())
+    if values is not None:
+        return logps, entropies, values
     return logps, entropies
 
 
@@ -607,6 +638,9 @@ def _trainer_class(trl: Any, *, user_id: int, assistant_id: int, pad_id: int,
                    bf16: bool, constraints: ConstraintBook | None = None) -> type:
     class TurnGRPOTrainer(trl.GRPOTrainer):
         """GRPOTrainer whose log-probabilities score each turn from its own ``<|user|>``."""
+
+        turn_args = {"user_id": user_id, "assistant_id": assistant_id, "pad_id": pad_id,
+                     "bf16": bf16, "constraints": constraints}
 
         def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any,
                                                attention_mask: Any, logits_to_keep: int,
@@ -678,14 +712,18 @@ class ValidationRule:
 
 
 def save_trained(model: Any, tokenizer: Any, target: Path, policy_cfg: PolicyConfig, *,
-                 lora: bool, merge_copy: bool = False) -> None:
+                 lora: bool, merge_copy: bool = False, value_head: Any = None) -> None:
     """Save a stage's policy (LoRA adapters merged) with its settings; ``merge_copy``: merge a
-    copy, leaving ``model`` training (a validation mid-stage)."""
+    copy, leaving ``model`` training (a validation mid-stage). With PPO's ``value_head``, the
+    critic beside it and ``"algorithm": "ppo"`` in its settings."""
     if lora:
         model = (copy.deepcopy(model) if merge_copy else model).merge_and_unload()
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
-    save_policy_settings(target, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format))
+    save_policy_settings(target, policy_cfg, turn_format(tokenizer, policy_cfg.turn_format),
+                         algorithm="ppo" if value_head is not None else "grpo")
+    if value_head is not None:
+        save_value_head(value_head, target)
 
 
 def train_grpo(
@@ -738,6 +776,7 @@ def train_grpo(
     tokenizer, model = load_causal_lm(policy_path)
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
+    value_head = value_head_for(model, policy_path) if cfg.algorithm == "ppo" else None
     # the compact layout's markers (the rollouts' book says where every turn starts anyway)
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
@@ -779,7 +818,7 @@ def train_grpo(
         if model is not None:
             path = rule.folder / f"step-{step}"
             save_trained(model, tokenizer, path, policy_cfg, lora=bool(cfg.lora_r),
-                         merge_copy=True)
+                         merge_copy=True, value_head=value_head)
         stop = rule.check(path, step, keep=model is not None)
         line = {"stage": stage, "event": "validation", **rule.history[-1],
                 "best_step": rule.best["step"] if rule.best else None}
@@ -801,7 +840,7 @@ def train_grpo(
         if target.exists():
             shutil.rmtree(target)
         save_trained(model, tokenizer, target, policy_cfg, lora=bool(cfg.lora_r),
-                     merge_copy=True)
+                     merge_copy=True, value_head=value_head)
         c = rollout.counters
         line = {"batch": batch, "path": str(target), "episodes": c.episodes,
                 "synthetic_transitions": c.synthetic_transitions,
@@ -840,9 +879,14 @@ def train_grpo(
             on_batch(figures)
 
     rollout.on_batch = batch_metrics
-    trainer = _trainer_class(trl, user_id=user_id, assistant_id=assistant_id,
-                             pad_id=int(tokenizer.pad_token_id), bf16=bf16,
-                             constraints=rollout.constraints)(
+    trainer_class = _trainer_class(trl, user_id=user_id, assistant_id=assistant_id,
+                                   pad_id=int(tokenizer.pad_token_id), bf16=bf16,
+                                   constraints=rollout.constraints)
+    if value_head is not None:
+        trainer_class = ppo_trainer_class(trainer_class, value_head=value_head,
+                                          settings=cfg.ppo, outcomes=lambda: rollout.outcomes,
+                                          num_iterations=cfg.num_iterations)
+    trainer = trainer_class(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
         rollout_func=rollout, callbacks=[_Control()])
@@ -865,7 +909,8 @@ def train_grpo(
             save_policy_settings(save, policy_cfg,
                                  turn_format(tokenizer, policy_cfg.turn_format))
     else:
-        save_trained(trainer.model, tokenizer, save, policy_cfg, lora=bool(cfg.lora_r))
+        save_trained(trainer.model, tokenizer, save, policy_cfg, lora=bool(cfg.lora_r),
+                     value_head=value_head)
     c = rollout.counters
     validation = {"validation": rule.summary()} if rule is not None else {}
     return {"stage": stage, "path": str(save), "steps": int(result.global_step),
@@ -875,6 +920,7 @@ def train_grpo(
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
             "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
+            "algorithm": cfg.algorithm,
             "curriculum": vars(curriculum.stats) if curriculum else None, **validation,
             **({"kept": kept} if kept else {})}
 

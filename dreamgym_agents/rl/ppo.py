@@ -1,0 +1,254 @@
+"""Multi-turn PPO on GRPO's rollout path: a critic head on the policy's backbone, turn-level GAE.
+
+``algorithm: ppo`` on an RL stage (:class:`~.grpo.GRPOStageConfig`) plays the same rollouts as
+GRPO (the same :class:`~dreamgym_agents.episodes.graph.EnvPool`, dream or real, the same budget,
+validation rule and records) and trains through the same TRL trainer, whose loss takes
+per-token advantages of shape (batch, tokens): this module writes only what TRL lacks.
+
+- **The critic**: a scalar head (float32) on the policy's last hidden state, read at the
+  context's last token before each turn's first action token: the state after the turn's
+  observation, before its action (:func:`~.grpo.turn_logps` with ``value_head``). It starts at
+  zero (its first advantages are the returns) and has its own learning rate; by default its
+  loss does not reach the policy's body (``shared_backbone``), and the first
+  ``critic_warmup`` batches train it alone, the policy held still.
+- **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`: the outcome as
+  the last turn's reward; an episode the step limit cut is bootstrapped from its last turn's
+  value, truncation not being termination), each turn's advantage on its action tokens, the
+  environment's tokens masked, normalised over the batch's action tokens.
+- **Losses**: TRL's clipped surrogate and its KL to the reference (its own term, not folded
+  into the reward), plus ``vf_coef`` × the clipped value loss at each turn's first action token.
+- The head is saved beside the policy (``value_head.safetensors``) and read back when a stage
+  starts from a checkpoint that has one (S2R after dream PPO), and ``policy.json`` says
+  ``"algorithm": "ppo"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.rl.advantages import action_runs, turn_gae
+
+logger = logging.getLogger(__name__)
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+ALGORITHMS = ("grpo", "ppo")
+
+
+@dataclass
+class PPOSettings:
+    """PPO's own settings (``--set dream.ppo.<name>=…``; the rest is the stage's).
+
+    Attributes:
+        gamma: Discount per turn.
+        lam: GAE's λ (1 with γ 1: the return minus the critic's value, the common default).
+        vf_coef: Weight of the value loss beside the policy's.
+        value_lr: The critic head's learning rate (~10× the policy's: it starts from nothing).
+        value_clip: Clip range of the value update, in return units (rewards are 0 or 1).
+        critic_warmup: Batches at the stage's start in which only the critic learns.
+        shared_backbone: The value loss trains the policy's body too (one network, as
+            CleanRL's Atari PPO); False (the default): the critic is a head on the body's
+            features, which only the policy's loss moves, so a critic still learning never
+            pulls the policy (a shared backbone is reported to hurt early training).
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    vf_coef: float = 0.5
+    value_lr: float = 2e-3
+    value_clip: float = 0.2
+    critic_warmup: int = 0
+    shared_backbone: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("gamma", "lam"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.vf_coef < 0 or self.value_lr <= 0 or self.value_clip <= 0:
+            raise ConfigError("ppo.vf_coef must be >= 0, ppo.value_lr and ppo.value_clip > 0")
+        if self.critic_warmup < 0:
+            raise ConfigError(f"ppo.critic_warmup must be >= 0, got {self.critic_warmup}")
+
+
+def value_head_for(model: Any, policy_path: str | Path) -> Any:
+    """The critic head for ``model``: the one saved beside ``policy_path`` when it has one,
+    else a new one that values every state at 0."""
+    import torch
+
+    from dreamgym_agents.experience.sft import body_and_head
+
+    _, head = body_and_head(model)
+    value_head = torch.nn.Linear(head.in_features, 1, dtype=torch.float32)
+    saved = Path(policy_path) / VALUE_HEAD_FILE
+    if saved.is_file():
+        from safetensors.torch import load_file
+
+        value_head.load_state_dict(load_file(str(saved)))
+        logger.info("ppo: the critic starts from %s", saved)
+    else:
+        torch.nn.init.zeros_(value_head.weight)
+        torch.nn.init.zeros_(value_head.bias)
+    return value_head.to(next(model.parameters()).device)
+
+
+def save_value_head(value_head: Any, target: str | Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().cpu().contiguous() for k, v in value_head.state_dict().items()},
+              str(Path(target) / VALUE_HEAD_FILE))
+
+
+def token_targets(values: Any, action: Any, outcomes: list[tuple[float, bool]],
+                  settings: PPOSettings) -> dict[str, Any]:
+    """Per-token PPO targets of a batch (tensors of shape (batch, tokens)).
+
+    Args:
+        values: The critic's values at each completion token (:func:`~.grpo.turn_logps`).
+        action: 1 on the policy's action tokens, 0 on the environment's and on padding.
+        outcomes: Each row's episode reward and whether the task ended it (False: the step
+            limit cut it, or a budget).
+        settings: γ and λ.
+
+    Returns:
+        ``advantages`` (each turn's GAE advantage on its action tokens, normalised over the
+        batch's action tokens), ``returns`` and ``old_values`` at each turn's first action
+        token, and ``turn_start`` (1 there).
+    """
+    import torch
+
+    advantages = torch.zeros_like(values)
+    returns = torch.zeros_like(values)
+    turn_start = torch.zeros_like(values)
+    for b, (reward, terminal) in enumerate(outcomes):
+        runs = action_runs(action[b].tolist())
+        if not runs:  # an episode kept out of the loss (an infrastructure failure)
+            continue
+        turn_values = [float(values[b, start]) for start, _ in runs]
+        rewards = [0.0] * (len(runs) - 1) + [float(reward)]
+        adv, ret = turn_gae(rewards, turn_values, gamma=settings.gamma, lam=settings.lam,
+                            terminal=terminal, last_value=turn_values[-1])
+        for (start, end), a, r in zip(runs, adv, ret, strict=True):
+            advantages[b, start:end] = a
+            returns[b, start] = r
+            turn_start[b, start] = 1.0
+    acting = action.bool()
+    if acting.any():
+        chosen = advantages[acting]
+        spread = chosen.std() if chosen.numel() > 1 else torch.tensor(0.0)
+        advantages = torch.where(acting, (advantages - chosen.mean()) / (spread + 1e-8),
+                                 torch.zeros_like(advantages))
+    return {"advantages": advantages, "returns": returns, "turn_start": turn_start,
+            "old_values": values * turn_start}
+
+
+def value_loss(values: Any, old_values: Any, returns: Any, turn_start: Any,
+               clip: float) -> Any:
+    """PPO's clipped value loss, averaged over the turns (one term at each turn's first
+    action token)."""
+    import torch
+
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    per_turn = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    return (per_turn * turn_start).sum() / turn_start.sum().clamp(min=1.0)
+
+
+def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
+                      outcomes: Any, num_iterations: int) -> type:
+    """``base`` (the turn-level GRPO trainer) trained as PPO.
+
+    Args:
+        value_head: The critic head (:func:`value_head_for`).
+        settings: PPO's settings.
+        outcomes: Returns the last batch's ``(reward, terminal)`` per row, in the rollout's
+            order (:meth:`~.grpo.EpisodeRollout.outcomes`).
+        num_iterations: Optimisation steps per batch (for the critic's warm-up in batches).
+    """
+    import torch
+
+    class TurnPPOTrainer(base):  # type: ignore[misc, valid-type]
+        """The turn-level trainer with a critic, GAE advantages and a value loss."""
+
+        value_head_module = value_head
+
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: Any,
+                                               attention_mask: Any, logits_to_keep: int,
+                                               batch_size: int | None = None,
+                                               compute_entropy: bool = False,
+                                               compute_aux_loss: bool = False,
+                                               **unused: Any) -> tuple[Any, Any, Any]:
+            if model is getattr(self, "ref_model", None):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep,
+                    compute_entropy=compute_entropy)
+            logps, entropies, values = self.turn_scores(model, input_ids, attention_mask,
+                                                        logits_to_keep, compute_entropy)
+            self._values = values
+            return logps, entropies, None
+
+        def turn_scores(self, model: Any, input_ids: Any, attention_mask: Any,
+                        logits_to_keep: int, compute_entropy: bool = False) -> tuple[Any, ...]:
+            from dreamgym_agents.rl.grpo import turn_logps
+
+            def critic(hidden: Any) -> Any:  # the body's features, detached unless shared
+                return value_head(hidden if getattr(self, "_train_body", False)
+                                  else hidden.detach())
+
+            return turn_logps(model, input_ids, attention_mask, logits_to_keep,
+                              temperature=self.temperature, compute_entropy=compute_entropy,
+                              value_head=critic, **self.turn_args)
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            width = out["completion_ids"].shape[1]
+            with torch.no_grad():
+                _, _, values = self.turn_scores(self.model, ids, mask, width)
+            action = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out \
+                else out["completion_mask"]
+            targets = token_targets(values, action, outcomes(), settings)
+            out["advantages"] = targets["advantages"]
+            for key in ("returns", "turn_start", "old_values"):
+                out[f"ppo_{key}"] = targets[key]
+            starts = targets["turn_start"].bool()
+            if starts.any():
+                metrics = self._metrics["train"]
+                metrics["ppo/value_mean"].append(float(values[starts].mean()))
+                metrics["ppo/return_mean"].append(float(targets["returns"][starts].mean()))
+            return out
+
+        def _compute_loss(self, model: Any, inputs: Any) -> Any:
+            self._values = None
+            warming = self.state.global_step < settings.critic_warmup * num_iterations
+            self._train_body = settings.shared_backbone and not warming
+            loss = super()._compute_loss(model, inputs)
+            self._train_body = False
+            if warming:
+                loss = loss * 0.0  # the critic learns alone: the policy is held still
+            assert self._values is not None, "the policy's forward pass read no values"
+            v_loss = value_loss(self._values, inputs["ppo_old_values"], inputs["ppo_returns"],
+                                inputs["ppo_turn_start"], settings.value_clip)
+            self._metrics["train"]["ppo/value_loss"].append(float(v_loss.detach()))
+            scale = self.current_gradient_accumulation_steps if model.training else 1.0
+            return loss + settings.vf_coef * v_loss / scale
+
+        def create_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+            if self.optimizer is None:
+                a = self.args
+                self.optimizer = torch.optim.AdamW(
+                    [{"params": [p for p in self.model.parameters() if p.requires_grad],
+                      "lr": a.learning_rate, "weight_decay": a.weight_decay},
+                     {"params": list(value_head.parameters()), "lr": settings.value_lr,
+                      "weight_decay": 0.0}],
+                    betas=(a.adam_beta1, a.adam_beta2), eps=a.adam_epsilon)
+            return self.optimizer
+
+    return TurnPPOTrainer
+
+
+def check_algorithm(name: str) -> None:
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
