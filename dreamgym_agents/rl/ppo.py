@@ -8,13 +8,15 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
 - **The critic**: a scalar head (float32) on the policy's last hidden state, read at the
   context's last token before each turn's first action token: the state after the turn's
   observation, before its action (:func:`~.grpo.turn_logps` with ``value_head``). It starts at
-  zero (its first advantages are the returns) and has its own learning rate; by default its
+  0.5 (a sigmoid: returns are outcomes in [0, 1]) and has its own learning rate; by default its
   loss does not reach the policy's body (``shared_backbone``), and the first
   ``critic_warmup`` batches train it alone, the policy held still.
 - **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`: the outcome as
   the last turn's reward; an episode the step limit cut is bootstrapped from its last turn's
   value, truncation not being termination), each turn's advantage on its action tokens, the
-  environment's tokens masked, normalised over the batch's action tokens.
+  environment's tokens masked (in reward units by default; ``normalize_advantages`` scales them
+  by their spread over the batch's turns, never centring them: a turn that changed nothing is
+  pushed neither way).
 - **Losses**: TRL's clipped surrogate and its KL to the reference (its own term, not folded
   into the reward), plus ``vf_coef`` × the clipped value loss at each turn's first action token.
 - The head is saved beside the policy (``value_head.safetensors``) and read back when a stage
@@ -24,6 +26,7 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +52,12 @@ class PPOSettings:
         value_lr: The critic head's learning rate (~10× the policy's: it starts from nothing).
         value_clip: Clip range of the value update, in return units (rewards are 0 or 1).
         critic_warmup: Batches at the stage's start in which only the critic learns.
+        normalize_advantages: Divide the batch's advantages by their standard deviation over
+            its turns. Off by default: with outcomes of 0 or 1, a batch that all won (or all
+            lost) has advantages near 0 whose spread is the critic's noise, and dividing by it
+            blew that noise up until the policy collapsed (the toy key-and-door task of
+            ``tests/test_ppo.py``: 1.0 success at batch 9, 0.0 from batch 15); in reward units
+            the advantages of such a batch stay near 0, as GRPO's do.
         shared_backbone: The value loss trains the policy's body too (one network, as
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
             features, which only the policy's loss moves, so a critic still learning never
@@ -61,6 +70,7 @@ class PPOSettings:
     value_lr: float = 2e-3
     value_clip: float = 0.2
     critic_warmup: int = 0
+    normalize_advantages: bool = False
     shared_backbone: bool = False
 
     def __post_init__(self) -> None:
@@ -75,23 +85,45 @@ class PPOSettings:
 
 def value_head_for(model: Any, policy_path: str | Path) -> Any:
     """The critic head for ``model``: the one saved beside ``policy_path`` when it has one,
-    else a new one that values every state at 0."""
-    import torch
-
+    else a new one (:func:`value_head_class`)."""
     from dreamgym_agents.experience.sft import body_and_head
 
     _, head = body_and_head(model)
-    value_head = torch.nn.Linear(head.in_features, 1, dtype=torch.float32)
+    value_head = value_head_class()(head.in_features)
     saved = Path(policy_path) / VALUE_HEAD_FILE
     if saved.is_file():
         from safetensors.torch import load_file
 
         value_head.load_state_dict(load_file(str(saved)))
         logger.info("ppo: the critic starts from %s", saved)
-    else:
-        torch.nn.init.zeros_(value_head.weight)
-        torch.nn.init.zeros_(value_head.bias)
     return value_head.to(next(model.parameters()).device)
+
+
+@functools.cache
+def value_head_class() -> type:
+    """PPO's critic head (a class made on first use: torch is imported lazily)."""
+    import torch
+
+    class ValueHead(torch.nn.Module):
+        """The value of the policy's hidden state, an outcome's probability: a sigmoid of a
+        linear function of the state read through a layer norm without weights. Returns here
+        are outcomes in [0, 1]; an unbounded linear head overshot them as the policy trained
+        its features (the toy task of ``tests/test_ppo.py``: its values rose to 1.5 for a
+        reward of 1, every turn's advantage turned negative, and the policy collapsed from
+        1.0 success to 0.0 within six batches); bounded and scale-free, it stayed below 1
+        and the policy did not collapse. Starts at 0.5 for every state."""
+
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(width, elementwise_affine=False)
+            self.linear = torch.nn.Linear(width, 1, dtype=torch.float32)
+            torch.nn.init.zeros_(self.linear.weight)
+            torch.nn.init.zeros_(self.linear.bias)
+
+        def forward(self, hidden: Any) -> Any:
+            return torch.sigmoid(self.linear(self.norm(hidden.float())))
+
+    return ValueHead
 
 
 def save_value_head(value_head: Any, target: str | Path) -> None:
@@ -113,9 +145,10 @@ def token_targets(values: Any, action: Any, outcomes: list[tuple[float, bool]],
         settings: γ and λ.
 
     Returns:
-        ``advantages`` (each turn's GAE advantage on its action tokens, normalised over the
-        batch's action tokens), ``returns`` and ``old_values`` at each turn's first action
-        token, and ``turn_start`` (1 there).
+        ``advantages`` (each turn's GAE advantage on its action tokens; divided by their
+        standard deviation over the batch's turns with ``normalize_advantages``),
+        ``returns`` and ``old_values`` at each turn's first action token, and ``turn_start``
+        (1 there).
     """
     import torch
 
@@ -134,12 +167,11 @@ def token_targets(values: Any, action: Any, outcomes: list[tuple[float, bool]],
             advantages[b, start:end] = a
             returns[b, start] = r
             turn_start[b, start] = 1.0
-    acting = action.bool()
-    if acting.any():
-        chosen = advantages[acting]
-        spread = chosen.std() if chosen.numel() > 1 else torch.tensor(0.0)
-        advantages = torch.where(acting, (advantages - chosen.mean()) / (spread + 1e-8),
-                                 torch.zeros_like(advantages))
+    starts = turn_start.bool()
+    if settings.normalize_advantages and starts.sum() > 1:
+        # scaled, not centred: a turn whose advantage is 0 (one that changed nothing) is
+        # pushed neither way, however many tokens the batch's other turns have
+        advantages = advantages / (advantages[starts].std() + 1e-8)
     return {"advantages": advantages, "returns": returns, "turn_start": turn_start,
             "old_values": values * turn_start}
 
