@@ -56,7 +56,7 @@ class PPOSettings:
             its turns. Off by default: with outcomes of 0 or 1, a batch that all won (or all
             lost) has advantages near 0 whose spread is the critic's noise, and dividing by it
             blew that noise up until the policy collapsed (the toy key-and-door task of
-            ``tests/test_ppo.py``: 1.0 success at batch 9, 0.0 from batch 15); in reward units
+            ``tests/test_ppo.py``: 1.0 success at batch 9, 0.0 from batch 16); in reward units
             the advantages of such a batch stay near 0, as GRPO's do.
         shared_backbone: The value loss trains the policy's body too (one network, as
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
@@ -110,7 +110,7 @@ def value_head_class() -> type:
         are outcomes in [0, 1]; an unbounded linear head overshot them as the policy trained
         its features (the toy task of ``tests/test_ppo.py``: its values rose to 1.5 for a
         reward of 1, every turn's advantage turned negative, and the policy collapsed from
-        1.0 success to 0.0 within six batches); bounded and scale-free, it stayed below 1
+        1.0 success at batch 9 to 0.0 at batch 17); bounded and scale-free, it stayed below 1
         and the policy did not collapse. Starts at 0.5 for every state."""
 
         def __init__(self, width: int) -> None:
