@@ -467,7 +467,10 @@ class AlfworldFamily:
         return renamed(trajectories, copies, seed)
 
     def close(self) -> None:
-        return None
+        """Stop the game workers that hold no game (:func:`.host.release_idle_workers`)."""
+        from dreamgym_agents.adapters.alfworld.host import release_idle_workers
+
+        release_idle_workers()
 
 
 UNPLAYABLE_TYPES = ("pick_and_place_with_movable_recep",)

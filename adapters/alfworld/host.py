@@ -242,6 +242,21 @@ class GameHost:
             with worker.lock:
                 worker.stop()
 
+    def release_idle(self) -> int:
+        """Stop the workers that hold no game (each holds ~0.7 GB once it has played a few
+        dozen games: the planner's translations it keeps); they start again on their next
+        game. Returns how many were stopped."""
+        stopped = 0
+        for worker in self._workers:
+            with self._lock:
+                idle = worker.games == 0
+            if idle and worker.process is not None:
+                with worker.lock:
+                    worker.stop()
+                    worker.generation += 1
+                stopped += 1
+        return stopped
+
     def _release(self, worker: _Worker) -> None:
         with self._lock:
             worker.games -= 1
@@ -325,6 +340,15 @@ def shared_host(processes: int | None = None, timeout: float = DEFAULT_TIMEOUT_S
         if host is None:
             host = _HOSTS[key] = GameHost(processes, timeout)
         return host
+
+
+def release_idle_workers() -> int:
+    """:meth:`GameHost.release_idle` of every host of this process: what a family does when it
+    closes (the games of a collection or an evaluation are over; a pipeline's next stage, its
+    SFT or its dream, needs no game worker). Returns how many workers were stopped."""
+    with _HOSTS_LOCK:
+        hosts = list(_HOSTS.values())
+    return sum(host.release_idle() for host in hosts)
 
 
 @atexit.register

@@ -101,6 +101,7 @@ def test_a_hung_game_fails_its_episode_and_the_other_game_plays_on(family):
         os.kill(pid, signal.SIGSTOP)  # a planner that never returns
         with pytest.raises(UnplayableTaskError, match="did not answer within 3 s"):
             stuck.step("look")
+        host.timeout = 120  # the other game starts again in a new worker: no hurry
         result = other.step(obs.info["expert_plan"][0])
         assert result.valid and host.pids() and host.pids() != [pid]
     finally:
@@ -133,3 +134,25 @@ def test_the_hosts_settings_are_checked(family):
     in_process = family.make_env(EnvConfig(options={"processes": 0}))
     assert in_process._host is None
     assert family.make_env(EnvConfig())._host is not None
+
+
+def test_a_closed_family_stops_the_workers_that_hold_no_game(family):
+    from dreamgym_agents.adapters.alfworld.host import shared_host
+
+    host = shared_host(2, 120.0)
+    paths = [family.game_path(t) for t in family.load_tasks("test")[:2]]
+    playing, done = host.game(paths[0]), host.game(paths[1])
+    playing.reset()
+    done.reset()
+    done.close()
+    assert len(host.pids()) == 2
+    family.close()  # one worker still holds a game: only the other stops
+    assert len(host.pids()) == 1
+    assert playing.step("look")[2]["admissible_commands"]  # the game plays on
+    playing.close()
+    family.close()
+    assert host.pids() == []
+    again = host.game(paths[1])  # a later game starts a worker again
+    assert again.reset()[1]["admissible_commands"] and len(host.pids()) == 1
+    again.close()
+    host.close()
