@@ -164,7 +164,8 @@ def test_a_familys_own_env_settings_are_its_own(tmp_path):
                                                                 "http://h:80/reset?a=b")
     assert web.action_timeout_s == 2.0  # the rest: the family's defaults
     with pytest.raises(ConfigError, match=r"unknown config key 'env\.(key_settle_s|headless)'"
-                       r".*valid keys: env\.expert, env\.max_steps"):
+                       r".*valid keys: env\.expert, env\.processes, env\.game_timeout_s, "
+                       r"env\.max_steps"):
         env_options(make_family("alfworld"), cfg)
     assert env_options(make_family("alfworld"), EnvConfig(options={"expert": False})).expert \
         is False

@@ -885,7 +885,7 @@ def train_grpo(
     if value_head is not None:
         trainer_class = ppo_trainer_class(trainer_class, value_head=value_head,
                                           settings=cfg.ppo, outcomes=lambda: rollout.outcomes,
-                                          num_iterations=cfg.num_iterations)
+                                          num_iterations=cfg.num_iterations, score=turn_logps)
     trainer = trainer_class(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,

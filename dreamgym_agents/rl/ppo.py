@@ -188,10 +188,12 @@ def value_loss(values: Any, old_values: Any, returns: Any, turn_start: Any,
 
 
 def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
-                      outcomes: Any, num_iterations: int) -> type:
+                      outcomes: Any, num_iterations: int, score: Any) -> type:
     """``base`` (the turn-level GRPO trainer) trained as PPO.
 
     Args:
+        score: Scores a batch's turns with the critic (:func:`~.grpo.turn_logps`, given here
+            so that this module does not import the trainer's).
         value_head: The critic head (:func:`value_head_for`).
         settings: PPO's settings.
         outcomes: Returns the last batch's ``(reward, terminal)`` per row, in the rollout's
@@ -222,15 +224,13 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
 
         def turn_scores(self, model: Any, input_ids: Any, attention_mask: Any,
                         logits_to_keep: int, compute_entropy: bool = False) -> tuple[Any, ...]:
-            from dreamgym_agents.rl.grpo import turn_logps
-
             def critic(hidden: Any) -> Any:  # the body's features, detached unless shared
                 return value_head(hidden if getattr(self, "_train_body", False)
                                   else hidden.detach())
 
-            return turn_logps(model, input_ids, attention_mask, logits_to_keep,
-                              temperature=self.temperature, compute_entropy=compute_entropy,
-                              value_head=critic, **self.turn_args)
+            return score(model, input_ids, attention_mask, logits_to_keep,
+                         temperature=self.temperature, compute_entropy=compute_entropy,
+                         value_head=critic, **self.turn_args)
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
