@@ -57,7 +57,7 @@ class GameFailedError(RuntimeError):
 def _serve(conn: Any) -> None:
     """A worker's loop: requests ``(op, game_id, *args)`` in, ``("ok", value)`` or
     ``("error", kind, message)`` out, one at a time, until ``("quit",)`` or the pipe closes."""
-    from dreamgym_agents.adapters.alfworld.games import Game, _textworld, first_look
+    from dreamgym_agents.adapters.alfworld.games import Game, _textworld
 
     _textworld()  # the imports a game needs, before saying ready
     conn.send(("ready",))
@@ -86,8 +86,6 @@ def _serve(conn: Any) -> None:
                 if game is not None:
                     game.close()
                 value = None
-            elif op == "look":
-                value = first_look(request[2])
             else:
                 raise ValueError(f"unknown request {op!r}")
         except (Exception, SystemExit) as exc:  # the translator ends with SystemExit
@@ -166,8 +164,9 @@ class _Worker:
         if reply == ("ready",):
             self.ready = True
             return
-        how = self.kill() if answered else (self.kill(), "it did not start within "
-                                            f"{STARTUP_TIMEOUT_S:g} s")[1]
+        how = self.kill()
+        if not answered:
+            how = f"it did not start within {STARTUP_TIMEOUT_S:g} s"
         raise GameCrashedError(f"the game's worker process could not start ({how})")
 
     def call(self, request: tuple[Any, ...], timeout: float) -> Any:
@@ -230,12 +229,6 @@ class GameHost:
             worker.games += 1
             self._next_id += 1
             return HostedGame(self, worker, self._next_id, str(path), expert)
-
-    def first_look(self, path: str | Path) -> tuple[str, dict[str, list[str]]]:
-        """:func:`.games.first_look` of a game, read in a worker."""
-        worker = min(self._workers, key=lambda w: (w.games, w.index))
-        with worker.lock:
-            return worker.call(("look", 0, str(path)), self.timeout)
 
     def close(self) -> None:
         for worker in self._workers:

@@ -41,6 +41,7 @@ from dreamgym_agents.pipeline.run import (
     Reporter,
     added_at_defaults,
 )
+from dreamgym_agents.rl.ppo import ALGORITHMS
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class BenchConfig:
         if self.real_budget is not None and self.real_budget < 10:
             raise ConfigError(f"--real-budget must be at least 10 (S2R gets N/10), got "
                               f"{self.real_budget}")
-        if not self.algorithms or any(a not in ("grpo", "ppo") for a in self.algorithms):
+        if not self.algorithms or any(a not in ALGORITHMS for a in self.algorithms):
             raise ConfigError(f"--algorithm takes grpo or ppo (or both), got "
                               f"{', '.join(self.algorithms) or 'none'}")
         unknown = [name for name in self.ablations if name not in ABLATIONS]
