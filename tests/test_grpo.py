@@ -391,7 +391,13 @@ def test_keep_at_keeps_the_policy_after_those_batches(tmp_path):
     assert lines[0]["seconds"] <= lines[1]["seconds"]
     first, last = (PolicyModel.load(k["path"]) and _weights(k["path"]) for k in lines)
     assert _same(last, _weights(result["path"]))  # the last batch's is the stage's own
-    assert not _same(first, last) and not _same(first, _weights(start))
+    # A batch whose eight rewards are all equal has no advantage, hence no update (the
+    # sampling is concurrent, so that happens now and then: it failed CI once): the kept
+    # copies differ exactly where a batch between them had a spread of rewards.
+    spread = {json.loads(line)["step"]: json.loads(line)["grpo/reward_std"] > 0
+              for line in open(out / "metrics.jsonl") if "grpo/reward_std" in line}
+    assert _same(first, _weights(start)) == (not spread[1])
+    assert _same(first, last) == (not (spread[2] or spread[3]))
     with pytest.raises(ConfigError, match="keep_at lists batches"):
         GRPOStageConfig(keep_at=[0])
 
