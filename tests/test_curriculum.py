@@ -210,3 +210,48 @@ def test_a_model_named_as_the_generator_proposes_through_its_gateway():
     with pytest.raises(ConfigError, match="empty model string"):
         CurriculumConfig(generator=" ")
 
+
+
+def cart_task(i: int, product: str) -> Task:
+    intent = f"Add the {product} to my shopping cart and check out"
+    return Task(task_id=f"c{i}", family="webarena", intent=intent, split="train",
+                config={"start_url": "__SHOPPING__"})
+
+
+def test_kmeans_splits_clear_groups_the_same_way_each_time():
+    from dreamgym_agents.rl.curriculum import kmeans
+
+    points = [[1, 0], [0.99, 0.1], [0.98, -0.1], [0, 1], [0.1, 0.99], [-0.1, 0.98]]
+    labels = kmeans(points, 2, seed=3)
+    assert labels[:3] == [labels[0]] * 3 and labels[3:] == [labels[3]] * 3
+    assert labels[0] != labels[3] and kmeans(points, 2, seed=3) == labels
+    assert kmeans(points, 10) and len(set(kmeans(points, 10))) <= 6  # at most one per point
+
+
+def test_ppo_groups_tasks_by_meaning_and_seeds_from_the_varied_cluster():
+    """PPO plays each task once: no task has a variance of its own, so the clusters' do."""
+    carts = [cart_task(i, p) for i, p in enumerate(PRODUCTS)]
+    tasks = TASKS + carts
+    gen = Scripted([{"intent": "What is the price of Purple Sofa?",
+                     "params": {"product": "Purple Sofa"}}])
+    cur = Curriculum(CurriculumConfig(seeds_per_round=1, clusters=2), gen, tasks, seed=0,
+                     algorithm="ppo")
+    assert cur.grouping == "cluster"
+    assert len({cur.cluster[t.task_id] for t in TASKS}) == 1  # the price questions together
+    assert len({cur.cluster[t.task_id] for t in carts}) == 1
+    assert cur.cluster["0"] != cur.cluster["c0"]
+    cur.observe(tasks, [[1], [0], [1], [0], [0], [0], [0], [0]])  # one episode each
+    assert cur.cluster_variance() == {cur.cluster["0"]: 0.25, cur.cluster["c0"]: 0.0}
+    (variant,) = cur.refresh()
+    assert gen.seeds[0] in {t.task_id for t in TASKS}  # a price question: its cluster varied
+    # a variant counts in its seed's cluster
+    cur.observe([variant], [[1]])
+    assert cur.cluster_variance()[cur.cluster["0"]] == pytest.approx(0.24)
+    # GRPO's grouping on the same single rewards has no seed at all
+    plain = Curriculum(CurriculumConfig(seeds_per_round=1), Scripted([]), tasks, seed=0)
+    plain.observe(tasks, [[1], [0], [1], [0], [0], [0], [0], [0]])
+    assert plain.grouping == "task" and plain.seeds() == []
+    with pytest.raises(ConfigError, match="grouping"):
+        CurriculumConfig(grouping="embedding")
+    with pytest.raises(ConfigError, match="curriculum.embedding"):
+        CurriculumConfig(embedding="bert")

@@ -528,3 +528,80 @@ def test_ppo_in_a_tiny_dream_moves_toward_the_rewarded_answer_and_learns_its_val
     assert first != 0.5 and again["algorithm"] == "ppo"
     with pytest.raises(ConfigError, match="algorithm must be one of grpo, ppo"):
         GRPOStageConfig(algorithm="a2c")
+
+
+def test_the_first_ppo_step_of_one_epoch_is_the_plain_policy_gradient(tmp_path, monkeypatch):
+    """With one epoch the ratio is 1, so PPO's clipped surrogate moves the policy by the plain
+    policy gradient of its GAE advantages, -∇ Σ A·log π over the action tokens; the critic's
+    loss adds nothing to the policy's gradient (the head reads the body's detached features)."""
+    import dreamgym_agents.rl.grpo as grpo_module
+    from dreamgym_agents.rl.ppo import PPOSettings
+
+    real = grpo_module.ppo_trainer_class
+    seen: list[tuple[list, list, float]] = []
+
+    def capturing(base, **kw):
+        class Capturing(real(base, **kw)):
+            def _compute_loss(self, model, inputs):
+                loss = super()._compute_loss(model, inputs)
+                if not seen:
+                    params = [p for p in model.parameters() if p.requires_grad]
+                    ppo = torch.autograd.grad(loss, params, retain_graph=True)
+                    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+                    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+                    logps, _, _ = self.turn_scores(model, ids, mask,
+                                                   inputs["completion_ids"].shape[1])
+                    action = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+                    pg = -(inputs["advantages"] * logps * action).sum() / action.sum()
+                    plain = torch.autograd.grad(pg, params)
+                    seen.append((ppo, plain, float(inputs["advantages"].abs().max())))
+                return loss
+
+        return Capturing
+
+    monkeypatch.setattr(grpo_module, "ppo_trainer_class", capturing)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    torch.manual_seed(0)
+    train_grpo(undecided_warm_start(tmp_path), tmp_path / "ppo", [SAY_HI], pool,
+               GRPOStageConfig(num_generations=8, tasks_per_step=1, micro_batch=8, max_steps=1,
+                               concurrency=8, max_episode_steps=2, beta=0.0, loss_type="bnpo",
+                               algorithm="ppo", ppo=PPOSettings(vf_coef=1.0)))
+    pool.close()
+    ((ppo, plain, largest),) = seen
+    assert largest > 0  # the critic starts at 0.5: every outcome has an advantage
+    ppo, plain = torch.cat([g.flatten() for g in ppo]), torch.cat([g.flatten() for g in plain])
+    assert plain.abs().max() > 0
+    torch.testing.assert_close(ppo, plain, rtol=1e-4, atol=1e-6)
+
+
+def test_ppo_s_target_kl_holds_the_policy_for_the_rest_of_a_batch(tmp_path):
+    """A target KL no policy update stays under: each batch's first epoch moves the policy
+    (its KL to itself is 0), every later one is stopped, counted and logged."""
+    from dreamgym_agents.rl.ppo import PPOSettings
+
+    pool = EnvPool(lambda: make_env()[0], 8)
+    torch.manual_seed(0)
+    start = undecided_warm_start(tmp_path)
+
+    def run(name, target_kl):
+        out = tmp_path / name
+        train_grpo(start, out, [SAY_HI], pool,
+                   GRPOStageConfig(num_generations=8, tasks_per_step=1, micro_batch=8,
+                                   max_steps=2, num_iterations=3, learning_rate=1e-2,
+                                   concurrency=8, max_episode_steps=2, algorithm="ppo",
+                                   ppo=PPOSettings(target_kl=target_kl)))
+        lines = [json.loads(line) for line in open(out / "metrics.jsonl")]
+        return [line for line in lines if "grpo/loss" in line]
+
+    stopped = run("stopped", 1e-12)
+    free = run("free", None)
+    pool.close()
+    assert len(stopped) == len(free) == 6  # two batches × three epochs
+    kl = [line.get("grpo/ppo/approx_kl") for line in stopped]
+    assert kl[0] == kl[3] == 0.0  # a batch's first epoch: the policy that played it
+    assert kl[1] > 1e-12  # the first update moved it past the target: held from then on
+    stops = [line.get("grpo/ppo/kl_stops") for line in stopped]
+    assert stops[1] == stops[4] == 1.0 and stops[0] is None and stops[3] is None
+    assert all("grpo/ppo/approx_kl" not in line for line in free)
+    with pytest.raises(ConfigError, match="target_kl"):
+        PPOSettings(target_kl=0)

@@ -1022,7 +1022,8 @@ class Pipeline:
                 curriculum = Curriculum(self.cfg.curriculum, generator, tasks,
                                         feasible=feasible, seed=self.cfg.seed,
                                         held_out=held_out,
-                                        keys=getattr(family, "task_keys", None))
+                                        keys=getattr(family, "task_keys", None),
+                                        algorithm=cfg.algorithm, family=family.name)
         tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
         fresh: list[Any] = []  # real episodes the experience model has not learnt from yet
         added_before = self.state.get("buffer_added", {}).get(stage, 0)

@@ -26,10 +26,19 @@ Generators (plain callables behind :class:`TaskGenerator`):
 
 Duplicates are told apart by the family's ``task_keys`` when it has them (an ALFWorld
 instruction recurs across games), else by the instruction.
+
+**Grouping** (``grouping``): GRPO plays each task as a group, so a task's variance is its
+group's. PPO needs no groups (the paper's PPO plays each task once), so the paper groups tasks
+by meaning instead: ``cluster`` embeds the stage's tasks (``embedding``, the buffer's
+embedding specs; the offline ``hash`` by default), splits them into ``clusters`` by k-means,
+takes each cluster's value as the variance of all the latest rewards of its tasks, and sends one
+task of each high-variance cluster (its own most varied, ties drawn) to the generator. ``auto``
+(the default) is ``cluster`` for PPO stages, ``task`` for GRPO's.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import random
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PROMPT_FILE = "task_generator.md"
+GROUPINGS = ("auto", "task", "cluster")
 _PLACEHOLDER = re.compile(r"\{\{\s*\w+\s*\}\}")
 
 
@@ -73,6 +83,12 @@ class CurriculumConfig:
         generator_program: A saved prompt program (``dg-agents optimize --target
             task-generator``) whose instruction that model is prompted with (None: the
             template's).
+        grouping: Whose reward variance picks the seeds: ``task`` (each task's group),
+            ``cluster`` (clusters of tasks by meaning: PPO's, whose tasks need not be played
+            in groups) or ``auto`` (``cluster`` on PPO stages, ``task`` on GRPO's).
+        clusters: How many clusters ``cluster`` grouping makes (at most one per task).
+        embedding: What embeds a task's instruction for the clusters: a buffer embedding
+            spec (``hash``, ``st:<model>``, ``litellm:<model>``).
     """
 
     enabled: bool = True
@@ -84,8 +100,20 @@ class CurriculumConfig:
     generator: str = "family"
     generator_llm: dict[str, Any] = field(default_factory=dict)
     generator_program: str | None = None
+    grouping: str = "auto"
+    clusters: int = 8
+    embedding: str = "hash"
 
     def __post_init__(self) -> None:
+        if self.grouping not in GROUPINGS:
+            raise ConfigError(f"curriculum.grouping must be one of {', '.join(GROUPINGS)}, "
+                              f"got {self.grouping!r}")
+        if self.clusters < 1:
+            raise ConfigError(f"curriculum.clusters must be at least 1, got {self.clusters}")
+        kind, sep, arg = self.embedding.partition(":")
+        if not (self.embedding == "hash" or (sep and kind in ("st", "litellm") and arg.strip())):
+            raise ConfigError(f"curriculum.embedding {self.embedding!r}: use 'hash', "
+                              "'st:<model>' or 'litellm:<model>' (the buffer's forms)")
         if not 0.0 <= self.synthetic_share <= 1.0:
             raise ConfigError(f"curriculum.synthetic_share (λ) must be in [0, 1], got "
                               f"{self.synthetic_share}")
@@ -132,6 +160,46 @@ def select_seeds(variances: dict[str, float], k: int, min_variance: float = 0.0)
     eligible = [(v, tid) for tid, v in variances.items() if v > min_variance]
     eligible.sort(key=lambda item: (-item[0], item[1]))
     return [tid for _, tid in eligible[:k]]
+
+
+def kmeans(vectors: Any, k: int, seed: int = 0, iterations: int = 50) -> list[int]:
+    """Each row's cluster among ``k`` (k-means on unit vectors, k-means++ seeding; the same
+    clusters for the same vectors and seed)."""
+    import numpy as np
+
+    x = np.asarray(vectors, dtype=np.float64)
+    n = len(x)
+    k = max(1, min(k, n))
+    rng = np.random.default_rng(seed)
+    centres = [x[rng.integers(n)]]
+    for _ in range(1, k):
+        d = np.min([((x - c) ** 2).sum(1) for c in centres], axis=0)
+        if d.sum() <= 0:
+            break
+        centres.append(x[rng.choice(n, p=d / d.sum())])
+    c = np.array(centres)
+    labels = np.zeros(n, dtype=int)
+    for _ in range(iterations):
+        new = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
+        if _ and (new == labels).all():
+            break
+        labels = new
+        for j in range(len(c)):
+            if (labels == j).any():
+                c[j] = x[labels == j].mean(0)
+    return [int(v) for v in labels]
+
+
+def task_clusters(tasks: list[Task], k: int, embedding: str = "hash", seed: int = 0,
+                  family: str = "") -> dict[str, int]:
+    """Each task's cluster (by id) among ``k`` clusters of their instructions' embeddings."""
+    from dreamgym_agents.buffer.embedding import make_embedding_function
+
+    if not tasks:
+        return {}
+    embed = make_embedding_function(embedding, family=family)
+    vectors = embed([t.intent for t in tasks])
+    return dict(zip((t.task_id for t in tasks), kmeans(vectors, k, seed), strict=True))
 
 
 def synthetic_slots(groups: int, share: float, available: int) -> int:
@@ -188,12 +256,15 @@ class Curriculum:
             use too).
         keys: What makes two tasks the same instance, for duplicates (the family's
             ``task_keys``: an ALFWorld instruction recurs across games); None: the instruction.
+        algorithm: The stage's (``grpo`` or ``ppo``): what ``grouping: auto`` means.
+        family: The tasks' family (its features embed them for ``cluster`` grouping).
     """
 
     def __init__(self, cfg: CurriculumConfig, generator: TaskGenerator | None,
                  known: list[Task], feasible: Feasible | None = None, seed: int = 0,
                  held_out: HeldOut | None = None,
-                 keys: Callable[[Task], set[str]] | None = None) -> None:
+                 keys: Callable[[Task], set[str]] | None = None,
+                 algorithm: str = "grpo", family: str = "") -> None:
         self.cfg = cfg
         self.held_out = held_out
         self.generator = generator if cfg.enabled else None
@@ -206,23 +277,57 @@ class Curriculum:
         self._known: set[str] = set().union(*(self.keys(t) for t in known))
         self._by_id = {t.task_id: t for t in known}
         self._made = 0
+        self.grouping = cfg.grouping if cfg.grouping != "auto" else \
+            ("cluster" if algorithm == "ppo" else "task")
+        self.cluster: dict[str, int] = {}
+        self._rewards: dict[str, list[float]] = {}
+        if self.grouping == "cluster" and self.generator is not None:
+            self.cluster = task_clusters(known, cfg.clusters, cfg.embedding, seed, family)
+            sizes = sorted(collections.Counter(self.cluster.values()).values(), reverse=True)
+            logger.info("curriculum: %d task(s) in %d cluster(s) of sizes %s", len(known),
+                        len(sizes), sizes)
 
     def observe(self, tasks: list[Task], rewards: list[list[float]]) -> None:
         """Record each task's group variance (the latest group of a task counts)."""
         for task, group in zip(tasks, rewards, strict=True):
             self.variance[task.task_id] = reward_variance(group)
+            self._rewards[task.task_id] = list(group)
             self._by_id.setdefault(task.task_id, task)
+
+    def cluster_variance(self) -> dict[int, float]:
+        """Each cluster's variance: of all the latest rewards of its tasks played so far
+        (a synthetic task counts in its seed's cluster)."""
+        pooled: dict[int, list[float]] = {}
+        for tid, rewards in self._rewards.items():
+            root = self._by_id[tid].config.get("synthetic_of") or tid
+            if root in self.cluster:
+                pooled.setdefault(self.cluster[root], []).extend(rewards)
+        return {c: reward_variance(r) for c, r in pooled.items()}
+
+    def seeds(self) -> list[str]:
+        """The seed tasks of this round: the highest-variance tasks (``task`` grouping), or
+        one task of each highest-variance cluster, its own most varied, ties drawn."""
+        played = {tid: v for tid, v in self.variance.items()
+                  if not self._by_id[tid].config.get("synthetic_of")}
+        if self.grouping == "task":
+            return select_seeds(played, self.cfg.seeds_per_round, self.cfg.min_variance)
+        top = select_seeds({str(c): v for c, v in self.cluster_variance().items()},
+                           self.cfg.seeds_per_round, self.cfg.min_variance)
+        seeds = []
+        for c in top:
+            members = sorted(t for t in played if self.cluster.get(t) == int(c))
+            if members:
+                best = max(played[t] for t in members)
+                seeds.append(self.rng.choice([t for t in members if played[t] == best]))
+        return seeds
 
     def refresh(self) -> list[Task]:
         """Ask the generator for variants of the highest-variance seeds; return the accepted."""
         if self.generator is None:
             return []
         self.stats.rounds += 1
-        seeds = select_seeds({tid: v for tid, v in self.variance.items()
-                              if not self._by_id[tid].config.get("synthetic_of")},
-                             self.cfg.seeds_per_round, self.cfg.min_variance)
         accepted = []
-        for tid in seeds:
+        for tid in self.seeds():
             task = self.variant(self._by_id[tid])
             if task is not None:
                 accepted.append(task)

@@ -62,6 +62,10 @@ class PPOSettings:
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
             features, which only the policy's loss moves, so a critic still learning never
             pulls the policy (a shared backbone is reported to hurt early training).
+        target_kl: Stop moving the policy on a batch once the approximate KL between the
+            policy and the one that played the batch (CleanRL's ``(r - 1) - log r`` over the
+            action tokens) exceeds this, for the batch's remaining epochs (the critic goes
+            on); None: never (each batch gets all its ``num_iterations``).
     """
 
     gamma: float = 1.0
@@ -72,8 +76,12 @@ class PPOSettings:
     critic_warmup: int = 0
     normalize_advantages: bool = False
     shared_backbone: bool = False
+    target_kl: float | None = None
 
     def __post_init__(self) -> None:
+        if self.target_kl is not None and self.target_kl <= 0:
+            raise ConfigError(f"ppo.target_kl must be > 0 (or null: never), got "
+                              f"{self.target_kl}")
         for name in ("gamma", "lam"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"ppo.{name} must be in [0, 1], got {getattr(self, name)}")
@@ -219,7 +227,7 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
                     compute_entropy=compute_entropy)
             logps, entropies, values = self.turn_scores(model, input_ids, attention_mask,
                                                         logits_to_keep, compute_entropy)
-            self._values = values
+            self._values, self._logps = values, logps
             return logps, entropies, None
 
         def turn_scores(self, model: Any, input_ids: Any, attention_mask: Any,
@@ -253,19 +261,47 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
             return out
 
         def _compute_loss(self, model: Any, inputs: Any) -> Any:
-            self._values = None
-            warming = self.state.global_step < settings.critic_warmup * num_iterations
+            self._values = self._logps = None
+            step = self.state.global_step
+            warming = step < settings.critic_warmup * num_iterations
             self._train_body = settings.shared_backbone and not warming
             loss = super()._compute_loss(model, inputs)
             self._train_body = False
-            if warming:
+            held = warming or self.kl_stopped(step, inputs)
+            if held:
                 loss = loss * 0.0  # the critic learns alone: the policy is held still
+                if model.training:  # and no step of the optimiser's momentum moves it
+                    self.optimizer.param_groups[0]["lr"] = 0.0
             assert self._values is not None, "the policy's forward pass read no values"
             v_loss = value_loss(self._values, inputs["ppo_old_values"], inputs["ppo_returns"],
                                 inputs["ppo_turn_start"], settings.value_clip)
             self._metrics["train"]["ppo/value_loss"].append(float(v_loss.detach()))
             scale = self.current_gradient_accumulation_steps if model.training else 1.0
             return loss + settings.vf_coef * v_loss / scale
+
+        def kl_stopped(self, step: int, inputs: Any) -> bool:
+            """Whether the policy is held for the rest of this step's batch: its approximate
+            KL to the policy that played the batch passed ``target_kl`` (logged as
+            ``ppo/approx_kl``; each stop counted in ``ppo/kl_stops``)."""
+            batch = step // num_iterations
+            if getattr(self, "_kl_stopped_batch", None) == batch:
+                return True
+            old = inputs.get("old_per_token_logps")
+            if settings.target_kl is None or old is None or self._logps is None:
+                return False
+            mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs \
+                else inputs["completion_mask"]
+            log_ratio = (self._logps.detach() - old) * mask
+            approx_kl = float(((log_ratio.exp() - 1) - log_ratio).sum() / mask.sum().clamp(min=1))
+            self._metrics["train"]["ppo/approx_kl"].append(approx_kl)
+            if approx_kl <= settings.target_kl:
+                return False
+            self._kl_stopped_batch = batch
+            self._metrics["train"]["ppo/kl_stops"].append(1.0)
+            logger.info("ppo: batch %d: approximate KL %.4f > target %.4f at epoch %d: the "
+                        "policy is held for its remaining epochs", batch + 1, approx_kl,
+                        settings.target_kl, step % num_iterations + 1)
+            return True
 
         def create_optimizer(self, *args: Any, **kwargs: Any) -> Any:
             if self.optimizer is None:
