@@ -605,3 +605,45 @@ def test_ppo_s_target_kl_holds_the_policy_for_the_rest_of_a_batch(tmp_path):
     assert all("grpo/ppo/approx_kl" not in line for line in free)
     with pytest.raises(ConfigError, match="target_kl"):
         PPOSettings(target_kl=0)
+
+
+@pytest.mark.parametrize("critic", ["separate", "lora"])
+def test_a_critic_with_a_network_of_its_own_learns_and_is_read_back(tmp_path, critic):
+    """``ppo.critic: separate`` (a copy of the starting policy, trained as the critic) and
+    ``lora`` (that copy frozen, with adapters): the critic's own forward pass learns the state's
+    value, its network is saved in ``critic/`` beside the policy, and a stage that starts from
+    that checkpoint starts from that critic; the policy's own network never gets the critic's
+    gradient (the critic's warm-up leaves it exactly as it was)."""
+    from dreamgym_agents.rl.ppo import CRITIC_DIR, PPOSettings
+
+    path = undecided_warm_start(tmp_path)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    torch.manual_seed(0)
+    settings = PPOSettings(critic=critic, critic_warmup=3, critic_lr=1e-3)
+    result = train_grpo(path, tmp_path / "ppo", [SAY_HI], pool,
+                        GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16,
+                                        max_steps=3, concurrency=8, max_episode_steps=2,
+                                        algorithm="ppo", ppo=settings))
+    lines = [json.loads(line) for line in open(tmp_path / "ppo" / "metrics.jsonl")]
+    values = [line["grpo/ppo/value_mean"] for line in lines if "grpo/ppo/value_mean" in line]
+    successes = [line["rollout/success"] for line in lines if "rollout/success" in line]
+    assert values[0] == 0.5 and values[-1] != 0.5
+    assert abs(values[-1] - statistics.mean(successes)) < abs(0.5 - statistics.mean(successes))
+    assert _same(_weights(result["path"]), _weights(path))  # the warm-up: policy held still
+    saved = Path(result["path"]) / CRITIC_DIR
+    body = _weights(str(saved))
+    assert not _same(body, _weights(path))  # the critic's network learnt (LoRA merged)
+    assert not any("lora" in k for k in body)
+    again = train_grpo(result["path"], tmp_path / "ppo2", [SAY_HI], pool,
+                       GRPOStageConfig(num_generations=16, tasks_per_step=1, micro_batch=16,
+                                       max_steps=1, concurrency=8, max_episode_steps=2,
+                                       algorithm="ppo", ppo=PPOSettings(critic=critic)))
+    pool.close()
+    first = [json.loads(line) for line in open(tmp_path / "ppo2" / "metrics.jsonl")
+             if "grpo/ppo/value_mean" in line][0]["grpo/ppo/value_mean"]
+    assert abs(first - values[-1]) < 0.2 and first != 0.5  # its critic, not a new one
+    assert (Path(again["path"]) / CRITIC_DIR).is_dir()
+    with pytest.raises(ConfigError, match="ppo.critic must be one of"):
+        PPOSettings(critic="twin")
+    with pytest.raises(ConfigError, match="shared_backbone"):
+        PPOSettings(critic=critic, shared_backbone=True)

@@ -52,7 +52,9 @@ from dreamgym_agents.rl.curriculum import Curriculum
 from dreamgym_agents.rl.ppo import (
     PPOSettings,
     check_algorithm,
+    critic_body_for,
     ppo_trainer_class,
+    save_critic_body,
     save_value_head,
     value_head_for,
 )
@@ -712,10 +714,12 @@ class ValidationRule:
 
 
 def save_trained(model: Any, tokenizer: Any, target: Path, policy_cfg: PolicyConfig, *,
-                 lora: bool, merge_copy: bool = False, value_head: Any = None) -> None:
+                 lora: bool, merge_copy: bool = False, value_head: Any = None,
+                 critic_body: Any = None) -> None:
     """Save a stage's policy (LoRA adapters merged) with its settings; ``merge_copy``: merge a
     copy, leaving ``model`` training (a validation mid-stage). With PPO's ``value_head``, the
-    critic beside it and ``"algorithm": "ppo"`` in its settings."""
+    critic beside it (a separate one's network in ``critic/``) and ``"algorithm": "ppo"`` in
+    its settings."""
     if lora:
         model = (copy.deepcopy(model) if merge_copy else model).merge_and_unload()
     model.save_pretrained(str(target))
@@ -724,6 +728,8 @@ def save_trained(model: Any, tokenizer: Any, target: Path, policy_cfg: PolicyCon
                          algorithm="ppo" if value_head is not None else "grpo")
     if value_head is not None:
         save_value_head(value_head, target)
+    if critic_body is not None:
+        save_critic_body(critic_body, target)
 
 
 def train_grpo(
@@ -777,6 +783,7 @@ def train_grpo(
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
     value_head = value_head_for(model, policy_path) if cfg.algorithm == "ppo" else None
+    critic_body = critic_body_for(policy_path, cfg.ppo) if cfg.algorithm == "ppo" else None
     # the compact layout's markers (the rollouts' book says where every turn starts anyway)
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
@@ -818,7 +825,7 @@ def train_grpo(
         if model is not None:
             path = rule.folder / f"step-{step}"
             save_trained(model, tokenizer, path, policy_cfg, lora=bool(cfg.lora_r),
-                         merge_copy=True, value_head=value_head)
+                         merge_copy=True, value_head=value_head, critic_body=critic_body)
         stop = rule.check(path, step, keep=model is not None)
         line = {"stage": stage, "event": "validation", **rule.history[-1],
                 "best_step": rule.best["step"] if rule.best else None}
@@ -840,7 +847,7 @@ def train_grpo(
         if target.exists():
             shutil.rmtree(target)
         save_trained(model, tokenizer, target, policy_cfg, lora=bool(cfg.lora_r),
-                     merge_copy=True, value_head=value_head)
+                     merge_copy=True, value_head=value_head, critic_body=critic_body)
         c = rollout.counters
         line = {"batch": batch, "path": str(target), "episodes": c.episodes,
                 "synthetic_transitions": c.synthetic_transitions,
@@ -885,7 +892,8 @@ def train_grpo(
     if value_head is not None:
         trainer_class = ppo_trainer_class(trainer_class, value_head=value_head,
                                           settings=cfg.ppo, outcomes=lambda: rollout.outcomes,
-                                          num_iterations=cfg.num_iterations, score=turn_logps)
+                                          num_iterations=cfg.num_iterations, score=turn_logps,
+                                          critic_body=critic_body)
     trainer = trainer_class(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
@@ -910,7 +918,7 @@ def train_grpo(
                                  turn_format(tokenizer, policy_cfg.turn_format))
     else:
         save_trained(trainer.model, tokenizer, save, policy_cfg, lora=bool(cfg.lora_r),
-                     value_head=value_head)
+                     value_head=value_head, critic_body=critic_body)
     c = rollout.counters
     validation = {"validation": rule.summary()} if rule is not None else {}
     return {"stage": stage, "path": str(save), "steps": int(result.global_step),

@@ -10,7 +10,9 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
   observation, before its action (:func:`~.grpo.turn_logps` with ``value_head``). It starts at
   0.5 (a sigmoid: returns are outcomes in [0, 1]) and has its own learning rate; by default its
   loss does not reach the policy's body (``shared_backbone``), and the first
-  ``critic_warmup`` batches train it alone, the policy held still.
+  ``critic_warmup`` batches train it alone, the policy held still. For larger models the
+  critic can have a network of its own (``critic: separate``, a copy of the starting policy, or
+  ``lora``, that copy frozen with the critic's own adapters): a second forward pass.
 - **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`: the outcome as
   the last turn's reward; an episode the step limit cut is bootstrapped from its last turn's
   value, truncation not being termination), each turn's advantage on its action tokens, the
@@ -38,7 +40,11 @@ from dreamgym_agents.rl.advantages import action_runs, turn_gae
 logger = logging.getLogger(__name__)
 
 VALUE_HEAD_FILE = "value_head.safetensors"
+CRITIC_DIR = "critic"
+"""A separate critic's backbone, beside the policy it was trained with (``critic: separate``
+or ``lora``; its head is :data:`VALUE_HEAD_FILE`)."""
 ALGORITHMS = ("grpo", "ppo")
+CRITICS = ("head", "separate", "lora")
 
 
 @dataclass
@@ -62,6 +68,17 @@ class PPOSettings:
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
             features, which only the policy's loss moves, so a critic still learning never
             pulls the policy (a shared backbone is reported to hurt early training).
+        critic: What reads the states' values: ``head`` (a head on the policy's own
+            features, the default: no second forward pass, no second model in memory),
+            ``separate`` (a copy of the starting policy's network, all of it trained as the
+            critic, as verl and OpenRLHF run it: its own forward pass and memory, its own
+            features) or ``lora`` (that copy frozen, with LoRA adapters of rank
+            ``critic_lora_r`` as the critic's own weights: the second forward pass, but only
+            the adapters' gradients and optimiser state). A separate critic is saved in
+            ``critic/`` beside the policy (LoRA merged) and read back by the next stage.
+        critic_lr: The learning rate of a separate critic's network (None: the policy's);
+            its head keeps ``value_lr``.
+        critic_lora_r: The rank of ``lora``'s adapters.
         target_kl: Stop moving the policy on a batch once the approximate KL between the
             policy and the one that played the batch (CleanRL's ``(r - 1) - log r`` over the
             action tokens) exceeds this, for the batch's remaining epochs (the critic goes
@@ -77,8 +94,20 @@ class PPOSettings:
     normalize_advantages: bool = False
     shared_backbone: bool = False
     target_kl: float | None = None
+    critic: str = "head"
+    critic_lr: float | None = None
+    critic_lora_r: int = 8
 
     def __post_init__(self) -> None:
+        if self.critic not in CRITICS:
+            raise ConfigError(f"ppo.critic must be one of {', '.join(CRITICS)}, got "
+                              f"{self.critic!r}")
+        if (self.critic_lr is not None and self.critic_lr <= 0) or self.critic_lora_r < 1:
+            raise ConfigError("ppo.critic_lr must be > 0 (or null: the policy's) and "
+                              "ppo.critic_lora_r at least 1")
+        if self.shared_backbone and self.critic != "head":
+            raise ConfigError(f"ppo.shared_backbone: the {self.critic} critic has a backbone "
+                              "of its own (shared_backbone is for critic: head)")
         if self.target_kl is not None and self.target_kl <= 0:
             raise ConfigError(f"ppo.target_kl must be > 0 (or null: never), got "
                               f"{self.target_kl}")
@@ -105,6 +134,38 @@ def value_head_for(model: Any, policy_path: str | Path) -> Any:
         value_head.load_state_dict(load_file(str(saved)))
         logger.info("ppo: the critic starts from %s", saved)
     return value_head.to(next(model.parameters()).device)
+
+
+def critic_body_for(policy_path: str | Path, settings: PPOSettings) -> Any:
+    """A separate critic's network (None for ``critic: head``): the one saved beside
+    ``policy_path`` (:data:`CRITIC_DIR`) when it has one, else a copy of that policy; for
+    ``lora`` frozen, with the critic's adapters on it."""
+    if settings.critic == "head":
+        return None
+    from dreamgym_agents.gateway.local import load_causal_lm
+
+    saved = Path(policy_path) / CRITIC_DIR
+    _, body = load_causal_lm(saved if saved.is_dir() else policy_path)
+    logger.info("ppo: a %s critic from %s", settings.critic,
+                saved if saved.is_dir() else f"a copy of {policy_path}")
+    if settings.critic == "lora":
+        from dreamgym_agents.policy.sft import with_lora
+
+        for p in body.parameters():
+            p.requires_grad_(False)
+        body = with_lora(body, settings.critic_lora_r)
+    body.train()
+    return body
+
+
+def save_critic_body(body: Any, target: str | Path) -> None:
+    """A separate critic's network in ``target/critic`` (a LoRA critic's adapters merged into
+    a copy)."""
+    import copy
+
+    if hasattr(body, "merge_and_unload"):
+        body = copy.deepcopy(body).merge_and_unload()
+    body.save_pretrained(str(Path(target) / CRITIC_DIR))
 
 
 @functools.cache
@@ -196,10 +257,13 @@ def value_loss(values: Any, old_values: Any, returns: Any, turn_start: Any,
 
 
 def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
-                      outcomes: Any, num_iterations: int, score: Any) -> type:
+                      outcomes: Any, num_iterations: int, score: Any,
+                      critic_body: Any = None) -> type:
     """``base`` (the turn-level GRPO trainer) trained as PPO.
 
     Args:
+        critic_body: A separate critic's network (:func:`critic_body_for`; None: the head
+            reads the policy's features).
         score: Scores a batch's turns with the critic (:func:`~.grpo.turn_logps`, given here
             so that this module does not import the trainer's).
         value_head: The critic head (:func:`value_head_for`).
@@ -232,6 +296,19 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
 
         def turn_scores(self, model: Any, input_ids: Any, attention_mask: Any,
                         logits_to_keep: int, compute_entropy: bool = False) -> tuple[Any, ...]:
+            device = input_ids.device
+            for part in (value_head, critic_body):  # beside the batch (once: before any step)
+                if part is not None and next(part.parameters()).device != device:
+                    part.to(device)
+            if critic_body is not None:  # its own forward pass, its own features
+                logps, entropies = score(model, input_ids, attention_mask, logits_to_keep,
+                                         temperature=self.temperature,
+                                         compute_entropy=compute_entropy, **self.turn_args)
+                _, _, values = score(critic_body, input_ids, attention_mask, logits_to_keep,
+                                     temperature=self.temperature, value_head=value_head,
+                                     **self.turn_args)
+                return logps, entropies, values
+
             def critic(hidden: Any) -> Any:  # the body's features, detached unless shared
                 return value_head(hidden if getattr(self, "_train_body", False)
                                   else hidden.detach())
@@ -310,7 +387,10 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
                     [{"params": [p for p in self.model.parameters() if p.requires_grad],
                       "lr": a.learning_rate, "weight_decay": a.weight_decay},
                      {"params": list(value_head.parameters()), "lr": settings.value_lr,
-                      "weight_decay": 0.0}],
+                      "weight_decay": 0.0},
+                     *([{"params": [p for p in critic_body.parameters() if p.requires_grad],
+                         "lr": settings.critic_lr or a.learning_rate,
+                         "weight_decay": a.weight_decay}] if critic_body is not None else [])],
                     betas=(a.adam_beta1, a.adam_beta2), eps=a.adam_epsilon)
             return self.optimizer
 
