@@ -104,3 +104,16 @@ def test_dream_scaling_spends_each_budget_by_the_batch_and_gives_its_interval():
     low, high = scaling.wilson(11, 60)  # worked by hand: p = 0.1833, z = 1.96
     assert (round(low, 3), round(high, 3)) == (0.106, 0.299)
     assert scaling.wilson(0, 31)[0] == 0.0 and scaling.wilson(0, 0) == (0.0, 0.0)
+
+
+def test_rl_cost_reads_a_finished_stage_s_seconds_per_batch_and_memory(tmp_path):
+    rl_cost = load("rl_cost")
+    run = tmp_path / "round0-ppo"
+    assert rl_cost.stage_figures(run, "dream_rl") is None  # not started
+    run.mkdir()
+    (run / "state.json").write_text(json.dumps({"done": {"sft": {"seconds": 3}}}))
+    assert rl_cost.stage_figures(run, "dream_rl") is None  # not finished
+    (run / "state.json").write_text(json.dumps({"done": {"dream_rl": {
+        "seconds": 120.0, "batches": 4, "episodes": 64, "peak_rss_mb": 2048.5}}}))
+    assert rl_cost.stage_figures(run, "dream_rl") == {
+        "seconds_per_batch": 30.0, "peak_rss_mb": 2048.5, "episodes": 64}

@@ -647,3 +647,17 @@ def test_a_critic_with_a_network_of_its_own_learns_and_is_read_back(tmp_path, cr
         PPOSettings(critic="twin")
     with pytest.raises(ConfigError, match="shared_backbone"):
         PPOSettings(critic=critic, shared_backbone=True)
+
+
+def test_a_stage_s_peak_memory_sees_what_the_block_held():
+    import time
+
+    from dreamgym_agents.rl.grpo import PeakMemory
+
+    with PeakMemory(every_s=0.05) as memory:
+        before = memory.now_mb()
+        block = bytearray(200 * 2**20)
+        block[::4096] = b"x" * len(block[::4096])  # touched: resident, not only reserved
+        time.sleep(0.3)
+        del block
+    assert memory.peak_mb >= before + 150

@@ -902,7 +902,8 @@ def train_grpo(
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     if rule is not None:  # the starting policy is a candidate too
         validated(0)
-    result = trainer.train()
+    with PeakMemory() as memory:
+        result = trainer.train()
     save = out / "policy"
     if save.exists():
         shutil.rmtree(save)
@@ -928,9 +929,50 @@ def train_grpo(
             "synthetic_transitions": c.synthetic_transitions,
             "masked_episodes": c.masked_episodes, "em_failures": c.em_failures,
             "seconds": round(time.perf_counter() - start, 1), "lora_r": cfg.lora_r,
-            "algorithm": cfg.algorithm,
+            "algorithm": cfg.algorithm, "peak_rss_mb": memory.peak_mb,
             "curriculum": vars(curriculum.stats) if curriculum else None, **validation,
             **({"kept": kept} if kept else {})}
+
+
+class PeakMemory:
+    """The most resident memory this process held while the block ran (``peak_mb``), sampled
+    twice a second from ``/proc/self/statm`` (where there is none: the process's lifetime peak,
+    ``ru_maxrss``). The game workers and other child processes are not in it."""
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.every_s, self.peak_mb = every_s, 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def now_mb() -> float:
+        try:
+            import os
+
+            pages = int(open("/proc/self/statm").read().split()[1])
+            return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+        except (OSError, ValueError, IndexError):
+            import resource
+            import sys
+
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak_mb = max(self.peak_mb, self.now_mb())
+
+    def __enter__(self) -> PeakMemory:
+        self.peak_mb = self.now_mb()
+        self._thread = threading.Thread(target=self._sample, name="peak-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak_mb = round(max(self.peak_mb, self.now_mb()), 1)
 
 
 def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
