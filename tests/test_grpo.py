@@ -661,3 +661,55 @@ def test_a_stage_s_peak_memory_sees_what_the_block_held():
         time.sleep(0.3)
         del block
     assert memory.peak_mb >= before + 150
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_a_stage_killed_mid_way_goes_on_from_its_last_resume_point(tmp_path, algorithm, caplog):
+    """A crash in batch 3 of 4 (resume points every 2 batches): started again on its folder,
+    the stage goes on after batch 2, plays batches 3 and 4 once each, and its records hold
+    every batch once (what the crashed batch wrote is gone)."""
+    import logging
+
+    from dreamgym_agents.rl.grpo import RESUME_STATE, resume_point
+
+    start = undecided_warm_start(tmp_path)
+    pool = EnvPool(lambda: make_env()[0], 8)
+    cfg = GRPOStageConfig(num_generations=8, tasks_per_step=1, micro_batch=8, max_steps=4,
+                          concurrency=8, max_episode_steps=2, resume_every=2,
+                          algorithm=algorithm, keep_at=[1, 4])
+    out = tmp_path / "stage"
+
+    def crash_in_batch_3(figures):
+        if figures["batch"] == 3:
+            raise RuntimeError("killed")
+
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="killed"):
+        train_grpo(start, out, [SAY_HI], pool, cfg, on_batch=crash_in_batch_3, resumable=True)
+    point = resume_point(out)
+    assert point is not None and point.name == "checkpoint-2"
+    assert json.loads((point / RESUME_STATE).read_text())["batches"] == 2
+    seen = []
+    with caplog.at_level(logging.WARNING, logger="dreamgym_agents.rl.grpo"):
+        result = train_grpo(start, out, [SAY_HI], pool, cfg, resumable=True,
+                            on_batch=lambda figures: seen.append(figures["batch"]))
+    pool.close()
+    assert "resuming after batch 2 of 4" in caplog.text
+    assert seen == [3, 4] and result["batches"] == 4 and result["episodes"] == 32
+    assert result["steps"] == 4  # the trainer's own count went on too
+    ids = [json.loads(line)["episode_id"] for line in open(out / "rollouts.jsonl")]
+    assert len(ids) == len(set(ids)) == 32
+    assert {i.split("-")[1] for i in ids} == {"0", "1", "2", "3"}
+    batches = [json.loads(line)["batch"] for line in open(out / "metrics.jsonl")
+               if "rollout/success" in line]
+    assert batches == [1, 2, 3, 4]
+    assert [k["batch"] for k in result["kept"]] == [1, 4]
+    assert [json.loads(line)["batch"] for line in open(out / "kept" / "kept.jsonl")] == [1, 4]
+    assert not (out / "trainer").exists()  # the stage is whole: no resume point left
+    if algorithm == "ppo":  # the critic went on from where it was, not from a new head
+        from dreamgym_agents.rl.ppo import VALUE_HEAD_FILE
+
+        values = [json.loads(line)["grpo/ppo/value_mean"] for line in open(out / "metrics.jsonl")
+                  if "grpo/ppo/value_mean" in line]
+        assert len(values) == 4 and values[0] == 0.5 and values[2] != 0.5
+        assert (Path(result["path"]) / VALUE_HEAD_FILE).is_file()

@@ -688,3 +688,23 @@ def test_a_stage_that_kept_its_start_is_calibrated_once(tmp_path, monkeypatch, s
     assert calls == played
     assert (out["final"] == out["start"]) == (selected == 0)
     assert pipe.state["calibrations"][str(tmp_path / "final")] == out["final"]
+
+
+def test_a_dream_stage_goes_on_in_its_folder_where_it_left_a_resume_point(tmp_path):
+    from dreamgym_agents.rl.grpo import RESUME_STATE
+
+    pipe = Pipeline(preset_config("quick"), tmp_path)
+    folder = pipe._stage_dir("dream_rl", resumable=True)
+    half = folder / "trainer" / "checkpoint-4"
+    half.mkdir(parents=True)  # a checkpoint whose resume state was never written
+    (folder / "rollouts.jsonl").write_text("{}\n")
+    again = pipe._stage_dir("dream_rl", resumable=True)
+    assert again == folder and not (again / "rollouts.jsonl").exists()  # a fresh start
+    assert (tmp_path / "stages" / "dream_rl.interrupted-1" / "rollouts.jsonl").is_file()
+    point = again / "trainer" / "checkpoint-4"
+    point.mkdir(parents=True)
+    (point / RESUME_STATE).write_text("{}")
+    (again / "rollouts.jsonl").write_text("{}\n")
+    assert pipe._stage_dir("dream_rl", resumable=True) == folder
+    assert (folder / "rollouts.jsonl").is_file()  # kept: the stage goes on from it
+    assert pipe._stage_dir("dream_rl") == folder and not (folder / "rollouts.jsonl").exists()

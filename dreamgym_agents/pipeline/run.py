@@ -482,9 +482,18 @@ class Pipeline:
         with open(self.out / METRICS_FILE, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"time": round(time.time(), 1), **line}) + "\n")
 
-    def _stage_dir(self, stage: str) -> Path:
-        """A fresh folder for a training stage; an interrupted attempt's is kept aside."""
+    def _stage_dir(self, stage: str, resumable: bool = False) -> Path:
+        """A fresh folder for a training stage; an interrupted attempt's is kept aside, unless
+        the stage is ``resumable`` and the attempt left a resume point
+        (:func:`~dreamgym_agents.rl.grpo.resume_point`): then the stage goes on in it."""
         folder = self.out / "stages" / stage
+        if resumable and folder.exists():
+            from dreamgym_agents.rl.grpo import resume_point
+
+            if resume_point(folder) is not None:
+                self.reporter.say(f"{stage}: going on from the interrupted attempt's last "
+                                  f"resume point ({folder})")
+                return folder
         if folder.exists():
             n = 1
             while (aside := folder.with_name(f"{stage}.interrupted-{n}")).exists():
@@ -986,7 +995,10 @@ class Pipeline:
         from dreamgym_agents.rl.curriculum import Curriculum, TemplateTaskGenerator, grounded_in
         from dreamgym_agents.rl.grpo import train_grpo
 
-        folder = self._stage_dir(stage)
+        # a dream stage goes on from its last resume point: nothing outside it depends on the
+        # batches it plays again (a real stage's go to the buffer and the model's refresh)
+        resumable = not real and not self.cfg.buffer_dream
+        folder = self._stage_dir(stage, resumable)
         family = self.family()
         held_out = self.held_out()
         tasks = held_out.keep(self.train_tasks(family), f"{stage}_tasks")
@@ -1034,7 +1046,8 @@ class Pipeline:
                                 on_batch=lambda figures: tick(1, figures),
                                 validate=self._validation(stage, folder, cfg),
                                 on_episodes=self._buffer_sink(stage, real=real, fresh=fresh,
-                                                              start=start))
+                                                              start=start),
+                                resumable=resumable)
         finally:
             pool.close()
             if llm_generator is not None:

@@ -39,6 +39,7 @@ task of each high-variance cluster (its own most varied, ties drawn) to the gene
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import logging
 import random
@@ -293,6 +294,19 @@ class Curriculum:
             self.variance[task.task_id] = reward_variance(group)
             self._rewards[task.task_id] = list(group)
             self._by_id.setdefault(task.task_id, task)
+
+    STATE = ("variance", "pool", "stats", "_known", "_by_id", "_made", "_rewards")
+
+    def state(self) -> dict[str, Any]:
+        """What the curriculum has learnt and made so far (a stage's resume point keeps it:
+        :meth:`restore`); its generator, checks and clusters are rebuilt from the settings."""
+        return {**{k: copy.deepcopy(getattr(self, k)) for k in self.STATE},
+                "rng": self.rng.getstate()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for k in self.STATE:
+            setattr(self, k, state[k])
+        self.rng.setstate(state["rng"])
 
     def cluster_variance(self) -> dict[int, float]:
         """Each cluster's variance: of all the latest rewards of its tasks played so far

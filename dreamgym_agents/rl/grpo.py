@@ -26,12 +26,14 @@ import copy
 import json
 import logging
 import math
+import os
+import pickle
 import shutil
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from dreamgym_agents.policy.model import (
 from dreamgym_agents.policy.sft import with_lora
 from dreamgym_agents.rl.curriculum import Curriculum
 from dreamgym_agents.rl.ppo import (
+    CRITIC_DIR,
     PPOSettings,
     check_algorithm,
     critic_body_for,
@@ -64,6 +67,9 @@ logger = logging.getLogger(__name__)
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 METRICS_FILE = "metrics.jsonl"
+RESUME_STATE = "dreamgym_resume.json"
+"""In a trainer checkpoint of a stage (``<stage>/trainer/checkpoint-<step>/``): what else the
+stage needs to go on from it; written last, so a checkpoint without it is not a resume point."""
 LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo")
 VLLM_MODES = ("server", "colocate")
 
@@ -133,6 +139,11 @@ class GRPOStageConfig:
             ``<stage>/kept/batch-<n>/``, with the stage's episodes and seconds so far in
             ``kept/kept.jsonl``: the points of a scaling curve
             (``benchmarks/dream_scaling.py``); the stage's result stays its own rule's.
+        resume_every: Keep a resume point every this many batches (``<stage>/trainer/``: the
+            weights, the optimiser, the random state, the rollouts' counters, the curriculum,
+            the stop rule), so that a stage killed mid-way goes on from its last point when
+            it is started again on the same folder (``train_grpo``'s ``resumable``; the
+            pipeline's dream stages); 0: never. Removed when the stage ends.
     """
 
     num_generations: int = 4
@@ -163,9 +174,10 @@ class GRPOStageConfig:
     keep_at: list[int] = field(default_factory=list)
     algorithm: str = "grpo"
     ppo: PPOSettings = field(default_factory=PPOSettings)
+    resume_every: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("validate_every", "validate_patience"):
+        for name in ("validate_every", "validate_patience", "resume_every"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
         check_algorithm(self.algorithm)
@@ -740,6 +752,7 @@ def train_grpo(
     on_batch: Callable[[dict[str, Any]], None] | None = None,
     validate: Validate | None = None,
     on_episodes: EpisodeSink | None = None,
+    resumable: bool = False,
 ) -> dict[str, Any]:
     """Continue training the policy in ``policy_path`` with multi-turn GRPO; save it to
     ``out_dir/policy``; return the stage's figures.
@@ -758,6 +771,10 @@ def train_grpo(
         validate: Plays a checkpoint on the validation split (:data:`Validate`); needed by,
             and only used with, ``cfg.validate_every``.
         on_episodes: Takes each batch's episodes (:data:`EpisodeSink`).
+        resumable: Keep resume points (``cfg.resume_every``) and go on from the last one in
+            ``out_dir`` (:func:`resume_point`): the caller says so where nothing outside this
+            function depends on the batches a resume plays again (``on_episodes`` is called
+            again for them).
     """
     try:
         import datasets
@@ -779,11 +796,16 @@ def train_grpo(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    every = cfg.resume_every if resumable else 0
+    point = resume_point(out) if every else None
+    resumed = json.loads((point / RESUME_STATE).read_text()) if point else None
     tokenizer, model = load_causal_lm(policy_path)
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
-    value_head = value_head_for(model, policy_path) if cfg.algorithm == "ppo" else None
-    critic_body = critic_body_for(policy_path, cfg.ppo) if cfg.algorithm == "ppo" else None
+    critic_from = point if point is not None else Path(policy_path)
+    value_head = value_head_for(model, critic_from) if cfg.algorithm == "ppo" else None
+    critic_body = critic_body_for(policy_path if point is None or not (point / CRITIC_DIR).is_dir()
+                                  else point, cfg.ppo) if cfg.algorithm == "ppo" else None
     # the compact layout's markers (the rollouts' book says where every turn starts anyway)
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
@@ -806,7 +828,10 @@ def train_grpo(
         lr_scheduler_type="constant",
         beta=cfg.beta, epsilon=cfg.epsilon, temperature=cfg.temperature,
         loss_type=cfg.loss_type,
-        use_cpu=device == "cpu", bf16=False, logging_steps=1, save_strategy="no", report_to=[],
+        use_cpu=device == "cpu", bf16=False, logging_steps=1, report_to=[],
+        # a resume point every `every` batches; the last two kept (the newer may be half made)
+        save_strategy="steps" if every else "no", save_steps=max(1, every * cfg.num_iterations),
+        save_total_limit=2,
         gradient_checkpointing=(device != "cpu" if cfg.gradient_checkpointing is None
                                 else cfg.gradient_checkpointing),
         seed=cfg.seed, data_seed=cfg.seed, max_completion_length=4096,
@@ -879,6 +904,67 @@ def train_grpo(
                 if validated(state.global_step, kw["model"]):
                     control.should_training_stop = True
 
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            save_resume_point(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+
+    followed = [out / ROLLOUTS_FILE, metrics_file, out / "kept" / "kept.jsonl"]
+
+    def save_resume_point(point: Path) -> None:
+        """What the trainer's checkpoint in ``point`` lacks to go on from it: the critic, the
+        rollouts' counters and budget, the curriculum, the stop rule (its best policy copied
+        in), the kept points, the records' lengths; :data:`RESUME_STATE` written last."""
+        if value_head is not None:
+            save_value_head(value_head, point)
+        if critic_body is not None:
+            save_critic_body(critic_body, point)
+        best = None
+        if rule is not None and rule.best is not None:
+            best = {k: v for k, v in rule.best.items() if k != "path"}
+            if rule.best["owned"]:
+                shutil.copytree(rule.best["path"], point / "best", dirs_exist_ok=True)
+            else:
+                best["path"] = str(rule.best["path"])
+        if curriculum is not None:
+            with open(point / "curriculum.pkl", "wb") as fh:
+                pickle.dump(curriculum.state(), fh)
+        state = {"batches": rollout.counters.batches, "counters": asdict(rollout.counters),
+                 "budget_used": rollout.budget.used if rollout.budget is not None else None,
+                 "rule": {"history": rule.history, "below": rule.below, "best": best}
+                 if rule is not None else None,
+                 "kept": kept, "seconds": time.perf_counter() - start,
+                 "sizes": {str(f): f.stat().st_size if f.is_file() else 0 for f in followed}}
+        tmp = point / (RESUME_STATE + ".tmp")
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        tmp.replace(point / RESUME_STATE)
+
+    if resumed is not None:  # go on from the resume point: the stage's state as it was then
+        assert point is not None
+        for name, size in resumed["sizes"].items():  # what the lost batches wrote goes
+            f = Path(name)
+            if f.is_file() and f.stat().st_size > size:
+                os.truncate(f, size)
+        rollout.counters = RolloutCounters(**resumed["counters"])
+        if rollout.budget is not None and resumed["budget_used"] is not None:
+            rollout.budget.used = int(resumed["budget_used"])
+        if curriculum is not None and (point / "curriculum.pkl").is_file():
+            with open(point / "curriculum.pkl", "rb") as fh:
+                curriculum.restore(pickle.load(fh))
+        if rule is not None and resumed["rule"] is not None:
+            r = resumed["rule"]
+            rule.history, rule.below = r["history"], r["below"]
+            if r["best"] is not None:
+                if "path" in r["best"]:
+                    rule.best = {**r["best"], "path": Path(r["best"]["path"])}
+                else:  # its copy, back in the rule's folder
+                    target = rule.folder / f"step-{r['best']['step']}"
+                    shutil.rmtree(target, ignore_errors=True)
+                    shutil.copytree(point / "best", target)
+                    rule.best = {**r["best"], "path": target}
+        kept[:] = resumed["kept"]
+        start = time.perf_counter() - float(resumed["seconds"])
+        logger.warning("%s: resuming after batch %d of %d (the resume point in %s)", stage,
+                       resumed["batches"], cfg.max_steps, point)
+
     def batch_metrics(figures: dict[str, Any]) -> None:
         with open(metrics_file, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(figures) + "\n")
@@ -900,10 +986,12 @@ def train_grpo(
         rollout_func=rollout, callbacks=[_Control()])
     # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
-    if rule is not None:  # the starting policy is a candidate too
+    if rule is not None and resumed is None:  # the starting policy is a candidate too
         validated(0)
     with PeakMemory() as memory:
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=str(point) if point else None)
+    if every:  # the stage is whole: its resume points are not needed any more
+        shutil.rmtree(out / "trainer", ignore_errors=True)
     save = out / "policy"
     if save.exists():
         shutil.rmtree(save)
@@ -973,6 +1061,17 @@ class PeakMemory:
         if self._thread is not None:
             self._thread.join()
         self.peak_mb = round(max(self.peak_mb, self.now_mb()), 1)
+
+
+def resume_point(stage_dir: str | Path) -> Path | None:
+    """The last whole resume point of a stage's folder (:attr:`GRPOStageConfig.resume_every`),
+    or None: a trainer checkpoint whose :data:`RESUME_STATE` was written."""
+    found = []
+    for path in (Path(stage_dir) / "trainer").glob("checkpoint-*"):
+        step = path.name.rpartition("-")[2]
+        if step.isdigit() and (path / RESUME_STATE).is_file():
+            found.append((int(step), path))
+    return max(found)[1] if found else None
 
 
 def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
