@@ -269,3 +269,34 @@ def test_ctrl_c_interrupts_local_generation_and_the_handler_is_restored():
         assert local.interrupted()
     finally:
         local.resume_local_generation()
+
+
+@pytest.mark.parametrize("signame, status, line", [
+    ("SIGTERM", 143, "terminated (SIGTERM): rerun the same command to resume"),
+    ("SIGINT", 130, "interrupted: rerun the same command to resume")])
+def test_a_signal_ends_a_command_with_one_line_saying_so(signame, status, line):
+    """``kill`` (SIGTERM) and Ctrl-C (SIGINT) end a command with one line saying what happened
+    and how to go on (typer alone would exit 130 without a word)."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time, typer\n"
+            "import dreamgym_agents.cli.main as m\n"
+            "app = typer.Typer()\n"
+            "@app.command()\n"
+            "def slow():\n"
+            "    print('ready', flush=True)\n"
+            "    time.sleep(60)\n"
+            "@app.command()\n"
+            "def other():\n"
+            "    pass\n"
+            "m.app = app\n"
+            "sys.exit(m.main(['slow']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status
+    assert err.strip().splitlines()[-1] == line

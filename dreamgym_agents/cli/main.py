@@ -297,8 +297,29 @@ def _on_sigint(signum: int, frame: Any) -> None:
     exit for a long answer to finish), then interrupt as Python does."""
     from dreamgym_agents.gateway.local import interrupt_local_generation
 
+    _STOPPED.append("SIGINT")
     interrupt_local_generation()
     signal.default_int_handler(signum, frame)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's stop): ended as Ctrl-C ends a command, saying so."""
+
+
+_STOPPED: list[str] = []
+"""The signals that stopped the running command (typer turns the interrupt into a plain exit
+status 130, so :func:`_main` reads here why the command ended)."""
+
+STOP_LINES = {"SIGINT": ("interrupted: rerun the same command to resume", 130),
+              "SIGTERM": ("terminated (SIGTERM): rerun the same command to resume", 143)}
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    from dreamgym_agents.gateway.local import interrupt_local_generation
+
+    _STOPPED.append("SIGTERM")
+    interrupt_local_generation()
+    raise Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,10 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)  # signal handlers belong to the main thread
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_term = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _main(argv)
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 LAUNCHABLE = ("train-experience",)
@@ -329,6 +352,8 @@ def _main(argv: list[str] | None) -> int:
     except (typer.Exit, click.exceptions.Exit) as exc:
         return exc.exit_code
     except (typer.Abort, click.exceptions.Abort):
+        if _STOPPED:
+            return _stopped()
         print("aborted", file=sys.stderr)
         return 130
     except (_ClickException, click.ClickException) as exc:
@@ -344,9 +369,10 @@ def _main(argv: list[str] | None) -> int:
     except DreamGymError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        if not _STOPPED:
+            _STOPPED.append("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
+        return _stopped()
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if os.environ.get("DG_DEBUG"):
             raise
@@ -354,7 +380,17 @@ def _main(argv: list[str] | None) -> int:
         print(f"internal error: {type(exc).__name__}: {first[0] if first else ''} "
               "(set DG_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
+    if _STOPPED:  # typer's exit status 130 for an interrupt: say why the command ended
+        return _stopped()
     return result if isinstance(result, int) else 0
+
+
+def _stopped() -> int:
+    """The line and exit status of a command a signal stopped (:data:`STOP_LINES`)."""
+    line, status = STOP_LINES[_STOPPED[0]]
+    _STOPPED.clear()
+    print(line, file=sys.stderr)
+    return status
 
 
 def _register_family_commands() -> None:
