@@ -670,7 +670,7 @@ def test_a_stage_killed_mid_way_goes_on_from_its_last_resume_point(tmp_path, alg
     every batch once (what the crashed batch wrote is gone)."""
     import logging
 
-    from dreamgym_agents.rl.grpo import RESUME_STATE, resume_point
+    from dreamgym_agents.rl.grpo import RESUME_STATE, resume_point, resumed_batches
 
     start = undecided_warm_start(tmp_path)
     pool = EnvPool(lambda: make_env()[0], 8)
@@ -687,7 +687,7 @@ def test_a_stage_killed_mid_way_goes_on_from_its_last_resume_point(tmp_path, alg
     with pytest.raises(RuntimeError, match="killed"):
         train_grpo(start, out, [SAY_HI], pool, cfg, on_batch=crash_in_batch_3, resumable=True)
     point = resume_point(out)
-    assert point is not None and point.name == "checkpoint-2"
+    assert point is not None and point.name == "checkpoint-2" and resumed_batches(out) == 2
     assert json.loads((point / RESUME_STATE).read_text())["batches"] == 2
     seen = []
     with caplog.at_level(logging.WARNING, logger="dreamgym_agents.rl.grpo"):

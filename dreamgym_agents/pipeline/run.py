@@ -1037,6 +1037,11 @@ class Pipeline:
                                         keys=getattr(family, "task_keys", None),
                                         algorithm=cfg.algorithm, family=family.name)
         tick = self.reporter.bar(f"{stage} steps", cfg.max_steps)
+        if resumable:  # the bar starts where the interrupted attempt's resume point stands
+            from dreamgym_agents.rl.grpo import resumed_batches
+
+            if done_before := resumed_batches(folder):
+                tick(done_before)
         fresh: list[Any] = []  # real episodes the experience model has not learnt from yet
         added_before = self.state.get("buffer_added", {}).get(stage, 0)
         try:

@@ -1074,6 +1074,12 @@ def resume_point(stage_dir: str | Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def resumed_batches(stage_dir: str | Path) -> int:
+    """The batches a stage's last resume point had played (0: none)."""
+    point = resume_point(stage_dir)
+    return int(json.loads((point / RESUME_STATE).read_text())["batches"]) if point else 0
+
+
 def vllm_args(cfg: GRPOStageConfig) -> dict[str, Any]:
     """The stage's vLLM settings as TRL's ``GRPOConfig`` fields (none when it does not use it)."""
     if not cfg.use_vllm:
