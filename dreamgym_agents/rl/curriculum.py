@@ -180,9 +180,10 @@ def kmeans(vectors: Any, k: int, seed: int = 0, iterations: int = 50) -> list[in
         centres.append(x[rng.choice(n, p=d / d.sum())])
     c = np.array(centres)
     labels = np.zeros(n, dtype=int)
-    for _ in range(iterations):
-        new = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
-        if _ and (new == labels).all():
+    norms = (x * x).sum(1)[:, None]
+    for it in range(iterations):  # squared distances without an n × k × width array
+        new = (norms - 2 * x @ c.T + (c * c).sum(1)[None]).argmin(1)
+        if it and (new == labels).all():
             break
         labels = new
         for j in range(len(c)):

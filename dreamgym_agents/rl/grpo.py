@@ -1035,9 +1035,8 @@ class PeakMemory:
     @staticmethod
     def now_mb() -> float:
         try:
-            import os
-
-            pages = int(open("/proc/self/statm").read().split()[1])
+            with open("/proc/self/statm") as fh:
+                pages = int(fh.read().split()[1])
             return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
         except (OSError, ValueError, IndexError):
             import resource
