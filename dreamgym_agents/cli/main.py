@@ -341,6 +341,7 @@ LAUNCHABLE = ("train-experience",)
 
 
 def _main(argv: list[str] | None) -> int:
+    _STOPPED.clear()  # a signal of an earlier command in this process is not this one's
     try:
         words = sys.argv[1:] if argv is None else argv
         command = next((w for w in words if not w.startswith("-")), None)
