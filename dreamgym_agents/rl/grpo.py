@@ -802,10 +802,11 @@ def train_grpo(
     tokenizer, model = load_causal_lm(policy_path)
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
-    critic_from = point if point is not None else Path(policy_path)
-    value_head = value_head_for(model, critic_from) if cfg.algorithm == "ppo" else None
-    critic_body = critic_body_for(policy_path if point is None or not (point / CRITIC_DIR).is_dir()
-                                  else point, cfg.ppo) if cfg.algorithm == "ppo" else None
+    value_head = critic_body = None
+    if cfg.algorithm == "ppo":  # the critic as the resume point left it, else the policy's
+        value_head = value_head_for(model, point or policy_path)
+        critic_body = critic_body_for(point if point and (point / CRITIC_DIR).is_dir()
+                                      else policy_path, cfg.ppo)
     # the compact layout's markers (the rollouts' book says where every turn starts anyway)
     compact = turn_format(tokenizer, policy_cfg.turn_format) == "compact"
     user_id = tokenizer.convert_tokens_to_ids(USER) if compact else -1
