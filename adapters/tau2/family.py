@@ -152,6 +152,16 @@ class Tau2Family(FamilyBase):
     def state_format(self) -> Any:
         return Tau2StateFormat()
 
+    @staticmethod
+    def embedded_recipe_defaults() -> dict[str, Any]:
+        """The oracle on every train task, the noisy oracle on every one and the random agent
+        on half of them (no quitter, explorers, relabelled endings or judge examples: those
+        are the web's); episodes as long as τ²'s gold solutions need; state version 1."""
+        return {"oracle_tasks": 60, "noisy_tasks": 60, "quitter_tasks": 0, "random_tasks": 30,
+                "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
+                "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
+                "max_steps": 30, "state_version": 1, "max_length": 2048}
+
     def experience_codec(self, version: int | None = None) -> Any:
         from dreamgym_agents.experience.codec import PlainCodec
 
