@@ -152,6 +152,12 @@ class Tau2Family(FamilyBase):
     def state_format(self) -> Any:
         return Tau2StateFormat()
 
+    def policy_view(self) -> Any:
+        """The tools as signatures, then the transcript (:class:`.view.Tau2View`)."""
+        from dreamgym_agents.adapters.tau2.view import Tau2View
+
+        return Tau2View(domain_tools(self.domain, self.solo))
+
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
         """The oracle on every train task, the noisy oracle on every one and the random agent

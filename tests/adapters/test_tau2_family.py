@@ -189,3 +189,18 @@ def test_no_gold_answer_reaches_a_policy_or_the_experience_models_prompt(retail,
                                model.requests])
             assert model.requests and not [g for g in gold if g in seen], task.task_id
     assert checked >= 8
+
+
+def test_the_policy_sees_the_tools_and_a_long_transcripts_ends(telecom):
+    from dreamgym_agents.policy.model import PolicyConfig, view_of
+
+    task = telecom.load_tasks("test")[0]
+    view = view_of(task)
+    state = "\n".join(["Domain: telecom", "Ticket: my phone has no data",
+                       *(f"Call {n}: check_status_bar()" for n in range(1, 200))])
+    page = view.page(state, task.intent, PolicyConfig(max_state_lines=20))
+    lines = page.splitlines()
+    assert lines[0].startswith("Tools: ") and "get_customer_by_phone(phone_number)" in lines[0]
+    assert lines[0].endswith("done()") and len(lines) == 20
+    assert lines[1:3] == ["Domain: telecom", "Ticket: my phone has no data"]
+    assert lines[3].startswith("(… ") and lines[-1] == "Call 199: check_status_bar()"
