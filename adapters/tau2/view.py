@@ -8,6 +8,8 @@ its end.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dreamgym_agents.adapters.tau2.actions import STOP
 from dreamgym_agents.adapters.tau2.data import DomainTools
 from dreamgym_agents.policy.model import PlainView, PolicyConfig
@@ -27,6 +29,7 @@ class Tau2View(PlainView):
     def __init__(self, tools: DomainTools) -> None:
         super().__init__()
         self.tools = tools
+        self._grammar: Any = None
         self.tools_line = "Tools: " + "; ".join(
             [*(tools.signature(name) for name in tools.by_name), f"{STOP}()"])
 
@@ -41,3 +44,15 @@ class Tau2View(PlainView):
                      f"(… {len(lines) - OPENING_LINES - tail} earlier lines)",
                      *lines[len(lines) - tail:]]
         return "\n".join([self.tools_line, *lines])
+
+    def grammar(self, state: str, intent: str, cfg: PolicyConfig) -> Any:
+        """In solo mode, a tool call of the domain's shape (:class:`.grammar.ToolCallGrammar`);
+        with a customer, none: a message is free text."""
+        del state, intent
+        if not cfg.constrained_decoding or not self.tools.solo:
+            return None
+        if self._grammar is None:
+            from dreamgym_agents.adapters.tau2.grammar import ToolCallGrammar
+
+            self._grammar = ToolCallGrammar(self.tools)
+        return self._grammar

@@ -204,3 +204,36 @@ def test_the_policy_sees_the_tools_and_a_long_transcripts_ends(telecom):
     assert lines[0].endswith("done()") and len(lines) == 20
     assert lines[1:3] == ["Domain: telecom", "Ticket: my phone has no data"]
     assert lines[3].startswith("(… ") and lines[-1] == "Call 199: check_status_bar()"
+
+
+def test_the_grammar_takes_every_gold_call_and_refuses_wrong_shapes():
+    from dreamgym_agents.adapters.tau2.actions import Tau2ActionSet
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+    from dreamgym_agents.adapters.tau2.data import domain_tools
+    from dreamgym_agents.adapters.tau2.grammar import ToolCallGrammar
+
+    for name in ("tau2", "tau2.retail", "tau2.airline"):
+        family = make_family(name)
+        tools = domain_tools(family.domain, family.solo)
+        grammar, actions = ToolCallGrammar(tools), Tau2ActionSet(tools)
+        calls = [a for s in ("train", "test") for t in family.load_tasks(s)
+                 for a in gold_plan(t) if "(" in a.split(" ", 1)[0]]
+        assert len(calls) > 100
+        refused = [a for a in calls if not grammar.accepts(a)]
+        assert not refused, refused[:3]
+        for call in calls[:50]:  # every prefix of a call stays inside the grammar
+            s = grammar.start
+            for byte in call.encode():
+                s = grammar.step(s, byte)
+                assert s is not None, call
+            assert actions.parse(call)  # and τ²'s schema check agrees
+    grammar = ToolCallGrammar(domain_tools("telecom", True))
+    assert grammar.accepts("done()") and grammar.accepts("toggle_airplane_mode()")
+    for bad in ("fly()", "get_customer_by_phone()", "get_customer_by_phone(phone_number=5)",
+                "get_customer_by_phone(phone='5')", "toggle_airplane_mode() and more",
+                "get_customer_by_phone(phone_number='5'"):
+        assert not grammar.accepts(bad), bad
+    # an argument's shape: an integer for an integer, a list of strings for one
+    retail = ToolCallGrammar(domain_tools("retail", False))
+    assert retail.accepts("get_order_details(order_id='#W1')")
+    assert not retail.accepts("get_order_details(order_id=['#W1'])")
