@@ -44,6 +44,11 @@ TAU2_MAX_STEPS = 1000
 _ROLES = ("tool: ", "user: ", "assistant: ")
 
 
+def _one_line(reason: str) -> str:
+    """τ²'s error text cut to its first line (it dumps whole messages after it)."""
+    return reason.strip().splitlines()[0] if reason.strip() else ""
+
+
 def initial_state(task: Task) -> str:
     """The state an episode of ``task`` starts in before any message (solo: the ticket)."""
     domain = str(task.config.get("domain", ""))
@@ -131,7 +136,8 @@ class Tau2Env:
         observation, _info = gym.reset()
         self._gym, self._task, self._turn = gym, task, 0
         if gym._simulation_done.is_set():  # τ² swallowed an error in its orchestrator thread
-            reason = last_error(tau2_id) or "the simulation ended before the agent's first turn"
+            reason = (_one_line(last_error(tau2_id))
+                      or "the simulation ended before the agent's first turn")
             raise EnvError(f"τ² episode {task.task_id} could not start"
                            f"{'' if self.solo else f' (customer model {self.user_model})'}: "
                            f"{reason}")
@@ -158,10 +164,10 @@ class Tau2Env:
         if terminated:
             self._open = False
             if self._gym._simulation_run is None:  # the orchestrator raised (a customer model)
-                tau2_id = str(self._task.config["tau2_id"])
+                reason = _one_line(last_error(str(self._task.config["tau2_id"])))
                 raise EnvError(f"τ² episode {self._task.task_id} failed at step {self._turn}"
                                f"{'' if self.solo else f' (customer model {self.user_model})'}"
-                               f": {last_error(tau2_id) or 'its simulation ended without a run'}")
+                               f": {reason or 'its simulation ended without a run'}")
         lines = [self._state,
                  (f"Said {self._turn}: {normalize_text(parsed.text)}" if parsed.is_message
                   else f"Call {self._turn}: {parsed.written()}")]

