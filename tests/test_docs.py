@@ -1,0 +1,72 @@
+"""The first page and the docs stay true: every command README's table names exists, every
+internal link of the docs resolves, and README's headline figures are the committed tables'."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs").glob("*/README.md")),
+         *sorted((ROOT / "adapters").glob("*/README.md"))]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _table_rows(text: str, heading: str) -> list[list[str]]:
+    section = text.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if line.startswith("|")]
+    return rows[2:]  # past the header and its rule
+
+
+def test_readme_is_a_first_page():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 160
+    assert lines[3].startswith("make run") and lines[4].startswith("make test")
+
+
+@pytest.mark.parametrize("command", sorted({re.search(r"`dg-agents (\S+)`", r[0]).group(1)
+                                            for r in _table_rows(README.read_text(), "Commands")}))
+def test_every_command_in_the_readme_exists(command, capsys):
+    from dreamgym_agents.cli.main import main
+
+    assert main([command, "--help"]) == 0
+    assert "Usage" in capsys.readouterr().out
+
+
+def test_every_internal_link_resolves():
+    broken = []
+    for page in PAGES:
+        for target in _LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # a web address or an anchor of the page itself
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)} → {target}")
+    assert not broken, broken
+
+
+def test_the_readmes_results_are_the_committed_tables():
+    rows = _table_rows(README.read_text(), "Results")
+    files = {"webarena": "table1_web_k5", "alfworld": "table1_alfworld_k5"}
+    assert {r[0].split(" ", 1)[0] for r in rows} == set(files)
+    for row in rows:
+        table = json.loads((ROOT / "docs" / files[row[0].split(" ", 1)[0]] / "table.json")
+                           .read_text())
+        by = {r["row"]: r for r in table["rows"]}
+        assert f"{table['tasks']} " in row[0]
+
+        def shown(r: dict) -> str:
+            return (f"{r['success_mean']:.3f}" if r["row"] == "SFT"
+                    else f"{r['success_mean']:.3f} ± {r['success_std']:.3f}")
+
+        assert row[1:4] == [shown(by["SFT"]), shown(by["GRPO-real(N)"]), shown(by["DreamGym"])]
+        assert row[5] == shown(by["DreamGym-S2R"])
+        paired = by["DreamGym"]["paired"]["SFT"]
+        expected = f"{paired['diff']:+.3f} [{paired['low']:+.3f}, {paired['high']:+.3f}]"
+        assert row[4] == expected.replace("-", "−")
