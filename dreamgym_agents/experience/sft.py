@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents import launch
+from dreamgym_agents import launch, tracking
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.gateway.local import configure_torch_threads
 
@@ -288,7 +288,8 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     logger.info("SFT passes on %s in %s", device, "bfloat16 autocast" if bf16 else "float32")
     trainer = _weighted_trainer_class(trl, bf16=bf16, device=device)(
         model=model, args=args, train_dataset=train_set, processing_class=tokenizer,
-        data_collator=_WeightedCollator(tokenizer.pad_token_id), callbacks=[_Budget()],
+        data_collator=_WeightedCollator(tokenizer.pad_token_id),
+        callbacks=[_Budget(), *tracking.trainer_callbacks(f"sft-{out.name}")],
         optimizers=optimizers)
     if on_step is not None:  # the caller shows progress (and the losses): no printed log dicts
         trainer.remove_callback(transformers.trainer_callback.PrinterCallback)

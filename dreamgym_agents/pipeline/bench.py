@@ -356,8 +356,14 @@ def _finished_state(folder: Path, run_cfg: PipelineConfig) -> dict[str, Any] | N
 
 
 def _settings(run_cfg: PipelineConfig) -> dict[str, Any]:
-    """A run's settings as its folder's config file and its record hold them (plain JSON)."""
-    return json.loads(json.dumps(asdict(run_cfg)))
+    """A run's settings as its folder's config file and its record hold them (plain JSON),
+    those that change only what a run shows (:data:`~.run.WATCH_ONLY`) left out."""
+    from dreamgym_agents.pipeline.run import WATCH_ONLY
+
+    settings = json.loads(json.dumps(asdict(run_cfg)))
+    for key in WATCH_ONLY:
+        settings.pop(key, None)
+    return settings
 
 
 RECORDS = "records"

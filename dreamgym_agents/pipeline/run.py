@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dreamgym_agents import tracking
 from dreamgym_agents.errors import ConfigError, PartialBuildError
 from dreamgym_agents.experience.dream import REWARD_SOURCES
 from dreamgym_agents.experience.refresh import ExperienceRefreshConfig
@@ -83,6 +84,10 @@ class PipelineConfig:
             stays the embedded recipe's.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
+        tracking: Where the run's figures and its trainers' logs also go as they come:
+            ``none`` (``metrics.jsonl`` only) or ``tensorboard`` (event files in
+            ``DIR/tracking``: :mod:`~dreamgym_agents.tracking`). What a run shows, not what it
+            computes: a run resumes under another tracking.
         eval_split: The split the evaluations read: ``test`` for reported figures,
             ``validation`` while tuning (settings, recipes, design choices), so that the test
             split is not tuned on. Training never sees either (:mod:`dreamgym_agents.heldout`).
@@ -156,6 +161,7 @@ class PipelineConfig:
     use_reasoning: bool = True
     eval_split: str = "test"
     eval_limit: int | None = None
+    tracking: str = "none"
     eval_concurrency: int = 4
     eval_max_steps: int = 15
     dream_eval_types: list[str] | str | None = "family"
@@ -182,6 +188,7 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}: use quick or full")
+        tracking.check_kind(self.tracking)
         if self.eval_split not in ("validation", "test"):
             raise ConfigError(f"eval_split must be validation (while tuning) or test (reported "
                               f"figures), got {self.eval_split!r}")
@@ -426,6 +433,8 @@ class Pipeline:
         path = self.out / CONFIG_FILE
         if path.exists():
             previous = json.loads(path.read_text())
+            for key in WATCH_ONLY:  # what the run shows, not what it computes
+                previous[key] = config[key]
             if previous != config:
                 # a setting added to the code after the run began resumes at its default
                 added = added_at_defaults(previous, config)
@@ -481,6 +490,10 @@ class Pipeline:
     def _metric(self, line: dict[str, Any]) -> None:
         with open(self.out / METRICS_FILE, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"time": round(time.time(), 1), **line}) + "\n")
+        tracker = tracking.current()
+        if tracker is not None and line.get("event") == "done":
+            figures = {k: v for k, v in line.items() if k not in ("stage", "event")}
+            tracker.log(str(line.get("stage")), figures, len(self.state["done"]))
 
     def _stage_dir(self, stage: str, resumable: bool = False) -> Path:
         """A fresh folder for a training stage; an interrupted attempt's is kept aside, unless
@@ -518,17 +531,18 @@ class Pipeline:
         self._open_folder()
         self.state.setdefault("wall_seconds", 0.0)
         try:
-            for i, stage in enumerate(self.stages[:last + 1], 1):
-                if stage in self.state["done"]:
-                    continue
-                self.reporter.stage(stage, i, len(self.stages))
-                began = time.perf_counter()
-                result = getattr(self, f"stage_{stage}")()
-                result["seconds"] = round(time.perf_counter() - began, 1)
-                self.state["wall_seconds"] = round(
-                    self.state["wall_seconds"] + time.perf_counter() - start, 1)
-                start = time.perf_counter()
-                self._finish(stage, result)
+            with tracking.active(self.cfg.tracking, self.out / "tracking"):
+                for i, stage in enumerate(self.stages[:last + 1], 1):
+                    if stage in self.state["done"]:
+                        continue
+                    self.reporter.stage(stage, i, len(self.stages))
+                    began = time.perf_counter()
+                    result = getattr(self, f"stage_{stage}")()
+                    result["seconds"] = round(time.perf_counter() - began, 1)
+                    self.state["wall_seconds"] = round(
+                        self.state["wall_seconds"] + time.perf_counter() - start, 1)
+                    start = time.perf_counter()
+                    self._finish(stage, result)
         finally:
             self.close()
         if "report" not in self.state["done"]:
@@ -1296,10 +1310,17 @@ def dream_tasks(tasks: list[Any], family: Any,
     return [t for t in tasks if set(family.task_eval_types(t)) <= allowed]
 
 
+WATCH_ONLY = ("tracking",)
+"""Settings that change what a run shows, not what it computes: a run resumes, and a bench
+takes a record, whatever they were."""
+
+
 def added_at_defaults(previous: dict[str, Any], config: dict[str, Any]) -> dict[str, Any] | None:
     """The settings of a run's ``config`` that its ``previous`` one lacks, each at its default
     (settings added to the code since it was recorded: the same run); None when the two
     differ otherwise."""
+    previous, config = ({k: v for k, v in side.items() if k not in WATCH_ONLY}
+                        for side in (previous, config))
     if previous == config:
         return {}
     default = _flat(json.loads(json.dumps(asdict(PipelineConfig()))))

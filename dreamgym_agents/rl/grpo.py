@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dreamgym_agents import tracking
 from dreamgym_agents.episodes.graph import EnvPool, play_episodes
 from dreamgym_agents.errors import ConfigError, DreamGymError, MissingExtraError
 from dreamgym_agents.experience.sft import body_and_head, last_hidden
@@ -984,7 +985,7 @@ def train_grpo(
     trainer = trainer_class(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
-        rollout_func=rollout, callbacks=[_Control()])
+        rollout_func=rollout, callbacks=[_Control(), *tracking.trainer_callbacks(stage)])
     # Each step's logs go to metrics.jsonl (above); the stage's bar shows progress.
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
     if rule is not None and resumed is None:  # the starting policy is a candidate too
