@@ -337,8 +337,8 @@ class EpisodeRollout:
         self.on_batch = on_batch
         self.on_episodes = on_episodes
         self.counters = RolloutCounters()
-        self.outcomes: list[tuple[float, bool]] = []
-        """The last batch's ``(reward, ended by the task)`` per row (PPO's GAE reads them)."""
+        self.outcomes: list[float] = []
+        """The last batch's reward per row (PPO's GAE reads them)."""
         self._policy: PolicyModel | None = None
         self.constraints = ConstraintBook()
         """The decoding constraint of every sampled token of the current batch, for the
@@ -390,7 +390,7 @@ class EpisodeRollout:
                 out["env_mask"].append(tokens.env_mask)
                 self.constraints.add(tokens)
                 rewards.append(1.0 if outcome.success else 0.0)
-                self.outcomes.append((rewards[-1], outcome.termination != "max_steps"))
+                self.outcomes.append(rewards[-1])  # a cut episode failed: nothing follows
             else:  # kept out of the loss: every token masked, a neutral reward (below)
                 self.counters.masked_episodes += 1
                 head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.eos_id]
@@ -398,7 +398,7 @@ class EpisodeRollout:
                 out["completion_ids"].append([policy.eos_id])
                 out["env_mask"].append([0])
                 rewards.append(None)
-                self.outcomes.append((0.0, True))
+                self.outcomes.append(0.0)
         if self.budget is not None:  # every real step, those of episodes the budget cut too
             self.counters.real_transitions = self.budget.used
         if self.on_episodes is not None and played:

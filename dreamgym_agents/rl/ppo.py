@@ -14,8 +14,13 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
   critic can have a network of its own (``critic: separate``, a copy of the starting policy, or
   ``lora``, that copy frozen with the critic's own adapters): a second forward pass.
 - **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`: the outcome as
-  the last turn's reward; an episode the step limit cut is bootstrapped from its last turn's
-  value, truncation not being termination), each turn's advantage on its action tokens, the
+  the last turn's reward; an episode the step limit cut ends there with its 0, as the
+  evaluation scores it: the step limit is part of the task and the policy's view does not show
+  the steps left, and bootstrapping a cut episode from the critic paid a timeout what its
+  state was worth, so running out the clock earned nothing worse than 0 advantage while a
+  wrong ending earned a negative one: the toy task of ``tests/test_ppo.py`` drifted into
+  invalid actions until it timed out, success 0.9 → 0.1), each turn's advantage on its action
+  tokens, the
   environment's tokens masked (in reward units by default; ``normalize_advantages`` scales them
   by their spread over the batch's turns, never centring them: a turn that changed nothing is
   pushed neither way).
@@ -202,15 +207,15 @@ def save_value_head(value_head: Any, target: str | Path) -> None:
               str(Path(target) / VALUE_HEAD_FILE))
 
 
-def token_targets(values: Any, action: Any, outcomes: list[tuple[float, bool]],
+def token_targets(values: Any, action: Any, outcomes: list[float],
                   settings: PPOSettings) -> dict[str, Any]:
     """Per-token PPO targets of a batch (tensors of shape (batch, tokens)).
 
     Args:
         values: The critic's values at each completion token (:func:`~.grpo.turn_logps`).
         action: 1 on the policy's action tokens, 0 on the environment's and on padding.
-        outcomes: Each row's episode reward and whether the task ended it (False: the step
-            limit cut it, or a budget).
+        outcomes: Each row's episode reward (the outcome, 0 for an episode the step limit
+            cut: nothing follows the last turn of any episode trained on).
         settings: γ and λ.
 
     Returns:
@@ -224,14 +229,14 @@ def token_targets(values: Any, action: Any, outcomes: list[tuple[float, bool]],
     advantages = torch.zeros_like(values)
     returns = torch.zeros_like(values)
     turn_start = torch.zeros_like(values)
-    for b, (reward, terminal) in enumerate(outcomes):
+    for b, reward in enumerate(outcomes):
         runs = action_runs(action[b].tolist())
         if not runs:  # an episode kept out of the loss (an infrastructure failure)
             continue
         turn_values = [float(values[b, start]) for start, _ in runs]
         rewards = [0.0] * (len(runs) - 1) + [float(reward)]
         adv, ret = turn_gae(rewards, turn_values, gamma=settings.gamma, lam=settings.lam,
-                            terminal=terminal, last_value=turn_values[-1])
+                            terminal=True)
         for (start, end), a, r in zip(runs, adv, ret, strict=True):
             advantages[b, start:end] = a
             returns[b, start] = r
@@ -268,7 +273,7 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
             so that this module does not import the trainer's).
         value_head: The critic head (:func:`value_head_for`).
         settings: PPO's settings.
-        outcomes: Returns the last batch's ``(reward, terminal)`` per row, in the rollout's
+        outcomes: Returns the last batch's reward per row, in the rollout's
             order (:meth:`~.grpo.EpisodeRollout.outcomes`).
         num_iterations: Optimisation steps per batch (for the critic's warm-up in batches).
     """
