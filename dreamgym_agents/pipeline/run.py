@@ -85,8 +85,9 @@ class PipelineConfig:
         use_retrieval: Ablation: the experience model retrieves no real transitions.
         use_reasoning: Ablation: the experience model writes no reasoning.
         tracking: Where the run's figures and its trainers' logs also go as they come:
-            ``none`` (``metrics.jsonl`` only) or ``tensorboard`` (event files in
-            ``DIR/tracking``: :mod:`~dreamgym_agents.tracking`). What a run shows, not what it
+            ``none`` (``metrics.jsonl`` only), ``tensorboard`` (event files in
+            ``DIR/tracking``), ``wandb`` (an offline W&B run there) or ``trackio`` (a local
+            trackio run): :mod:`~dreamgym_agents.tracking`. What a run shows, not what it
             computes: a run resumes under another tracking.
         eval_split: The split the evaluations read: ``test`` for reported figures,
             ``validation`` while tuning (settings, recipes, design choices), so that the test
@@ -531,7 +532,7 @@ class Pipeline:
         self._open_folder()
         self.state.setdefault("wall_seconds", 0.0)
         try:
-            with tracking.active(self.cfg.tracking, self.out / "tracking"):
+            with tracking.active(self.cfg.tracking, self.out / "tracking", self.out.name):
                 for i, stage in enumerate(self.stages[:last + 1], 1):
                     if stage in self.state["done"]:
                         continue
