@@ -1,4 +1,4 @@
-"""Benchmark scripts whose figures docs/RESULTS.md quotes."""
+"""Benchmark scripts whose figures docs/history/results-2026-11-to-12.md quotes."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def test_dream_concurrency_plays_the_dream_against_the_latency_server(tmp_path, 
         assert row["steps"] == row["episodes"] * 2 == row["em_calls"]
         assert row["em_failures"] == 0 and row["steps_per_s"] > 0
         assert row["ideal"] == row["concurrency"] / 0.05
-    # the buffer's memory index in the dream (what the curve in docs/RESULTS.md plays)
+    # the buffer's memory index in the dream (what the curve in
+    # docs/history/results-2026-11-to-12.md plays)
     monkeypatch.setattr(sys, "argv", ["dream_concurrency", "--task", "alfworld", "--latency",
                                       "0.05", "--levels", "3", "--max-steps", "2", "--set",
                                       "buffer.index=memory", "--json", str(out)])

@@ -2,7 +2,8 @@
 
 Chroma answers a filtered query (``where``) through SQLite and its HNSW graph: ~20-40 ms of CPU
 for a few thousand records on this machine, under one lock, which caps a dream against a hosted
-experience model at a few dozen steps a second whatever its concurrency (docs/RESULTS.md, "the
+experience model at a few dozen steps a second whatever its concurrency
+(docs/history/results-2026-11-to-12.md, "the
 dream's throughput by concurrency"). This index holds a snapshot of the collection (ids,
 normalised vectors, metadata, documents) and answers the same queries by brute force: one
 matrix-vector product and a filter mask, ~1-3 ms for 5,000 records, with no lock held.

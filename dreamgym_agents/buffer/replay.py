@@ -101,7 +101,8 @@ class BufferConfig:
             differ from Chroma's only in the order of equally similar records and where
             Chroma's approximate graph misses one (on the shipped bundles' held-out runs: the
             same demonstrations for 99 % of ALFWorld's and 92 % of the web's steps, the same
-            verdicts for 100 % and 99.7 %; docs/RESULTS.md). ``chroma``: Chroma's filtered HNSW
+            verdicts for 100 % and 99.7 %; docs/history/results-2026-11-to-12.md). ``chroma``:
+            Chroma's filtered HNSW
             query, one at a time (~40 ms each on a bundle's buffer: at high concurrency the
             dream waits on it). Chroma stays the store either way (``path`` or ``url``).
     """

@@ -1,7 +1,8 @@
 """``dg-agents dream --workers N``: the dream's episodes played by N processes.
 
 One Python process plays a dream against a hosted experience model at ~20 ms of CPU a step
-(docs/RESULTS.md, "the dream's throughput by concurrency"): at high concurrency and low latency
+(docs/history/results-2026-11-to-12.md, "the dream's throughput by concurrency"): at high
+concurrency and low latency
 that, not the model, bounds its steps per second. With ``--workers N`` the pending tasks are
 dealt round-robin to N spawned processes; each plays its share with its share of
 ``--concurrency`` into ``OUT/workers/wI`` (a resumable run folder of its own, with the run's

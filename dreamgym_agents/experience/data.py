@@ -54,12 +54,12 @@ class ExampleConfig:
             on the verdict and the outcome only (``"loss": "decisions"``). A small model learns
             to read a verdict off the checks line from many cheap examples, then does so in
             full prompts, where the checks and the tally are the last lines too (measured:
-            docs/RESULTS.md).
+            docs/history/results-2026-11-to-12.md).
         contrast_repeat: Times an example is included when its reward differs from that of
             most of its retrieved demonstrations: there the answer cannot be copied from the
             demonstrations, and such steps are few (ALFWorld: another object moved into the
             goal's receptacle, retrieved next to the expert's rewarded moves into it, was
-            rewarded in the dream: docs/RESULTS.md).
+            rewarded in the dream: docs/history/results-2026-11-to-12.md).
     """
 
     top_k: int = 3
@@ -146,7 +146,8 @@ def decision_spans(completion: str, codec: ExperienceCodec, *,
         if completion.startswith("@", first) and line_end > first:
             # A reference: whether and how the page changes is the next line, its first edit
             # or the block's end (recipe v25 wrote a fill's page as '@state' and stopped there,
-            # the typed value lost, for 75 of 97 held-out fills: docs/RESULTS.md).
+            # the typed value lost, for 75 of 97 held-out fills:
+            # docs/history/results-2026-11-to-12.md).
             after = completion.find("\n", line_end + 1)
             end = after if after > line_end else len(completion)
         spans.append((first, end))

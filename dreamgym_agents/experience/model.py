@@ -194,7 +194,8 @@ def retrieve_demos(
     share the current step's outcome most of the time (a giving-up answer on the home page
     finds other giving-up answers there) and do not show what tells a right answer from a
     wrong one; a small model trained on them copied their outcome whatever the answer
-    (measured: docs/RESULTS.md). Other steps take :data:`STEP_CANDIDATES` nearest transitions
+    (measured: docs/history/results-2026-11-to-12.md). Other steps take :data:`STEP_CANDIDATES`
+    nearest transitions
     by embedding and keep the ``k`` the codec ranks first (``ExperienceCodec.rank_step_demos``:
     the web codec's is the same action on the same target, then the most lines in common).
     """
@@ -302,7 +303,8 @@ def parse_experience_output(text: str) -> ExperienceOutput:
     otherwise (``<reward>1`` with ``<success>false``, or a success that is not done) is
     unreadable, not silently resolved: a small model that loses its thread in a long rationale
     writes such answers, and reading its stray ``<reward>1`` as a success ended 38 ordinary
-    steps of recipe v18's fidelity run as successes (docs/RESULTS.md). The caller retries.
+    steps of recipe v18's fidelity run as successes (docs/history/results-2026-11-to-12.md). The
+    caller retries.
 
     Raises:
         ExperienceParseError: ``next_state``, ``reward`` or ``done`` is absent or unreadable, or

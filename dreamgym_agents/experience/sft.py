@@ -10,11 +10,12 @@ reasoning's conclusion, the outcome, which page comes next; see
 :func:`~dreamgym_agents.experience.data.decision_spans`) weigh ``decision_weight``
 times the others. Unweighted, a final answer's verdict is a handful of tokens among hundreds of
 copied page lines, and a small model trained for minutes learned the page and not the verdict
-(measured: docs/RESULTS.md). The LM head is applied to completion positions only, which on a CPU
+(measured: docs/history/results-2026-11-to-12.md). The LM head is applied to completion positions
+only, which on a CPU
 saves a quarter of the compute of a small model with a large vocabulary. On a CPU with native
 bfloat16 (AVX512-BF16, AMX) the forward and backward passes run under bfloat16 autocast, the
 weights, the optimizer and the loss staying in float32: 1.3-1.5x the steps in the same time on the
-embedded default's shape (measured: docs/RESULTS.md).
+embedded default's shape (measured: docs/history/results-2026-11-to-12.md).
 
 A run trains its fixed number of steps on any machine (a slow one takes longer); a time budget
 only stops it early, and the result then says it is partial (``SFTResult.partial``): callers
@@ -492,7 +493,7 @@ def cosine_schedule(model: Any, learning_rate: float, steps: int) -> tuple[Any, 
     ``WARMUP_SHARE`` of ``steps`` and a cosine to 0 at the last step. The schedule depends on the
     step alone, never on the clock: the same data and seed train the same model on any machine
     (recipe v30 and earlier followed the clock on a machine too slow for a time budget, and a
-    slow machine built a different, weaker model; docs/RESULTS.md)."""
+    slow machine built a different, weaker model; docs/history/results-2026-11-to-12.md)."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]

@@ -4,7 +4,8 @@ The reference path (:class:`~dreamgym_agents.gateway.local.Batcher`) hands each 
 requests to transformers' ``generate``: a request that arrives while a batch runs waits for the
 whole batch to end, and every token pays ``generate``'s per-step bookkeeping (about 19 ms a
 decoding step of an 8-row batch of the 2M-parameter embedded experience model, measured:
-docs/RESULTS.md), though the model's arithmetic for that step is a few microseconds a row.
+docs/history/results-2026-11-to-12.md), though the model's arithmetic for that step is a few
+microseconds a row.
 
 :class:`ContinuousBatcher` keeps one running batch per model instead:
 

@@ -11,7 +11,8 @@ request waiting when it starts a batch (greedy requests together, unseeded sampl
 the same settings together, a seeded request alone so its sample stays reproducible), so
 concurrent callers (dream rollouts, fidelity runs, RL groups) share the forward passes instead of
 queueing behind one another. A small model on a CPU costs about the same per token for 8 rows as
-for one (measured: docs/RESULTS.md). Prompts are left-padded with an attention mask; a batched
+for one (measured: docs/history/results-2026-11-to-12.md). Prompts are left-padded with an attention
+mask; a batched
 greedy answer equals the answer alone up to floating-point summation order.
 
 ``transformers`` and ``torch`` belong to the ``train`` extra: without them a call raises

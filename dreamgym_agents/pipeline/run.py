@@ -252,7 +252,8 @@ class PipelineConfig:
 
 WARM_START_STEPS = 1800
 """SFT steps of both presets' warm start (one cached build serves both; ~60 minutes on 2 cores,
-once): 600 steps left the copying of task strings unlearnt (docs/RESULTS.md)."""
+once): 600 steps left the copying of task strings unlearnt
+(docs/history/results-2026-11-to-12.md)."""
 WARM_START_LR = 1e-3
 """SFT's peak learning rate for the embedded policy started from the experience model."""
 RL_LR = 2e-4
