@@ -33,9 +33,9 @@ class ExpertAgent:
 
 
 class NoisyExpertAgent:
-    """The expert, but with probability ``noise`` a random admissible command instead (a detour
-    the expert then recovers from: its reasoning says so, and the warm start does not imitate
-    it)."""
+    """The expert, but with probability ``noise`` a random admissible command instead: a detour
+    the expert then recovers from. Its reasoning says so, and the warm start does not imitate
+    it."""
 
     name = "noisy"
     needs_expert = True
@@ -170,10 +170,10 @@ class DecoyAgent:
 
     Then it plays the expert's plan (which the environment makes again from the new state), so
     the episode usually ends at the goal. The game scores each step: none of the decoy's moves
-    meets the goal, which is what an experience model trained on the expert's, a noisy expert's
-    and a random agent's steps rewarded in a learning policy's dream (docs/RESULTS.md). With
-    ``then="searcher"`` the second part is the searcher's, so the agent plays the dream too (no
-    expert there).
+    meets the goal, and such near misses are what an experience model trained only on the
+    expert's, a noisy expert's and a random agent's steps rewards in a learning policy's dream
+    (evidence: docs/history/results-2026-11-to-12.md). With ``then="searcher"`` the second
+    part is the searcher's, so the agent plays the dream too (no expert there).
     """
 
     name = "decoy"

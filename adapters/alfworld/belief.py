@@ -17,14 +17,12 @@ the state alone (the policy conditions on its turn, the experience model on a st
 
 ``Room`` lists every receptacle (the opening's; it does not change) and one ``Seen`` line per
 receptacle visited says what is known of it, in the order first seen; a receptacle without one
-is unvisited. So a step changes a few short lines (the experience model writes a state as edits
-of keyed lines, a new line going last: :func:`~dreamgym_agents.experience.codec.apply_edits`).
-State version 1 rewrote a single ``Seen:`` line of every receptacle at each step, version 2 an
-``Unvisited:`` list at each arrival, and a small model's greedy copies of such lists looped.
-Objects are listed in the game's own order (kind, then the higher number first: 1,241 of 1,241
-collected lists), so a ``Seen`` line and the game's sentence about the same receptacle list the
-same objects in the same order; version 3 sorted numbers up and the sentence of a revisit did not
-match its line.
+is unvisited. So a step changes a few short lines: the experience model writes a state as edits
+of keyed lines, a new line going last (:func:`~dreamgym_agents.experience.codec.apply_edits`),
+and never copies a long list that a step rewrites, which a small model's greedy decoding loops
+on. Objects are listed in the game's own order (kind, then the higher number first), so a
+``Seen`` line and the game's sentence about the same receptacle list the same objects in the
+same order.
 
 The state is a deterministic function of the feedback sentences (:meth:`Belief.update`), so the
 dream only has to predict the next sentence: :meth:`Belief.update` turns it into the next state,
@@ -376,8 +374,8 @@ def game_list(objects: list[str]) -> str:
 
 def in_game_order(sentence: str) -> str:
     """A feedback sentence with the list of objects it shows as the game writes it: in
-    :func:`game_order`, each object once (the game's sentences already are; a sentence with its
-    kinds renamed, or one a model wrote, may not be)."""
+    :func:`game_order`, each object once. The game's own sentences already are; a sentence with
+    its kinds renamed, or one a model wrote, may not be."""
     shown = listed(sentence)
     if shown is None:
         return sentence

@@ -1,34 +1,34 @@
 """ALFWorld's experience codec: the next state written as the game's feedback sentence.
 
 An ALFWorld state is a deterministic function of the game's feedback sentences
-(:meth:`~dreamgym_agents.adapters.alfworld.belief.Belief.update`, exact on every collected
-transition), so the experience model answers with the sentence and the codec applies it:
+(:meth:`~dreamgym_agents.adapters.alfworld.belief.Belief.update`), so the experience model
+answers with the sentence and the codec applies it:
 
     @feedback
     You pick up the @1 from the @2.
 
 ``@1``, ``@2`` … are the action's objects and receptacles in the order it names them (``take egg
-1 from countertop 1``: ``egg 1``, ``countertop 1``). A small model trained from scratch copies a
-name badly (recipe v3 wrote ``You heat the apple 1`` for ``heat egg 1 with microwave 1`` and the
-names of a retrieved demonstration for a fifth of the expert's steps: docs/RESULTS.md); written as
-references, the sentence of a command is the same in every game, and a demonstration of the same
-command shows it word for word. Contents the state already knows (a receptacle seen before,
-shown again) are written ``@seen``:
+1 from countertop 1``: ``egg 1``, ``countertop 1``). A small model trained from scratch copies
+names badly; written as references, the sentence of a command is the same in every game, and a
+demonstration of the same command shows it word for word. Contents the state already knows (a
+receptacle seen before, shown again) are written ``@seen``, so the model does not write a list
+of its own for a revisit:
 
     @feedback
     You arrive at @1. On the @1, you see @seen.
 
-(codec version 2; version 1 wrote the list out, and the model wrote a list of its own for one
-revisit in three). Version 3 shows the goal's checks before the answer
-(:func:`~dreamgym_agents.adapters.alfworld.goals.goal_checks`); version 4 writes the object held
-and the place the player is at, where the action does not name them, as ``@held`` and ``@at``
-(``You are facing the @at.``), and the game's help text as ``@help``; version 5 ends the checks
-with the goal's state if the command works (``if it works: done``). What no model can know
-from the states (the contents a receptacle shows when first seen) is written out, in the
-game's order, up to version 5. From version 6 the prompt of a step that may show it has the
-game's hidden layout for that receptacle (``here: a soapbar 1, and a cloth 2``; the family's
-:meth:`~dreamgym_agents.adapters.alfworld.family.AlfworldFamily.layout`, read from the game
-without playing it), and the answer writes the list it shows as :data:`LAYOUT_REF`:
+Later codec versions (:data:`CODEC_VERSION`) add to this. Version 3 shows the goal's checks
+before the answer (:func:`~dreamgym_agents.adapters.alfworld.goals.goal_checks`). Version 4
+writes the object held and the place the player is at, where the action does not name them, as
+``@held`` and ``@at`` (``You are facing the @at.``), and the game's help text as ``@help``.
+Version 5 ends the checks with the goal's state if the command works (``if it works: done``).
+
+What no model can know from the states is the contents a receptacle shows when first seen.
+Up to version 5 the answer writes them out, in the game's order. From version 6 the prompt of a
+step that may show them has the game's hidden layout for that receptacle (``here: a soapbar 1,
+and a cloth 2``), read from the game without playing it by the family's
+:meth:`~dreamgym_agents.adapters.alfworld.family.AlfworldFamily.layout`; the answer writes the
+list it shows as :data:`LAYOUT_REF`:
 
     @feedback
     You open the @1. The @1 is open. In it, you see @here.
@@ -193,8 +193,7 @@ def layout_list(layout: dict[str, list[str]] | None, state: str, action: str) ->
     game lists it, where the step may show it (:func:`may_reveal`); None elsewhere, or where
     the layout has no such receptacle. The layout is the start's: a receptacle shown, closed
     (the state forgets a closed receptacle's contents) and opened again may hold what the
-    player put there meanwhile, and the answer writes that list out (1 of the shipped
-    collection's 829 reveals)."""
+    player put there meanwhile, and the answer then writes that list out."""
     if layout is None or not may_reveal(state, action):
         return None
     objects = layout.get(action_names(action)[-1])
@@ -209,16 +208,15 @@ def apply_feedback(state: str, action: str, sentence: str) -> str:
 
 
 CODEC_VERSION = 6
-"""The codec's current version: 3 adds the goal checks line to the prompt (version 2, which the
-shipped bundle's model was trained with, and every model that recorded none, has none); 4 adds
-the references :data:`HELD_REF`, :data:`AT_REF` and :data:`HELP_REF` to the answer (a random
-agent's ``look``, ``inventory`` and ``help`` were a fifth of its determined steps and half of
-what the model got wrong on them: docs/RESULTS.md); 5 ends the checks with the goal's state if
-the command works (``if it works: done``): a model trained with versions 3–4 rewarded 88 % of a
-learning policy's dream rewards falsely, copying its demonstrations' verdicts; fine-tuned in
-version 5, none (docs/RESULTS.md); 6 shows the game's hidden layout to a step that may reveal
-it and writes the list as :data:`LAYOUT_REF` (a first visit's sampled list cannot be the
-game's, and a plan made on the real layout failed where the dream put its lamp elsewhere)."""
+"""The codec's current version; each adds to the one before. 2 has no goal checks (nor has a
+model that recorded no version). 3 adds the goal checks line to the prompt. 4 adds the
+references :data:`HELD_REF`, :data:`AT_REF` and :data:`HELP_REF` to the answer, the names the
+model most often got wrong on ``look``, ``inventory`` and ``help``. 5 ends the checks with the
+goal's state if the command works (``if it works: done``), so the model reads the reward off the
+checks rather than copying its demonstrations' verdicts. 6 shows the game's hidden layout to a
+step that may reveal it and writes the list as :data:`LAYOUT_REF`: a list sampled at a first
+visit cannot be the game's, and a plan made on the real layout fails in a dream that put
+things elsewhere (evidence: docs/history/results-2026-11-to-12.md)."""
 
 
 class AlfworldCodec(PlainCodec):
@@ -275,23 +273,23 @@ class AlfworldCodec(PlainCodec):
         return messages
 
     def sampling(self, state: str, action: str) -> dict[str, Any]:
-        """Nucleus sampling (:data:`REVEAL_SAMPLING`) where the step may reveal
-        (:func:`may_reveal`): what a receptacle shows when first seen is a draw from the game's
-        layouts, and greedy decoding wrote the likeliest list every time, never the task's
-        object, and looped on long lists (docs/RESULTS.md). Every other step follows from the
-        state: greedy (sampled too, the model wrote a wrong sentence for 34 of the expert's 221
-        such steps, ``You heat`` for ``cool``).
+        """How this step's answer is decoded.
 
-        What cannot be read back is a bad word of the step (``bad_words``: the gateway's local
-        provider never writes them, a server is told them as ``llm.server_bad_words`` says):
-        :data:`SEEN_REF` where the state knows no list for the receptacle the action names (the
-        shipped model wrote it at a first visit, three samples running, in 28 of the searcher's 60
-        dream episodes), and a reference to a name the action does not have (``@1`` answering
-        ``help``); from version 4 ``@0`` (no name's reference: a model wrote ``You are carrying: a
-        @0`` for ``inventory``), :data:`HELD_REF` where nothing is held, :data:`AT_REF` where the
-        player is at no receptacle and :data:`HELP_REF` but for ``help``. From version 6 a step
-        shown its layout (``here:``) follows from the prompt: greedy; :data:`LAYOUT_REF` is a bad
-        word of every other step."""
+        Nucleus sampling (:data:`REVEAL_SAMPLING`) where the step may reveal
+        (:func:`may_reveal`) and no layout is shown: what a receptacle shows when first seen is
+        a draw from the game's layouts, and greedy decoding writes the likeliest list every
+        time, never the task's object, and loops on long lists. Every other step follows from
+        the state (or, from version 6, from the ``here:`` line), so it is greedy: sampling there
+        writes wrong sentences (``You heat`` for ``cool``).
+
+        What cannot be read back is a bad word of the step (``bad_words``). The gateway's local
+        provider never writes them; a server is told them as ``llm.server_bad_words`` says.
+        They are :data:`SEEN_REF` where the state knows no list for the receptacle the action
+        names, and a reference to a name the action does not have (``@1`` answering ``help``).
+        From version 4 they add ``@0`` (no name's reference), :data:`HELD_REF` where nothing is
+        held, :data:`AT_REF` where the player is at no receptacle, and :data:`HELP_REF` but for
+        ``help``. From version 6 :data:`LAYOUT_REF` is a bad word of every step shown no
+        layout."""
         here = self.here(state, action)
         out: dict[str, Any] = dict(REVEAL_SAMPLING) \
             if may_reveal(state, action) and here is None else {}
@@ -299,7 +297,7 @@ class AlfworldCodec(PlainCodec):
         if known_list(state, action) is None:
             bad.append(SEEN_REF)
         if self.version >= 4:
-            bad.append("@0")  # no such reference (the names count from @1); em6 wrote it
+            bad.append("@0")  # no such reference: the names count from @1
             belief = Belief.parse(state)
             bad += [ref for ref, name in ((HELD_REF, belief.holding), (AT_REF, belief.at))
                     if not (name and _NAMED.fullmatch(name))]

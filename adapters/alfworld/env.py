@@ -62,8 +62,8 @@ class AlfworldActionSet:
                 "heat O with X, clean O with X, cool O with X, look, inventory.")
 
     def parse(self, text: str) -> list[Command]:
-        """The command written (lower-cased, spaces collapsed; ALFWorld 2020's ``put O in/on R``
-        read as the family's ``move O to R``: :mod:`.dialect`), as a one-item list.
+        """The command written, lower-cased with spaces collapsed, as a one-item list.
+        ALFWorld 2020's ``put O in/on R`` reads as the family's ``move O to R`` (:mod:`.dialect`).
 
         Raises:
             ValueError: Not a command of the game's grammar (empty, or an unknown verb).
@@ -115,10 +115,10 @@ class AlfworldEnv:
     Args:
         game_for: Makes (or finds) the game file of a task.
         expert: Play with the expert, whose plan from the current state is offered in
-            ``info["expert_plan"]`` (what the oracle and noisy agents follow); planning costs
-            ~0.2 s each time the agent leaves the plan.
-        processes: The game host's worker processes (None: one per core; 0: play in this
-            process, under textworld's lock, where a native crash ends the process).
+            ``info["expert_plan"]`` (what the oracle and noisy agents follow); it plans again
+            each time the agent leaves the plan.
+        processes: The game host's worker processes; None: one per core. 0 plays in this
+            process, under textworld's lock, where a native crash ends the process.
         timeout: Seconds a game's start or step may take in a worker before it counts as hung.
     """
 

@@ -186,9 +186,9 @@ class AlfworldFamily:
         """Before a dream: read the first look (:meth:`first_look`: what :meth:`opening` and
         :meth:`layout` give) of each generated game of ``tasks`` that has none kept beside it,
         in ``workers`` processes at once (None: one per core), and keep it there. The dream's
-        first step of a game then waits on no textworld load (~2 s of CPU each, one at a time
-        under the process's textworld lock). Official games (nothing is written in their
-        folder) are read when first asked. Returns how many were read."""
+        first step of a game then waits on no textworld load, which costs seconds of CPU and
+        runs one at a time under the process's textworld lock. Official games (nothing is
+        written in their folder) are read when first asked. Returns how many were read."""
         import concurrent.futures
         import multiprocessing
 
@@ -251,10 +251,8 @@ class AlfworldFamily:
 
     @staticmethod
     def agent_env_options(agent: Any) -> dict[str, Any]:
-        """The expert plans only for an agent that follows its plan (``needs_expert``): an
-        agent that leaves the plan had it made again at each step, ~0.2 s of CPU a step for a
-        plan nobody reads (an evaluation of a hosted agent at 8 episodes at once: 2.5 steps/s
-        with it, 5.3 without)."""
+        """The expert plans only for an agent that follows its plan (``needs_expert``): for
+        any other agent the plan, made again at each step, is CPU spent on what nobody reads."""
         return {"expert": bool(getattr(agent, "needs_expert", False))}
 
     def opening(self, task: Task) -> str | None:
@@ -268,8 +266,8 @@ class AlfworldFamily:
     def layout(self, task: Task) -> dict[str, list[str]] | None:
         """What each receptacle of the task's game holds at its start (receptacle → objects),
         read without playing a step (:meth:`first_look`), with a renamed copy's names
-        (``config["renames"]``): what the experience model is shown where a step may reveal a
-        receptacle's contents (codec version 6). None when the game cannot be made."""
+        (``config["renames"]``). From codec version 6 the experience model is shown it where a
+        step may reveal a receptacle's contents. None when the game cannot be made."""
         from dreamgym_agents.adapters.alfworld.belief import rename_words
         from dreamgym_agents.adapters.alfworld.rename import RENAMES
 
@@ -284,10 +282,10 @@ class AlfworldFamily:
                 for r, objects in contents.items()}
 
     def first_look(self, task: Task) -> dict[str, Any] | None:
-        """The task's game as a player finds it (``opening``: the state its first observation
-        gives, as :meth:`make_env`'s reset renders it; ``contents``: its start's hidden layout,
-        :func:`.games.first_look`), from one load of the game, kept (:meth:`_per_game`). None
-        when the game cannot be made or loaded."""
+        """The task's game as a player finds it, from one load of the game, kept
+        (:meth:`_per_game`): ``opening`` is the state its first observation gives, as
+        :meth:`make_env`'s reset renders it; ``contents`` is its start's hidden layout
+        (:func:`.games.first_look`). None when the game cannot be made or loaded."""
         def read(game: Path) -> dict[str, Any] | None:
             look = _read_first_look(str(game))
             if isinstance(look, str):
@@ -298,9 +296,10 @@ class AlfworldFamily:
         return self._per_game("start", task, read, json.dumps, json.loads)
 
     def _per_game(self, what: str, task: Task, read: Any, dump: Any, load: Any) -> Any:
-        """``read(game)`` of the task's game, once: kept in memory and beside the games
-        generated here (``<what>-<renderer key>.txt``, for the code that reads it: a changed
-        reader reads the game again; the official games' folder is never written)."""
+        """``read(game)`` of the task's game, once: kept in memory and, for the games
+        generated here, beside the game as ``<what>-<renderer key>.txt``. The key names the code
+        that reads it, so a changed reader reads the game again. The official games' folder is
+        never written."""
         key = what + json.dumps(task.config.get("game") or task.config.get("game_file"),
                                 sort_keys=True)
         with self._kept_lock:  # one lock per game: other games load meanwhile
@@ -393,8 +392,8 @@ class AlfworldFamily:
     @staticmethod
     def policy_view() -> Any:
         """The state as it is; decoding constrained to the commands the game accepts in it
-        (:meth:`~.belief.Belief.admissible`, derived from the state alone, so the dream's
-        states constrain the same way)."""
+        (:meth:`~.belief.Belief.admissible`). They derive from the state alone, so the dream's
+        states constrain the same way."""
         from dreamgym_agents.adapters.alfworld.belief import admissible_in
         from dreamgym_agents.policy.model import PlainView
 
@@ -402,11 +401,10 @@ class AlfworldFamily:
 
     def experience_codec(self, version: int | None = None) -> Any:
         """Short text states, the next one written as the game's feedback sentence with the
-        action's names as references, the goal's checks before the answer from version 3
-        (from version 5 ending with whether the command would meet the goal; from version 6 the
-        game's hidden layout where a step may reveal it: :meth:`layout`)
-        (:class:`.codec.AlfworldCodec`; ``version``: the one the model was trained with, None:
-        the latest)."""
+        action's names as references (:class:`.codec.AlfworldCodec`). From version 3 the goal's
+        checks come before the answer; from 5 they end with whether the command would meet the
+        goal; from 6 the prompt shows the game's hidden layout where a step may reveal it
+        (:meth:`layout`). ``version``: the one the model was trained with; None: the latest."""
         from dreamgym_agents.adapters.alfworld.codec import AlfworldCodec
 
         return AlfworldCodec(self.action_set(), "a household text game",
@@ -416,17 +414,16 @@ class AlfworldFamily:
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
         """Expert, noisy-expert and random episodes, and the decoy's near misses (a wrong
-        object or place, then the expert) on 240 train games (no quitter, no explorers: every
-        command the game accepts is listed, and episodes end only at the goal); no relabelled
-        endings (:meth:`relabel`); longer episodes than a web task's. State version 4: a
-        ``Room`` line and one ``Seen`` line per receptacle visited, objects in the game's order
-        (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each episode
-        (:meth:`renamed`) triple the examples. Codec version 6: the next state written as the
-        feedback sentence with references, the goal's checks before the answer and the game's
-        hidden layout where a step may reveal it (:meth:`experience_codec`); examples whose
-        reward differs from their demonstrations' four times (``contrast_repeat``); 3,000 SFT
-        steps (measured on held-out games: docs/RESULTS.md, "The shipped ALFWorld bundle:
-        codec 6")."""
+        object or place, then the expert) on 240 train games. No quitter and no explorers:
+        every command the game accepts is listed, and episodes end only at the goal. No
+        relabelled endings (:meth:`relabel`); longer episodes than a web task's. State version
+        4: a ``Room`` line and one ``Seen`` line per receptacle visited, objects in the game's
+        order (:mod:`~dreamgym_agents.adapters.alfworld.belief`). Two renamed copies of each
+        episode (:meth:`renamed`) triple the examples. Codec version 6: the next state written
+        as the feedback sentence with references, the goal's checks before the answer and the
+        game's hidden layout where a step may reveal it (:meth:`experience_codec`). Examples
+        whose reward differs from their demonstrations' four times (``contrast_repeat``);
+        3,000 SFT steps (evidence: docs/history/results-2026-11-to-12.md)."""
         return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
@@ -480,8 +477,8 @@ them out too (its six task types)."""
 
 
 def official_trial(task: Task) -> tuple[str, str] | None:
-    """``(task folder, trial folder)`` of an official game's task (ALFWorld's layout
-    ``<split>/<task folder>/trial_…/game.tw-pddl``: the same game wherever the data lies);
+    """``(task folder, trial folder)`` of an official game's task, from ALFWorld's layout
+    ``<split>/<task folder>/trial_…/game.tw-pddl``: the same game wherever the data lies.
     None for a generated game or another file."""
     path = Path(str(task.config.get("game_file") or ""))
     return (path.parent.parent.name, path.parent.name) \

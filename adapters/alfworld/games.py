@@ -1,8 +1,9 @@
 """ALFWorld games: generated offline (seeded), checked solvable, played through textworld.
 
-A game is a folder ``<root>/<layout>/<task type>-s<seed>/`` holding ``game.tw-pddl`` (textworld's
-PDDL game: the wheel's domain and grammar, the generated problem, the planner's walkthrough) and
-``traj_data.json`` (what ALFWorld's experts read next to a game file). The official ALFWorld game
+A game is a folder ``<root>/<layout>/<task type>-s<seed>/`` holding ``game.tw-pddl`` and
+``traj_data.json``. The first is textworld's PDDL game: the wheel's domain and grammar, the
+generated problem, the planner's walkthrough. The second is what ALFWorld's experts read next to
+a game file. The official ALFWorld game
 files (``ALFWORLD_DATA``) have the same layout and play through the same :class:`Game`.
 
 Generation is deterministic in (seed, task type, layout); a game is written once and reused
@@ -62,8 +63,8 @@ TEXTWORLD_LOCK = threading.RLock()
 """textworld's PDDL loading and stepping share parser state across threads: two games started
 (or generated) at once corrupt it for the whole process ("pop from empty list", grammar errors
 on later games). Every call into textworld holds this lock: a game's generation here, and each
-reset, step and close of a game (:mod:`.env`); a step costs ~0.2 s, so concurrent episodes
-mostly wait on the agent, not on each other."""
+reset, step and close of a game (:mod:`.env`). A step is short next to an agent's turn, so
+concurrent episodes mostly wait on the agent, not on each other."""
 
 
 def generate_game(spec: GameSpec, root: str | Path) -> Path:
@@ -260,8 +261,8 @@ class Game:
 
 def first_look(game_path: str | Path) -> tuple[str, dict[str, list[str]]]:
     """A game as a player finds it, read in one load without playing a step: its opening
-    text, and what each receptacle holds at the start (receptacle → objects, names as the game
-    writes them; every receptacle of the room: the hidden layout, from the game's facts)."""
+    text, and what each receptacle of the room holds at the start (receptacle → objects, names
+    as the game writes them): the hidden layout, read from the game's facts."""
     with TEXTWORLD_LOCK:
         game = Game(game_path, expert=False, facts=True)
         try:

@@ -9,12 +9,11 @@ six task types is checked on the player's :class:`~dreamgym_agents.adapters.alfw
 - pick two: two objects of the kind in one receptacle of the kind;
 - examine in light: an object of the kind held where a lamp of the kind is on.
 
-This is the family's one reading of a task's goal: the searcher and the decoy act on it
-(:mod:`~dreamgym_agents.adapters.alfworld.agents`); it also spells out, for a step, what the
-task asks and where it stands
-(:func:`goal_checks`: the experience model's prompt shows them from codec version 3), and
-measuring what the dream rewards against what the game would (:func:`goal_met` agrees with the
-game's reward on every recorded transition: the tests and docs/RESULTS.md). The dream's reward
+This is the family's one reading of a task's goal. The searcher and the decoy act on it
+(:mod:`~dreamgym_agents.adapters.alfworld.agents`). It spells out, for a step, what the task
+asks and where it stands (:func:`goal_checks`, shown in the experience model's prompt from codec
+version 3). It measures what the dream rewards against what the game would: :func:`goal_met`
+agrees with the game's reward, as the tests check on recorded transitions. The dream's reward
 stays the experience model's own.
 """
 
@@ -142,9 +141,9 @@ _SUCCESS = (  # the game's sentence when the command works (what Belief.update r
 
 
 def met_if_it_works(goal: Goal, belief: Belief, action: str) -> bool:
-    """Whether the goal holds after ``action`` if the game carries it out (the sentence it
-    answers a command that works with; a command that changes nothing leaves the goal as it
-    is). Whether it works (the object held, the receptacle open, the lamp here) is the
+    """Whether the goal holds after ``action`` if the game carries it out, read from the
+    sentence the game answers a working command with; a command that changes nothing leaves the
+    goal as it is. Whether it works (the object held, the receptacle open, the lamp here) is the
     experience model's to say."""
     command = " ".join(action.lower().split())
     after = copy.deepcopy(belief)
@@ -158,10 +157,11 @@ def met_if_it_works(goal: Goal, belief: Belief, action: str) -> bool:
 def goal_checks(intent: str, state: str, action: str, *,
                 if_it_works: bool = False) -> str | None:
     """What can be read off the task, the state and the command about the goal, as one line
-    (None: a wording of no task type): the goal, how far it is (put tasks: how many fitting
-    objects one receptacle of its kind still lacks; examine: whether a lamp of its kind is on
-    here), what the player holds, and what each name of the command is to the goal (``@1 fits;
-    @2 the goal's place``, the codec's references; a receptacle where the goal's lamp is on):
+    (None: a wording of no task type). It gives the goal; how far it is, which for a put task
+    is how many fitting objects one receptacle of its kind still lacks and for examine whether
+    a lamp of its kind is on here; what the player holds; and what each name of the command is
+    to the goal, by the codec's references (``@1 fits; @2 the goal's place``, or a receptacle
+    where the goal's lamp is on):
 
         checks: goal 2 clean soapbar in bathtubbasin; 1 to go; holding fits; @1 fits;
         @2 the goal's place
@@ -172,10 +172,11 @@ def goal_checks(intent: str, state: str, action: str, *,
     question, whether the command works, rather than a composition of the checks.
 
     The experience model still decides what the game answers and whether the task is done
-    (a move fails when the object is not held, a lamp turned on elsewhere lights nothing); a
-    model trained from scratch does not compose these from the task line and the state (it
-    rewarded 303 of 325 dream moves whose state missed the goal: docs/RESULTS.md), as the web
-    family's answer checks spell out what a page shows."""
+    (a move fails when the object is not held, a lamp turned on elsewhere lights nothing). The
+    line exists because a model trained from scratch does not compose these from the task line
+    and the state, and rewards moves that miss the goal (evidence:
+    docs/history/results-2026-11-to-12.md); the web family's answer checks spell out what a page
+    shows for the same reason."""
     goal = Goal.parse(intent)
     if goal is None:
         return None

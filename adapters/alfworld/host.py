@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long one request (a game's start, or one command) may take before its worker counts as
-hung: a game's start translates its PDDL (~1 s here), a step replans (~0.2 s)."""
+hung: far above a game's start, which translates its PDDL, and a step, which replans."""
 
 STARTUP_TIMEOUT_S = 180.0
 """How long a new worker may take to import textworld and ALFWorld before its first request
@@ -236,7 +236,7 @@ class GameHost:
                 worker.stop()
 
     def release_idle(self) -> int:
-        """Stop the workers that hold no game (each holds ~0.7 GB once it has played a few
+        """Stop the workers that hold no game (each grows large once it has played a few
         dozen games: the planner's translations it keeps); they start again on their next
         game. Returns how many were stopped."""
         stopped = 0
@@ -337,8 +337,8 @@ def shared_host(processes: int | None = None, timeout: float = DEFAULT_TIMEOUT_S
 
 def release_idle_workers() -> int:
     """:meth:`GameHost.release_idle` of every host of this process: what a family does when it
-    closes (the games of a collection or an evaluation are over; a pipeline's next stage, its
-    SFT or its dream, needs no game worker). Returns how many workers were stopped."""
+    closes. The games of a collection or an evaluation are then over, and a pipeline's next
+    stage, its SFT or its dream, needs no game worker. Returns how many workers were stopped."""
     with _HOSTS_LOCK:
         hosts = list(_HOSTS.values())
     return sum(host.release_idle() for host in hosts)

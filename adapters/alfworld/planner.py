@@ -2,18 +2,17 @@
 
 ALFWorld's planner expert (``AlfredExpert(expert_type=PLANNER)``) asks textworld's Fast Downward
 build for an optimal plan on the *whole* problem at every step, with a blind uniform-cost search:
-its cost explodes with the number of closed receptacles and takeable objects (a pick-two game in
-a large kitchen took 180 s at reset and 111 s for one step here; alfworld/alfworld#83 reports
-~6 minutes a step). :func:`fast_plan` runs the same planner on a *pruned copy of the current
-state*: every location; the objects of the goal's types and what the agent holds; receptacles
-that are open, not openable, where the agent stands or that hold a goal object, and one closed
-stand-in per goal receptacle class (closed empty ones are interchangeable). Every plan of the
-pruned problem runs in the full game (same ids, a subset of the facts); on the 35 generated
-games both experts solved, the plans had the same lengths.
+its cost explodes with the number of closed receptacles and takeable objects, to minutes a step
+in a large kitchen (alfworld/alfworld#83). :func:`fast_plan` runs the same planner on a *pruned
+copy of the current state*: every location; the objects of the goal's types and what the agent
+holds; receptacles that are open, not openable, where the agent stands or that hold a goal
+object, and one closed stand-in per goal receptacle class (closed empty ones are
+interchangeable). Every plan of the pruned problem runs in the full game (same ids, a subset of
+the facts), and in practice its plans are as short as the full planner's.
 
 :func:`enable_pddl_cache` memoises textworld's PDDL-to-SAS translation and grammar parsing: a
-textworld.gym reset translates the problem four times (~2 s); with the cache a reset of a game
-played before takes ~0.2 s.
+textworld.gym reset translates the problem four times, and with the cache a reset of a game
+played before skips them.
 """
 
 from __future__ import annotations
@@ -178,7 +177,7 @@ def enable_pddl_cache(max_entries: int = 64) -> None:
 
     textworld.gym's reset() calls PddlEnv.load() *and* PddlEnv.reset(); each builds a PddlState,
     which runs fast_downward.pddl2sas twice (plain + optimised) and load() also re-parses the
-    grammar: ~4 translations (0.3-1 s each) per reset.  With the cache, repeated resets of the
+    grammar: about four translations per reset.  With the cache, repeated resets of the
     same game only reload the SAS text into the C++ planner.  The translated task objects are
     only read by PddlState, so sharing them is safe.  Idempotent.
     """

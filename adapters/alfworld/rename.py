@@ -1,13 +1,14 @@
 """Recorded ALFWorld episodes with their objects and receptacles renamed: more experience-model
 examples from the same games, so that it learns to copy names from the action and the state.
 
-The measured failure it addresses (docs/RESULTS.md): an experience model trained on 240 games
-wrote ``You move the mug 1 to the countertop 1.`` for ``move soapbar 1 to bathtubbasin 1``, the
-names of a retrieved demonstration instead of the action's. In a copy, every kind that the
-episode shows is renamed to another kind that plays the same part (an object that can be
-cleaned, heated and cooled for another such; a receptacle that opens for another that opens),
-the same way everywhere (task, states, actions, feedback); lamps, the sink, the microwave and
-the fridge keep their names (they decide which commands exist). The game's numbers stay.
+The failure it addresses: an experience model trained on the recorded games alone copies the
+names of a retrieved demonstration instead of the action's, writing ``You move the mug 1 to the
+countertop 1.`` for ``move soapbar 1 to bathtubbasin 1`` (evidence:
+docs/history/results-2026-11-to-12.md). In a copy, every kind that the episode shows is renamed
+to another kind that plays the same part: an object that can be cleaned, heated and cooled for
+another such, a receptacle that opens for another that opens. The renaming is the same
+everywhere (task, states, actions, feedback). Lamps, the sink, the microwave and the fridge keep
+their names, since they decide which commands exist. The game's numbers stay.
 """
 
 from __future__ import annotations
@@ -88,9 +89,9 @@ def rename_map(traj: Trajectory, rng: random.Random) -> dict[str, str]:
 
 def renamed(trajectories: list[Trajectory], copies: int, seed: int = 0) -> list[Trajectory]:
     """``copies`` renamed copies of each episode (:func:`rename_map`), each marked with
-    ``info[RENAMED_FROM]`` and ``info[RENAMES]`` (its task's ``config[RENAMES]`` too: the
-    layout the experience model is shown is renamed the same way) and keeping its task's id
-    (its game: demonstrations of the same game stay out of its examples)."""
+    ``info[RENAMED_FROM]`` and ``info[RENAMES]``. Its task's ``config[RENAMES]`` is set too, so
+    the layout the experience model is shown is renamed the same way. A copy keeps its task's id,
+    which names its game, so demonstrations of the same game stay out of its examples."""
     rng = random.Random(seed)
     out: list[Trajectory] = []
     for traj in trajectories:

@@ -2,17 +2,18 @@
 :class:`~dreamgym_agents.policy.grammar.Grammar`.
 
 A small policy trained from scratch knows *which kind* of action a turn needs long before it
-copies strings reliably: the measured warm start wrote ``fill(searchbox 'Search', '…')`` with a
-training product's name instead of the task's, and clicked links the page did not have. Decoding
-is therefore constrained, like grammar-guided decoding in serving stacks (TRL's GRPO offers the
-same through vLLM's guided decoding), to the actions that make sense on the current page:
+copies strings reliably: unconstrained, a warm start writes ``fill(searchbox 'Search', '…')``
+with a training product's name instead of the task's, and clicks links the page does not have.
+Decoding is therefore constrained, like grammar-guided decoding in serving stacks (TRL's GRPO
+offers the same through vLLM's guided decoding), to the actions that make sense on the current
+page:
 
 - ``click`` / ``hover``: an element on the page
   (``link 'Name'`` with name references, ``'84'`` with bids);
-- ``fill``: a field on the page and a text taken from the task's intent (every text the
-  bundled tasks type — a product, a query, an address part, a quantity — is part of the
-  intent), starting at a word and ending at a phrase's end (not inside a word, nor before a
-  capitalised word that continues a name: a small model's copy tends to stop early);
+- ``fill``: a field on the page and a text taken from the task's intent, since every text the
+  bundled tasks type (a product, a query, an address part, a quantity) is part of the intent.
+  The text starts at a word and ends at a phrase's end, never inside a word nor before a
+  capitalised word that continues a name, where a small model's copy tends to stop early;
 - ``select_option``: a drop-down on the page and one of *its* options;
 - ``keyboard_press``: a key of :data:`KEYS`;
 - ``send_msg_to_user``: any text (answers are copied from pages or computed);

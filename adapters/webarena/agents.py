@@ -185,10 +185,10 @@ ORDER_ITEMS = r"^View Order #"
 class ExplorerAgent:
     """Walks a site's listings for offline data: every item page, reached from its listing.
 
-    Episode *i* of the tasks it was :meth:`assign`-ed follows ``route`` from its start page (for
-    each pattern in turn, it clicks a link whose name matches; by default one click on a section
-    link such as "Laptops (25 products)"), where the last step picks section ``i // pages`` of
-    the links that match. It then turns ``i % pages`` listing pages ("Next page") and opens each
+    Episode *i* of the tasks it was :meth:`assign`-ed follows ``route`` from its start page: for
+    each pattern in turn, it clicks a link whose name matches, by default one click on a section
+    link such as "Laptops (25 products)". The last step picks section ``i // pages`` of the
+    links that match. It then turns ``i % pages`` listing pages ("Next page") and opens each
     item of that listing page, going back after each: by default a link with a line of text
     under it (name, then price and rating), or with ``item_pattern`` a link whose name matches
     (``ORDERS_ROUTE`` with ``ORDER_ITEMS`` walks the signed-in customer's orders). So

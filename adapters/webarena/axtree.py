@@ -319,8 +319,8 @@ def map_axtree(
     """Map a BrowserGym accessibility tree to an :class:`AbstractState`.
 
     Args:
-        axtree_object: BrowserGym's ``obs["axtree_object"]`` (``{"nodes": [...]}``, the merged
-            CDP tree; the first node is the root, nodes carry ``browsergym_id``).
+        axtree_object: BrowserGym's ``obs["axtree_object"]``: the merged CDP tree as
+            ``{"nodes": [...]}``, the first node the root, nodes carrying ``browsergym_id``.
         url: URL of the page.
         title: Title of the page.
         extra_properties: BrowserGym's ``obs["extra_element_properties"]`` (bid → visibility,

@@ -2,16 +2,16 @@
 
 BrowserGym drives Chromium through Playwright's *sync* API, whose objects belong to the thread that
 created them, and it keeps one global Playwright instance. To run many episodes concurrently we give
-every :class:`BrowserGymEnv` its own worker thread, with its own Playwright instance (BrowserGym's
-global getter is made thread-local by :mod:`dreamgym_agents.adapters.webarena.chromium`, which
-also gives every launch the system Chromium and the flags that work offline as root), and marshal
-every call onto that thread.
+every :class:`BrowserGymEnv` its own worker thread, with its own Playwright instance, and marshal
+every call onto that thread. :mod:`dreamgym_agents.adapters.webarena.chromium` makes BrowserGym's
+global getter thread-local, and gives every launch the system Chromium and the flags that work
+offline as root.
 
 Two more patches keep episodes fast: the chat window BrowserGym opens in a *second* browser is
 replaced by an in-memory message list (the agent talks to the task through ``send_msg_to_user``;
 nobody watches a chat window headless), and the per-step screenshot is skipped unless
 ``env.screenshots`` (:class:`~dreamgym_agents.adapters.webarena.options.WebEnvOptions`) asks
-for it (text agents never read it; it costs ~40% of a step).
+for it (text agents never read it, and it is a large share of a step's time).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ _screenshots = threading.local()
 
 
 def _blank_screenshot(extract: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Skip BrowserGym's per-step screenshot (~0.1 s) unless this thread's env asked for it."""
+    """Skip BrowserGym's per-step screenshot unless this thread's env asked for it."""
 
     def extract_screenshot(page: Any) -> Any:
         if getattr(_screenshots, "wanted", False):
@@ -149,9 +149,9 @@ class _LightInspect:
     Playwright 1.44 (BrowserGym's pin) takes ``inspect.stack()`` on every API call, only to
     name the call's frames (file, line, function) for its traces. ``inspect.stack()`` looks up
     each frame's source file and lines on disk (``os.path.exists``, ``linecache``): with the
-    policy's generation fast, that was the largest part of a web evaluation's CPU (py-spy:
-    ~40 % of the samples of a 16-task evaluation at concurrency 8). The frames, names and
-    line numbers are the same; the source lines, which Playwright never reads, are left out.
+    policy's generation fast, that is the largest part of a web evaluation's CPU. The frames,
+    names and line numbers are the same; the source lines, which Playwright never reads, are
+    left out.
     """
 
     def __init__(self, module: Any) -> None:
@@ -214,7 +214,7 @@ def _light_playwright_stacks() -> None:
 class _ReusedBrowser:
     """A Chromium kept across episodes: ``close()`` closes its contexts, not the process.
 
-    BrowserGym launches a new browser at every reset (~0.6 s of a ~1.6 s reset here); a fresh
+    BrowserGym launches a new browser at every reset, a large part of the reset's time; a fresh
     browser *context* per episode gives the same clean slate (cookies, storage, cache, pages).
     """
 

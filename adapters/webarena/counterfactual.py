@@ -14,13 +14,12 @@ A variant is a new trajectory: the recorded steps up to the answer (context only
 records: the buffer keeps what really happened.
 
 :func:`stop_trajectories` does the same for an agent that stops *earlier*, anywhere on a recorded
-path, as exploring and giving-up agents do: at a recorded state of an episode whose task is
-judged by its answer alone, or by the final URL alone (``url_match``: the state's URL is what
-the evaluator reads), it says a word of that page or "done". Recorded data holds few such stops
-(an oracle stops once, at the end) while a random agent in the dream stops anywhere; without
-them a small model learned that a stop on an unfamiliar page is a success (measured:
-docs/RESULTS.md). Tasks judged by the site's state (``program_html``) cannot be labelled this
-way and get none.
+path, as exploring and giving-up agents do: at a recorded state of an episode whose task is judged
+by its answer alone, or by the final URL alone (``url_match``: the state's URL is what the
+evaluator reads), it says a word of that page or "done". Recorded data holds few such stops (an
+oracle stops once, at the end) while a random agent in the dream stops anywhere; without them a
+small model learns that a stop on an unfamiliar page is a success. Tasks judged by the site's state
+(``program_html``) cannot be labelled this way and get none.
 """
 
 from __future__ import annotations
@@ -62,8 +61,8 @@ class _UrlPage:
 
 
 def _offline_sites(*urls: str) -> dict[str, str]:
-    """A base URL for every WebArena placeholder in ``urls`` (states name sites by placeholder;
-    any base does, as long as the state and the reference resolve to the same)."""
+    """A base URL for every WebArena placeholder in ``urls``. States name sites by placeholder,
+    so any base does, as long as the state and the reference resolve to the same."""
     return {m.group(0): f"http://{m.group(1).lower()}.offline.invalid"
             for url in urls for m in SITE_PLACEHOLDER.finditer(url)}
 
@@ -94,14 +93,16 @@ def candidate_answers(state: str, answer: str, rng: random.Random, count: int) -
 
     Mistakes are words of the page (what random and giving-up agents say); the rewording is
     ``answer`` in quotes (the evaluator decides whether it passes); the empty answer is what an
-    agent says on a page without text (recorded data has none on a question task; the embedded
-    recipe uses the first two, see recipe v14 in docs/RESULTS.md). Answers inside a sentence
-    were tried (v7-v9): whether they pass depends on the evaluator's kind (``must_include`` or
-    ``exact_match``), which the prompt does not show, so they taught the small model noise.
-    Plausible mistakes (another value of the same kind from the page, such as another product's
-    price) are left out on purpose: telling them apart needs knowing which line belongs to the
-    asked entity, which the compact prompt does not show, and a small model trained on them
-    learned only to doubt every right answer (measured: recipe v6 in docs/RESULTS.md).
+    agent says on a page without text, which recorded data never has on a question task. The
+    embedded recipe's default ``counterfactual_answers`` takes the first two.
+
+    Left out on purpose: answers inside a sentence, since whether they pass depends on the
+    evaluator's kind (``must_include`` or ``exact_match``), which the prompt does not show, so they
+    teach a small model noise; and plausible mistakes (another value of the same kind from the
+    page, such as another product's price), since telling them apart needs knowing which line
+    belongs to the asked entity, which the compact prompt does not show, and a small model trained
+    on them learns only to doubt every right answer (evidence:
+    docs/history/results-2026-11-to-12.md).
     """
     names = [line.name for line in parse_state(state).lines if line.name]
     words = sorted({w for name in names for w in name.split()})

@@ -3,13 +3,14 @@
 Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
 
 - ``string_match`` compares the agent's final answer with ``eval.reference_answers``:
-  ``exact_match`` (after :func:`clean_answer`), ``must_include`` (each item contained, as
-  written: ``" |OR| "`` is no separator here; a list holding a single one-character item is
-  checked as a token of NLTK's ``word_tokenize``, so that ``"2"`` matches neither ``"12"``
-  nor ``"3/2"``), ``fuzzy_match`` (an LLM judge per reference; the reference ``"N/A"`` means
-  the task is unachievable: an answer of ``N/A`` passes, otherwise the unachievable-task judge
-  compares the answer with ``eval.string_note``; with no judge configured such an answer
-  scores 0 and the check says it was not judged).
+  ``exact_match`` (after :func:`clean_answer`), ``must_include`` or ``fuzzy_match``.
+  ``must_include`` wants each item contained as written; ``" |OR| "`` is no separator here. A
+  list holding a single one-character item is checked as a token of NLTK's
+  ``word_tokenize``, so that ``"2"`` matches neither ``"12"`` nor ``"3/2"``. ``fuzzy_match``
+  asks an LLM judge per reference. The reference ``"N/A"`` means the task is unachievable: an
+  answer of ``N/A`` passes, otherwise the unachievable-task judge compares the answer with
+  ``eval.string_note``. With no judge configured such an answer scores 0 and the check says it
+  was not judged.
 - ``url_match`` ("GOLD in PRED"): some reference's host + path is a substring of the page's,
   and every reference query parameter has one of its reference values in the page's query;
   ``" |OR| "`` separates alternative references (the query parameters of all alternatives are
@@ -18,15 +19,15 @@ Semantics follow WebArena's ``evaluation_harness/evaluators.py``:
   ``test.raw.json``'s references) needs that ``/`` in the page's path.
 - ``program_html``: for each target, open its URL in a new page of the same browser context
   (``"last"``: the page the episode ended on), wait 3 s, select content with its locator (the
-  empty locator: the page's HTML) and check ``required_contents`` (``exact_match``,
-  ``must_include`` with ``" |OR| "`` alternatives, ``must_exclude``, or, as WebArena-Lite writes
-  some, ``fuzzy_match``: the LLM judge compares the selection with the references joined by
-  ``, ``, as VisualAgentBench, WebArena-Lite's home, does). The agent's page is never
+  empty locator: the page's HTML) and check ``required_contents``: ``exact_match``,
+  ``must_include`` with ``" |OR| "`` alternatives, ``must_exclude``, or ``fuzzy_match``, which
+  WebArena-Lite writes for some. There the LLM judge compares the selection with the references
+  joined by ``, ``, as VisualAgentBench, WebArena-Lite's home, does. The agent's page is never
   navigated, so ``url_match`` and ``__last_url__`` read the URL where the episode ended
   whatever the order of the evaluators.
 
-The reference is WebArena's code as its current release has it (``libwebarena`` 0.0.5 on PyPI,
-the package BrowserGym's WebArena tasks run: ``evaluation_harness/evaluators.py``). The score of
+The reference is WebArena's ``evaluation_harness/evaluators.py`` as its current release has it:
+``libwebarena`` 0.0.5 on PyPI, the package BrowserGym's WebArena tasks run. The score of
 a task is the product of its evaluators' scores. WebArena-Lite's task 81 writes
 ``must_include`` as a string: read as a one-item list (WebArena's code asserts a list).
 
@@ -423,9 +424,9 @@ def evaluate_task(
             needs it (``url_match`` only reads ``page.url``).
         site_urls: WebArena placeholders to base URLs, e.g. ``{"__SHOPPING__": "http://…"}``.
         judge: The LLM judge for ``fuzzy_match`` (see :data:`Judge`).
-        helpers: Extra or replacement ``func:`` helpers by name (the built-in ones are
+        helpers: Extra or replacement ``func:`` helpers by name. The built-in ones are
             ``get_query_text``, ``get_query_text_lowercase``, ``reddit_get_post_url`` and
-            ``gitlab_get_project_memeber_role``).
+            ``gitlab_get_project_memeber_role``.
         deviations: Opt-in deviations from WebArena's verdicts (:data:`DEVIATIONS` keys).
 
     Returns:

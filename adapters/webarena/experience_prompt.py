@@ -89,9 +89,8 @@ def answer_kind(answer: str) -> str:
     ``a date``, ``text``, ``an empty answer``.
 
     Text is not counted in words: recorded wrong answers are mostly one word picked off a page,
-    and a small model that saw ``text (1 word)`` learned to call every one-word answer wrong,
-    right ones too ('Complete' for an order's status, 'TPE' for a cable's jacket; measured:
-    recipe v18 in docs/RESULTS.md)."""
+    and a small model shown a word count learns to call every one-word answer wrong, right ones
+    too, such as 'Complete' for an order's status."""
     text = answer.strip().strip("'\"").strip()
     if not text:
         return "an empty answer"
@@ -166,8 +165,7 @@ def answer_place(state: str, answer: str, intent: str) -> str:
     task does not name``, ``… as a whole line`` (a line that is just the answer: a link, a
     price), ``… inside a longer text``, or ``the page does not show it``. Best place first:
     an answer a page labels with what the task asks about is likelier right than a word picked
-    out of a sentence, and a small model does not work that out from the raw lines (measured:
-    docs/RESULTS.md).
+    out of a sentence, and a small model does not work that out from the raw lines.
     """
     text = answer.strip().strip("'\"").strip().lower()
     if not text:
@@ -254,7 +252,7 @@ def action_terms(state: str, params: dict[str, str]) -> str:
     page names all 2 task terms, the title or URL too``): after an action task's last step the
     page it lands on is named after what was done (the product opened, the category sorted, the
     query searched), and a coarse phrase read the same across templates is what a small model
-    learns from a few hundred answers (measured: recipe v19 in docs/RESULTS.md)."""
+    learns from a few hundred answers."""
     if not params:
         return ""
     found, _, _ = _find_terms(state, params)
@@ -318,23 +316,23 @@ def answer_checks(state: str, answer: str, intent: str, params: dict[str, str] |
     asks for (``the page shows it as a whole line; an amount of money, as the task asks for an
     amount of money``), then whether the page names the task's parameters
     (:func:`terms_named`: a rating read off another product's page looks like a right one but
-    for this). For a task that asks for an action, the message itself is not judged: how many
-    of the task's parameters the page names and whether its title or URL does
-    (:func:`action_terms`) and, when ``last_step`` is given, the kind of step before the answer
-    (:func:`step_kind`: ``last step: click on a button 'Add to Cart'``; whether the change was
-    made shows in what the agent did last).
+    for this). For a task that asks for an action, the message itself is not judged. The checks
+    then say how many of the task's parameters the page names and whether its title or URL does
+    (:func:`action_terms`), and, when ``last_step`` is given, the kind of step before the answer
+    (:func:`step_kind`, ``last step: click on a button 'Add to Cart'``), since whether the
+    change was made shows in what the agent did last.
 
-    A small model trained from scratch does not compose these from the task and the page
-    reliably (measured: docs/RESULTS.md), so the compact prompt spells them out as its last
-    line, right before the verdict; whether the answer is right is still the model's call (the
-    page may show several values of that kind, the task may want another one).
+    A small model trained from scratch does not compose these from the task and the page reliably
+    (evidence: docs/history/results-2026-11-to-12.md), so the compact prompt spells them out as its
+    last line, right before the verdict. Whether the answer is right is still the model's call: the
+    page may show several values of that kind, the task may want another one.
     """
     match = kinds_match(answer, intent)
     if match is None:
         # What the message says does not decide an action task (its evaluator reads the site),
-        # so its place and kind are left out: shown, they were what a small model judged by
-        # (recorded data holds many one-word messages of failing agents) and it called every
-        # right "done" wrong (measured: recipe v18 in docs/RESULTS.md).
+        # so its place and kind are left out: a small model judges by them, and recorded data
+        # holds many one-word messages of failing agents, so it would call every right "done"
+        # wrong.
         return ("the task asks for an action"
                 + (f"; {named}" if (named := action_terms(state, params or {})) else "")
                 + (f"; last step: {last_step}" if last_step is not None else ""))
@@ -386,8 +384,7 @@ class Demos(list):
 
     The checks are evidence of a kind, not a verdict (a page may show several values of the
     kind asked); the tally says how often that kind of evidence went with a right answer in
-    real recorded episodes, which a small model does not otherwise gather from three demos
-    (measured: docs/RESULTS.md)."""
+    real recorded episodes, which a small model does not otherwise gather from three demos."""
 
     def __init__(self, items: Iterable[Transition] = (), *,
                  tally: tuple[int, int] | None = None) -> None:
@@ -397,9 +394,8 @@ class Demos(list):
 
 def tally_line(tally: tuple[int, int]) -> str:
     """The prompt line for a :class:`Demos` tally: the counts, then which side has more in
-    words (``5 right, 1 wrong: mostly right``). A small model trained for minutes did not learn
-    to compare two counts (recipes v17–v20 judged by other words of the checks, the tally
-    against them); one word it may follow (v21 did, v22 did not: docs/RESULTS.md)."""
+    words (``5 right, 1 wrong: mostly right``). A small model trained for minutes does not learn
+    to compare two counts, but it may follow one word."""
     right, wrong = tally
     if not right + wrong:
         return "recorded answers with the same checks: none"
@@ -414,9 +410,9 @@ def rank_final_answer_demos(
 ) -> Demos:
     """Order recorded final answers as demonstrations for the final answer ``action``.
 
-    Each candidate is scored by how much its answer checks resemble this answer's
-    (:func:`answer_checks`: how the page shows the answer, its kind against the kind asked,
-    where the page shows the task's terms), then by how much its task resembles this one (word
+    Each candidate is scored by how much its answer checks (:func:`answer_checks`) resemble
+    this answer's: how the page shows the answer, its kind against the kind asked, where the
+    page shows the task's terms. Ties go by how much its task resembles this one (word
     overlap), then by page similarity. The best comes first, then the best of the other outcome
     (right if the best is wrong, and the reverse), then the next best: the model sees the
     closest recorded case and what the other outcome looks like. The result's ``tally`` counts
@@ -477,17 +473,15 @@ def rank_step_demos(state: str, action: str, candidates: list[Transition], k: in
     the same kind of action (its verb), then the page most like this one, then the embedding's
     order.
 
-    The hash embedding blends page and action features: it finds the right neighbourhood, but
-    among near-identical pages it cannot tell the one whose layout (and ids) is this page's, and
-    a small model copies the first demonstration's next page. Measured on the held-out steps of
-    the bundled site (16 candidates, first demonstration's next page = the real one): oracle 259
-    of 425 (260 have it among the candidates; embedding order 238), random agent 739 of 1,142
-    (748; 618 ranking same actions by their own page only) (docs/RESULTS.md). Without the
-    placeholder, "this very page" took in likeness 0.95 and a search sent from an empty box was
-    ranked first for a real search, its result being most like the page it stayed on. The verb
-    comes before the page: ranked by the page alone, a click on the cart link found final
-    answers given on the same page, and the model called the click the end of a successful
-    episode (recipe v25, docs/RESULTS.md).
+    The hash embedding blends page and action features: it finds the right neighbourhood, but among
+    near-identical pages it cannot tell the one whose layout (and ids) is this page's, and a small
+    model copies the first demonstration's next page; this order puts the right next page first
+    more often than the embedding's (evidence: docs/history/results-2026-11-to-12.md). "This very
+    page" means a likeness of at least :data:`SAME_PAGE` with the typed text written as a
+    placeholder: a page with another query typed is this page, and no looser likeness lets in a
+    search sent from an empty box. The verb comes before the page: ranked by the page alone, a click
+    on the cart link finds final answers given on the same page, and the model calls the click the
+    end of a successful episode.
     """
     mine = action_signature(state, action)
     order = {id(t): i for i, t in enumerate(candidates)}

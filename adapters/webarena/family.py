@@ -254,10 +254,10 @@ class WebArenaFamily:
 
     dream_eval_types = ("string_match", "url_match")
     """The tasks the dream trains on by default: not ``program_html`` ones, whose outcome is the
-    site's hidden state (a cart, an address, a placed order): the embedded experience model
-    judges them from the final page and the last steps, and on the warm start's own rollouts it
-    called 25 of 36 such episodes successes where the real site called 6 (docs/RESULTS.md), so
-    dream RL taught sloppy edits."""
+    site's hidden state (a cart, an address, a placed order). The embedded experience model judges
+    them from the final page and the last steps, calls far more of them successes than the real site
+    does, and so teaches dream RL sloppy edits (evidence: docs/RESULTS.md, "Calibration of the
+    dream")."""
 
     @staticmethod
     def task_eval_types(task: Task) -> list[str]:
@@ -316,8 +316,9 @@ class WebArenaFamily:
                 seed: int) -> tuple[list[Any], list[Any]]:
         """Relabelled variants of recorded episodes for the experience model's data: ``answers``
         other final answers per right answer and ``stops`` earlier stops per episode, each
-        labelled by the task's own evaluator (tasks whose evaluator reads only the answer or
-        the final URL; :mod:`dreamgym_agents.adapters.webarena.counterfactual`)."""
+        labelled by the task's own evaluator
+        (:mod:`dreamgym_agents.adapters.webarena.counterfactual`). Only tasks whose evaluator
+        reads just the answer or the final URL get them."""
         from dreamgym_agents.adapters.webarena.counterfactual import (
             counterfactual_trajectories,
             stop_trajectories,
@@ -532,9 +533,9 @@ class WebArenaFamily:
 
     def eval_deviations(self, cfg: EnvConfig) -> frozenset[str]:
         """The evaluator's opt-in deviations (``env.eval_deviations``; evaluation.DEVIATIONS):
-        none by default on real sites, ``load_wait`` on the bundled shop (its pages are complete
-        at their load event: WebArena's 3 s wait after each navigation changes no verdict
-        there)."""
+        none by default on real sites, ``load_wait`` on the bundled shop. Its pages are complete
+        at their load event, so WebArena's fixed wait after each navigation changes no verdict
+        there."""
         from dreamgym_agents.adapters.webarena.evaluation import check_deviations
 
         chosen = env_options(self, cfg).eval_deviations

@@ -14,9 +14,10 @@ A product's link is then a copy of its name from the task, and a button's (``but
 Cart'``) the same few tokens on every page. :func:`refer` turns a recorded action into this form
 (with the page it was taken on); :func:`resolve` turns a written one back into the environment's
 form on the current page, so environments, trajectories and the experience model only ever see
-bids. Names are matched exactly as the page renders them (quoted, cut names with their ``…``);
-where several elements share a role and name, the first on the page is meant (as
-:meth:`~dreamgym_agents.adapters.webarena.state.AbstractState.find` resolves the oracle's programs).
+bids. Names are matched exactly as the page renders them (quoted, cut names with their ``…``).
+Where several elements share a role and name, the first on the page is meant, as
+:meth:`~dreamgym_agents.adapters.webarena.state.AbstractState.find` resolves the oracle's
+programs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """WebArena's LLM judges (``fuzzy_match`` and the unachievable-task check) over the gateway.
 
-The prompts are WebArena's own, word for word, as its current release has them
-(``evaluation_harness/helper_functions.py`` of ``libwebarena`` 0.0.5 on PyPI: ``llm_fuzzy_match``
-and ``llm_ua_match``), so scores stay comparable with published WebArena numbers. WebArena asks
+The prompts are WebArena's own ``llm_fuzzy_match`` and ``llm_ua_match``, word for word, as its
+current release has them in ``evaluation_harness/helper_functions.py`` (``libwebarena`` 0.0.5 on
+PyPI), so scores stay comparable with published WebArena numbers. WebArena asks
 ``gpt-4-1106-preview`` at temperature 0; ``--judge MODEL`` picks ours. One difference: a reply
 with no verdict scores 0 with a warning, where WebArena's ``assert`` stops the run.
 """
@@ -38,9 +38,9 @@ def fuzzy_match_messages(intent: str, reference: str, prediction: str) -> list[d
 
 
 def unachievable_messages(intent: str, reason: str, prediction: str) -> list[dict[str, str]]:
-    """WebArena's ``llm_ua_match`` prompt, as its current release words it (``libwebarena``
-    0.0.4/0.0.5 on PyPI, the package BrowserGym's WebArena tasks run; it replaced the
-    ``Task_1``/``Reason_1``/``Report_1`` wording of the first release)."""
+    """WebArena's ``llm_ua_match`` prompt, as its current release words it: ``libwebarena``
+    0.0.4/0.0.5 on PyPI, the package BrowserGym's WebArena tasks run, not the first release's
+    ``Task_1``/``Reason_1``/``Report_1`` wording."""
     message = (
         f"task: {intent}\n"
         f"actual unachievable reason: {reason}\n"

@@ -42,9 +42,9 @@ def mentions(name: str, intent: str) -> bool:
 def compact_page(state: str, max_lines: int = 80, max_chars: int = 100,
                  bids: bool = True, intent: str | None = None) -> str:
     """The page as the policy sees it: text lines bare, headings as ``# …``, long ones cut,
-    elements without their ``[bid]`` unless ``bids``; with an ``intent``, the lines the task
-    mentions (:func:`mentions`) marked ``* `` (a small model finds the product to click, the
-    attribute to read, without matching every line against the task itself)."""
+    elements without their ``[bid]`` unless ``bids``. With an ``intent``, the lines the task
+    mentions (:func:`mentions`) are marked ``* ``, so a small model finds the product to click
+    or the attribute to read without matching every line against the task itself."""
     out = []
     for line in state.splitlines():
         marked = False

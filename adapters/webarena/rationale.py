@@ -35,17 +35,16 @@ def deterministic_rationale(t: Transition, intent: str = "", *,
     recorded answers with the same checks are the prompt's last lines
     (:func:`~dreamgym_agents.adapters.webarena.experience_prompt.render_compact`), and a small model
     trained for minutes learns to read a verdict off the lines right before it, not off lines a
-    few dozen tokens back (measured: docs/RESULTS.md).
+    few dozen tokens back.
 
     Another step's rationale says which evidence the next page follows, when the training
-    example knows how its next state is written (``written_as``, its first line; ``demo_urls``,
-    where each demonstration went as the prompt shows it): ``As in demo 2: the site goes to
-    URL.``, ``The page stays; the target changes.``, ``Back to the page before: URL.``, then
-    that the task goes on. The page then agrees with it. (Rationales that restated the action
-    and its target were copied wrong, and the page followed them: v27 wrote a search submit's
-    rationale as the fill before it, 'The page stays and changes', and dreamt no search for 23
-    of 50 held-out submits; docs/RESULTS.md.) Without ``written_as``: what the action does,
-    where the site goes, then that the task goes on.
+    example knows how its next state is written: ``written_as`` is its first line, and
+    ``demo_urls`` where each demonstration went as the prompt shows it. It reads ``As in demo 2:
+    the site goes to URL.``, ``The page stays; the target changes.`` or ``Back to the page
+    before: URL.``, then says that the task goes on. The page then agrees with it. A rationale
+    that restates the action and its target is copied wrong, and the dreamt page follows the
+    wrong copy. Without ``written_as``: what the action does, where the site goes, then that the
+    task goes on.
     """
     target = target_line(t.state, t.action)
     verb = action_verb(t.action) or "acts"

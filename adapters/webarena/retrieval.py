@@ -135,8 +135,8 @@ def action_features(action: str, elements: dict[str, tuple[str, str]],
     how many words (1, 2, 3, 4 or more) and whether there is a comma. What a search page shows
     depends on the kind of query far more than on which button sent it: a whole product name
     finds that one product, a keyword a list. Without the shape, a product-name search sent by
-    the Search button retrieved only keyword searches sent the same way, and the dream wrote
-    their lists (measured: docs/RESULTS.md).
+    the Search button retrieves only keyword searches sent the same way, and the dream writes
+    their lists.
     """
     feats: Counter[str] = Counter()
     call = _CALL.match(action)

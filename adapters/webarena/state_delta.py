@@ -4,8 +4,8 @@ An experience model may write the next state in full, or as a reference to a sta
 followed by edits. The reference is the first line of the ``<next_state>`` block:
 
 - ``@state``: the current state;
-- ``@previous``: the page ``go_back`` returns to, as the history recorded it (the state before
-  the last navigation, :func:`~dreamgym_agents.adapters.webarena.experience_prompt.back_page`),
+- ``@previous``: the page ``go_back`` returns to, as the history recorded it: the state before
+  the last navigation (:func:`~dreamgym_agents.adapters.webarena.experience_prompt.back_page`),
   when the model is given the episode's history;
 - ``@demo N``: the next state of the N-th retrieved demonstration (1-based, as shown).
 
@@ -21,24 +21,24 @@ way a reader would take it: small models sometimes drop the ``+``.
 An edit line may name the element the action targets instead of copying its line:
 ``+ @target value='…'`` is that element's line (same id, role, name and options) with the value
 given (and the flags given, if any), in place. A field's new value is then one short line; a
-small model that had to copy the field's line (``[44] combobox 'Sort by' … options='…'``) wrote
-other ids and names (recipe v26: docs/RESULTS.md).
+small model that has to copy the field's line (``[44] combobox 'Sort by' … options='…'``) writes
+other ids and names.
 
 Two placeholders stand for the text the action types (``fill(bid, text)``, or the option of
-``select_option(bid, option)``), or else the text
-typed into the current page's filled text field (the last ``textbox``/``searchbox`` line with a
-``value='…'``): ``{typed}`` as the page quotes it and ``{typed+}`` as a URL query carries it
-(``+`` for spaces, ``%2C`` for commas). A search results page repeats the query in its URL,
-title, heading and search box; a small model copies a long query through a placeholder where it
-garbled it character by character, or wrote a demo's query (measured: docs/RESULTS.md, v11 vs
-v17). They are expanded in full states and in edit lines alike, and :func:`demo_pages` writes a
-demo's own typed text as placeholders, so ``@demo N`` after a search is the demo's results page
-for this step's query.
+``select_option(bid, option)``), or else the text typed into the current page's filled text
+field (the last ``textbox``/``searchbox`` line with a ``value='…'``): ``{typed}`` as the page
+quotes it and ``{typed+}`` as a URL query carries it (``+`` for spaces, ``%2C`` for commas). A
+search results page repeats the query in its URL, title, heading and search box. A small model
+copies a long query well through a placeholder; spelling it out, it garbles the query character
+by character or writes a demo's query (evidence: docs/history/results-2026-11-to-12.md). The
+placeholders are expanded in full states and in edit lines alike, and :func:`demo_pages` writes
+a demo's own typed text as placeholders, so ``@demo N`` after a search is the demo's results
+page for this step's query.
 
 Writing a page as "the same page as that demo's, with the cart count changed" is how a person
-would describe it, and it keeps a small model's answers short (the embedded default model is
-trained on the shortest of the full state and every reference form, see
-:func:`encode_state`); hosted models may use either form.
+would describe it, and it keeps a small model's answers short: the embedded default model is
+trained on the shortest of the full state and every reference form (:func:`encode_state`).
+Hosted models may use either form.
 """
 
 from __future__ import annotations
@@ -293,9 +293,8 @@ def encode_state(target: str, current: str, demo_next_states: list[str],
     ``@state`` with one edit counts as short as a demonstration's page with none: the current
     page is always the one shown, while a demonstration's page may differ from this step's in
     lines the prompt does not show (its sign-in header, another field's value). So a field's new
-    value is always ``@state`` plus its line, whatever the demonstrations (recipe v23 wrote it
-    as ``@demo 1`` whenever a demonstration matched, and the model then wrote ``@demo 1`` for
-    every fill, wrong for 51 of 97 held-out ones: docs/RESULTS.md).
+    value is always ``@state`` plus its line, whatever the demonstrations: trained on ``@demo 1``
+    wherever a demonstration matched, a model writes ``@demo 1`` for every fill, wrong ones too.
 
     Candidates whose expansion does not reproduce ``target`` exactly (duplicate lines can
     confuse the cursor) are discarded, so decoding an encoded state is always lossless.

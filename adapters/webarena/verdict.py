@@ -9,12 +9,11 @@ episode succeeded: the task's own evaluator says it, exactly as the real site wo
 same page (:func:`~dreamgym_agents.adapters.webarena.evaluation.evaluate_task`). A step that
 does not stop never completes such a task (the real environment scores only a stop).
 
-Measured on the shipped warm start's own dream (``dg-agents calibrate``): the experience
-model rewarded 14 validation episodes the site failed, nearly all of them answers of the
-right form and the wrong value (docs/RESULTS.md). Tasks judged by the site's hidden state
-(``program_html``), by an LLM (``fuzzy_match``) and a curriculum's variants without a
-reference (the generic template generator's) have no such verdict: the experience model's
-stands there.
+The experience model, judging alone, rewards answers of the right form and the wrong value
+that the site fails; with this verdict it pays none (evidence: docs/RESULTS.md, "Calibration of
+the dream"). Tasks judged by the site's hidden state (``program_html``), by an LLM
+(``fuzzy_match``) and a curriculum's variants without a reference (the generic template
+generator's) have no such verdict: the experience model's stands there.
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ class _UrlPage:
 
 def checkable(task: Task) -> bool:
     """Whether the task's own evaluator can judge a dream step: evaluators of the
-    :data:`CHECKED` kinds only, a reference, no judge (a curriculum's variant has an evaluator
-    only where its generator made one: the shop's, :mod:`.curriculum`)."""
+    :data:`CHECKED` kinds only, a reference, no judge. A curriculum's variant has an evaluator
+    only where its generator made one (the shop's, :mod:`.curriculum`)."""
     ev = task.config.get("eval") or {}
     kinds = set(ev.get("eval_types") or [])
     return bool(kinds) and kinds <= CHECKED and not needs_judge(task.config)

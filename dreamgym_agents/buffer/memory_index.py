@@ -1,12 +1,11 @@
 """An exact nearest-neighbour index of a buffer's records in memory (``buffer.index: memory``).
 
-Chroma answers a filtered query (``where``) through SQLite and its HNSW graph: ~20-40 ms of CPU
-for a few thousand records on this machine, under one lock, which caps a dream against a hosted
-experience model at a few dozen steps a second whatever its concurrency
-(docs/history/results-2026-11-to-12.md, "the
-dream's throughput by concurrency"). This index holds a snapshot of the collection (ids,
-normalised vectors, metadata, documents) and answers the same queries by brute force: one
-matrix-vector product and a filter mask, ~1-3 ms for 5,000 records, with no lock held.
+Chroma answers a filtered query (``where``) through SQLite and its HNSW graph, costly in CPU and
+under one lock, which caps a dream against a hosted experience model at a few dozen steps a
+second whatever its concurrency (evidence: docs/history/results-2026-11-to-12.md, "the dream's
+throughput by concurrency"). This index holds a snapshot of the collection (ids, normalised
+vectors, metadata, documents) and answers the same queries by brute force, one matrix-vector
+product and a filter mask, with no lock held.
 
 What it answers differs from Chroma's only where Chroma's approximate graph does: it is exact
 (every record within the filter is compared), and records at the same distance come in a fixed
@@ -226,7 +225,7 @@ class MemoryIndex:
         if len(used) > len(query) // 4:
             used = np.arange(len(query))
         # elementwise, not BLAS: OpenBLAS's worker threads spin after each call, and under a
-        # dream's load that burnt a core for nothing (measured: 72 s of CPU against 37 s)
+        # dream's load that burns about a core for nothing
         distances = 1.0 - np.add.reduce(self.by_dim[used] * query[used, None], axis=0)
         allowed = np.flatnonzero(self.mask(where))
         if not len(allowed):

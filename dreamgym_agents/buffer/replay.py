@@ -1,8 +1,8 @@
 """The replay buffer: real and synthetic transitions in Chroma, retrieved by similarity.
 
-The experience model is grounded by real transitions similar to the one it imagines (DreamGym,
-Sec. 4.1: the top-k transitions of the replay buffer most similar to the current state and action
-are put into its context). Each transition is one Chroma record with id
+The experience model is grounded by real transitions similar to the one it imagines: the top-k
+transitions of the replay buffer most similar to the current state and action are put into its
+context (DreamGym, Sec. 4.1). Each transition is one Chroma record with id
 ``"<episode_id>:<step>"`` (adding it again replaces it), its embedded ``(state, action)`` text and
 filterable metadata (:func:`~dreamgym_agents.buffer.embedding.transition_record`) plus a digest
 of that text (``key_hash``).
@@ -91,20 +91,17 @@ class BufferConfig:
             features it was created with.
         top_k: Transitions returned by :meth:`ReplayBuffer.retrieve` when ``k`` is not given.
         index: How :meth:`ReplayBuffer.retrieve` searches. ``auto`` (the default): ``memory``
-            for a buffer in a folder, ``chroma`` for a Chroma server (``url``: several
-            processes or machines write it, and Chroma's query sees their writes at once, where
-            a snapshot would see them within a second). ``memory``: an exact
-            search of a snapshot of the collection held in this process
-            (:mod:`~dreamgym_agents.buffer.memory_index`; ~4 bytes × ``hash_dim`` per record,
-            ~1 ms a query), refreshed after this buffer's own writes and when the
+            for a buffer in a folder, ``chroma`` for a Chroma server, which several processes
+            or machines write: Chroma's query sees their writes at once, a snapshot only
+            within a second. ``memory``: an exact search of a snapshot of the collection held
+            in this process (:mod:`~dreamgym_agents.buffer.memory_index`, 4 bytes ×
+            ``hash_dim`` per record), refreshed after this buffer's own writes and when the
             collection's size changes (another process's, or a server's, writes). Its answers
             differ from Chroma's only in the order of equally similar records and where
-            Chroma's approximate graph misses one (on the shipped bundles' held-out runs: the
-            same demonstrations for 99 % of ALFWorld's and 92 % of the web's steps, the same
-            verdicts for 100 % and 99.7 %; docs/history/results-2026-11-to-12.md). ``chroma``:
-            Chroma's filtered HNSW
-            query, one at a time (~40 ms each on a bundle's buffer: at high concurrency the
-            dream waits on it). Chroma stays the store either way (``path`` or ``url``).
+            Chroma's approximate graph misses one
+            (evidence: docs/history/results-2026-11-to-12.md). ``chroma``: Chroma's filtered
+            HNSW query, one at a time, slow enough that the dream waits on it at high
+            concurrency. Chroma stays the store either way (``path`` or ``url``).
     """
 
     path: str = ".dreamgym/buffer"

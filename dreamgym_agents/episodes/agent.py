@@ -1,10 +1,10 @@
 """Agents: the policy side of an episode.
 
 An agent turns (task, observation, history) into a :class:`Decision`: an action text plus the
-reasoning behind it. The core's agent is :class:`LLMAgent` (any model through the gateway,
-prompted from ``prompts/web_agent.md`` to answer ``<think>…</think><action>…</action>``); the
-agents that need no model (oracle, random, …) belong to each family
-(``TaskFamily.offline_agents``).
+reasoning behind it. The core's agent is :class:`LLMAgent`: any model through the gateway,
+prompted from ``prompts/agent.md`` or the family's ``agent_prompt`` to answer
+``<think>…</think><action>…</action>``. The agents that need no model (oracle, random, …) belong
+to each family (``TaskFamily.offline_agents``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ dream (the experience model) implement the same contract, so the same episode gr
 
 A *task family* (``webarena``, ``alfworld``, a user's own) knows where its tasks come from, how
 to build the environment that plays them, and everything else the core must not assume about an
-environment (its actions, offline agents, evaluator kinds, state format, experience-model codec,
-policy view, embedded recipe: :class:`TaskFamily`). Families are found by the
+environment: its actions, offline agents, evaluator kinds, state format, experience-model codec,
+policy view and embedded recipe (:class:`TaskFamily`). Families are found by the
 ``dreamgym_agents.families`` entry point (or :func:`register_family`); the core never imports
 one (``tests/test_architecture.py``).
 """
@@ -125,9 +125,9 @@ class StateFormat(Protocol):
     "" when unknown); ``location`` is where the agent is in a state (a web page's URL; ""
     for a family without one); ``strip_ids`` removes from a state line the ids a model cannot
     know (a web element's ``[bid]``). Optional: ``for_task(state, task)``, a recorded start
-    state of another task in the same place as ``task``'s own (a family whose states name the
-    task rewrites that line: a curriculum variant starts where its seed started, with its own
-    goal); without it the state is used as it is (a web page does not name the task).
+    state of another task in the same place made ``task``'s own: a family whose states name
+    the task rewrites that line, so a curriculum variant starts where its seed started, with
+    its own goal; without it the state is used as it is (a web page does not name the task).
     Optional: ``admissible(state)``, the commands a state accepts, when the state alone says
     (the dream then offers them in ``Observation.info["admissible"]`` as a real game does).
     Optional: ``reveals(state, next_state)``, whether a real next state shows what the state
@@ -247,8 +247,8 @@ class TaskFamily(Protocol):
     "bundled shopping site at http://127.0.0.1:41234") that the CLI shows first.
     ``action_set`` describes and parses the family's actions; ``offline_agents`` are the agents
     that need no model (``oracle``, ``random``, … by name; ``noisy`` explores at rate
-    ``noise``), for evaluation and collection (an agent with ``assign(tasks)`` is given its
-    tasks first; one with ``min_steps`` gets episodes that long); ``requirements`` what
+    ``noise``), for evaluation and collection; an agent with ``assign(tasks)`` is given its
+    tasks first, one with ``min_steps`` gets episodes that long. ``requirements`` is what
     ``dg-agents doctor`` reports for the family (cheap: no browser, no game is started).
 
     The embedded experience model's data (:mod:`dreamgym_agents.pipeline.embedded`):
@@ -264,8 +264,9 @@ class TaskFamily(Protocol):
     the kinds the experience model can judge from what the state shows. ``experience_codec``
     is the family's part of the experience model's prompt and answer
     (:mod:`dreamgym_agents.experience.codec`), ``state_format`` how its states read
-    (:class:`StateFormat`), ``policy_view`` the policy's part (how a state reads to it, how
-    actions are written, the grammar of a turn: :class:`~dreamgym_agents.policy.model.PolicyView`).
+    (:class:`StateFormat`), ``policy_view`` the policy's part
+    (:class:`~dreamgym_agents.policy.model.PolicyView`): how a state reads to it, how actions
+    are written, the grammar of a turn.
 
     Optional: ``task_keys(task) -> set[str]``, what makes a task the same instance for
     :class:`~dreamgym_agents.heldout.HeldOut` (default: its instruction, or its template and
@@ -292,8 +293,8 @@ class TaskFamily(Protocol):
     timeouts, a game's expert), read from ``EnvConfig.options`` by :func:`env_options`
     (``--set env.<name>=…``; none: the family takes no other ``env`` keys);
     ``agent_env_options(agent) -> dict``, those settings as an agent needs them, applied where
-    the user set none (:func:`env_config_for_agent`: ALFWorld plans with its expert only for an
-    agent that follows the plan).
+    the user set none by :func:`env_config_for_agent` (ALFWorld plans with its expert only for
+    an agent that follows the plan).
     """
 
     name: str
@@ -412,9 +413,10 @@ def family_part(task: str, part: Callable[[TaskFamily], Any]) -> Any:
 
 
 def make_family(task: str) -> TaskFamily:
-    """Build the task family named by ``task`` (its prefix before the first dot; a family
-    with a ``select(subset)`` hook is then narrowed to the subset after the dot: τ²'s
-    ``tau2.retail``).
+    """Build the task family named by ``task``'s prefix before the first dot.
+
+    A family with a ``select(subset)`` hook is then narrowed to the subset after the dot
+    (τ²'s ``tau2.retail``).
 
     Raises:
         ConfigError: No family has that name; the message lists the known ones.

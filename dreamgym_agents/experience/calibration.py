@@ -14,8 +14,8 @@ and once in the real environment on the same tasks, and compares the outcomes ta
 - the missed-reward rate: of the tasks the real environment rewarded, the share the dream did
   not (what RL in the dream could not learn).
 
-:func:`calibrate_policy` plays both (resumable folders ``real/`` and ``dream/``; the real
-episodes may come from an evaluation already played, a stage's validation) and writes
+:func:`calibrate_policy` plays both in resumable folders ``real/`` and ``dream/`` (the real
+episodes may be an evaluation already played, such as a stage's validation) and writes
 ``calibration.json``; ``dg-agents calibrate`` is the command, and ``dg-agents run`` records it
 for the warm start and after each RL stage.
 """

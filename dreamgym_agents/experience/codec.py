@@ -50,9 +50,9 @@ class ExperienceCodec(Protocol):
         ``bad_words``; empty: the gateway's setting, greedy unless set). A step whose next state
         is a draw (what a box shows when first opened) is sampled, one that follows from the
         state is not; ``experience.temperature`` and ``experience.top_p`` override it for every
-        step. ``bad_words`` are strings the answer cannot contain to be read back in this state
-        (the local provider never writes them; other providers ignore them, and the answer is
-        checked as always)."""
+        step. ``bad_words`` are strings the answer cannot contain to be read back in this
+        state: the local provider never writes them, other providers ignore them, and the
+        answer is checked as always."""
         ...
 
     def for_task(self, task: Task | None) -> ExperienceCodec:
@@ -112,9 +112,11 @@ class ExperienceCodec(Protocol):
     def rationale(self, t: Transition, intent: str = "", *, written_as: str | None = None,
                   pages: list[str] | None = None) -> str:
         """A rationale derived from a recorded transition (no model involved): which state
-        follows (``written_as``: the first line of the next state as the answer writes it;
-        ``pages``: the demonstrations' next states as :meth:`demo_pages` gives them), then one
-        of :attr:`verdicts`."""
+        follows, then one of :attr:`verdicts`.
+
+        ``written_as`` is the first line of the next state as the answer writes it; ``pages``
+        are the demonstrations' next states as :meth:`demo_pages` gives them.
+        """
         ...
 
     def describe(self) -> str:
@@ -143,8 +145,8 @@ def verdict(t: Transition) -> str:
 @functools.lru_cache(maxsize=16384)
 def _words(text: str) -> frozenset[str]:
     """The words of ``text``, kept for the texts seen last: a dream ranks the same few
-    thousand recorded states and actions against each step (1.6 ms of a step's ~20 ms of CPU
-    went to splitting them again)."""
+    thousand recorded states and actions against each step, and splitting them again would
+    cost a noticeable share of a step's CPU time."""
     return frozenset(_WORD.findall(text.lower()))
 
 
@@ -159,8 +161,9 @@ class PlainCodec:
     The prompt shows the task, the last steps (action → the lines naming the state it led to),
     the demonstrations as what their action changed (``+``/``-`` lines and the outcome), the
     current state in full and the action. The answer writes the next state as ``@state``
-    followed by edits when that is shorter than the state (:func:`line_edits`: a ``+ Key: …``
-    line replaces the line with that key, or is added; ``- line`` removes one), else in full.
+    followed by edits when that is shorter than the state, else in full; in the edits
+    (:func:`line_edits`) a ``+ Key: …`` line replaces the line with that key, or is added, and
+    a ``- line`` removes one.
     Demonstrations are ranked by the same action first (its verb, then its words), then by the
     words the states share; final answers (``action_set``'s actions with an ``answer``) too.
 

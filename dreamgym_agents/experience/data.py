@@ -1,11 +1,11 @@
 """SFT examples for the experience model (paper Eq. 5): inputs → reasoning, next state, outcome.
 
 Each recorded transition becomes one (prompt, completion) pair. The prompt is the compact
-experience prompt (task, last-H history, top-k demonstrations retrieved from the buffer — never
-from the transition's own episode — current page, action); the completion is the rationale, then
-the next state written as the family's experience codec writes it (the web codec: its shortest
-faithful form, full or a reference plus edits), then reward, done and success. Prompt and answer
-come from the same codec the model is prompted with at inference
+experience prompt: task, last-H history, top-k demonstrations retrieved from the buffer (never
+from the transition's own episode), current page and action. The completion is the rationale,
+then the next state written as the family's experience codec writes it (the web codec: its
+shortest faithful form, full or a reference plus edits), then reward, done and success. Prompt
+and answer come from the same codec the model is prompted with at inference
 (:mod:`dreamgym_agents.experience.codec`).
 """
 
@@ -48,18 +48,18 @@ class ExampleConfig:
             no new task has).
         final_answer_repeat: Times each final-answer example is included: the whole judgement
             of an answer is a few tokens of a long completion, and rarer than page changes.
-        judge_repeat: Short copies of each final-answer example added for its verdict alone:
-            the prompt without demonstrations (task, history, page, action, the answer's
-            evidence, the retrieved tally and the checks, a fraction of the tokens), the loss
-            on the verdict and the outcome only (``"loss": "decisions"``). A small model learns
-            to read a verdict off the checks line from many cheap examples, then does so in
-            full prompts, where the checks and the tally are the last lines too (measured:
-            docs/history/results-2026-11-to-12.md).
+        judge_repeat: Short copies of each final-answer example added for its verdict alone,
+            the loss on the verdict and the outcome only (``"loss": "decisions"``). Their
+            prompt has no demonstrations, a fraction of the tokens, but keeps the task,
+            history, page, action, the answer's evidence, the retrieved tally and the checks.
+            A small model learns to read a verdict off the checks line from many cheap
+            examples, then does so in full prompts, where the checks and the tally are the
+            last lines too (evidence: docs/history/results-2026-11-to-12.md).
         contrast_repeat: Times an example is included when its reward differs from that of
             most of its retrieved demonstrations: there the answer cannot be copied from the
-            demonstrations, and such steps are few (ALFWorld: another object moved into the
-            goal's receptacle, retrieved next to the expert's rewarded moves into it, was
-            rewarded in the dream: docs/history/results-2026-11-to-12.md).
+            demonstrations, and such steps are few. In ALFWorld, a wrong object moved into the
+            goal's receptacle is retrieved next to the expert's rewarded moves into it, and a
+            model that copies them rewards it.
     """
 
     top_k: int = 3
@@ -77,8 +77,11 @@ class ExampleConfig:
 
 def completion_text(t: Transition, demos: list[Transition], codec: ExperienceCodec, *,
                     use_reasoning: bool, previous: str | None = None, intent: str = "") -> str:
-    """The target answer for one transition (``previous``: the state going back returns to,
-    when the model sees the history; ``intent``: the task)."""
+    """The target answer for one transition.
+
+    ``previous`` is the state going back returns to, when the model sees the history;
+    ``intent`` is the task.
+    """
     pages = codec.demo_pages(demos, t.state, t.action)
     next_state = codec.encode_state(t.next_state, t.state, pages, previous, t.action)
     rationale = t.info.get("em_rationale")
@@ -145,9 +148,8 @@ def decision_spans(completion: str, codec: ExperienceCodec, *,
         end = line_end if line_end > first else len(completion)
         if completion.startswith("@", first) and line_end > first:
             # A reference: whether and how the page changes is the next line, its first edit
-            # or the block's end (recipe v25 wrote a fill's page as '@state' and stopped there,
-            # the typed value lost, for 75 of 97 held-out fills:
-            # docs/history/results-2026-11-to-12.md).
+            # or the block's end; trained without it, a model writes a fill's page as '@state'
+            # and stops there, the typed value lost.
             after = completion.find("\n", line_end + 1)
             end = after if after > line_end else len(completion)
         spans.append((first, end))
@@ -175,9 +177,9 @@ def build_examples(
     """One chat example per trainable transition: ``{"messages", "completion", "meta",
     "decision_spans"}`` (see :func:`decision_spans`), in the family's ``codec``.
 
-    Steps before a trajectory's ``info["train_from_step"]`` are history only (counterfactual
-    variants repeat their source episode's steps, see
-    :mod:`dreamgym_agents.adapters.webarena.counterfactual`). A variant's demonstrations never
+    Steps before a trajectory's ``info["train_from_step"]`` are history only: counterfactual
+    variants repeat their source episode's steps
+    (:mod:`dreamgym_agents.adapters.webarena.counterfactual`). A variant's demonstrations never
     come from the episode it was made from (``info["counterfactual_of"]`` or
     ``info["renamed_from"]``).
     """

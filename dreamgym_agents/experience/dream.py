@@ -3,13 +3,14 @@
 and runner play synthetic episodes (DreamGym, Sec. 4).
 
 - ``reset(task)`` starts from the task's recorded initial state in the replay buffer (a
-  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or of a task that starts
-  in the same place (the family's ``StateFormat.start_key``; as the task's own start through
-  its optional ``for_task``: an ALFWorld opening names the goal), or, when the buffer has none, from
-  the task's real opening when the family reads one without playing (``TaskFamily.opening``: an
-  ALFWorld game's first observation), or from a minimal state the family builds from the task
-  (``StateFormat.initial_state``; a web page: ``URL: <start_url>``, ``Title: ``);
-  ``Observation.info["start_state"]`` says which (``recorded``, ``opening`` or ``synthesised``).
+  curriculum's synthetic task: its seed's, ``config["synthetic_of"]``), or from that of a task
+  that starts in the same place (``StateFormat.start_key``), made the task's own by the state
+  format's optional ``for_task`` (an ALFWorld opening names the goal). When the buffer has none,
+  it starts from the task's real opening if the family reads one without playing
+  (``TaskFamily.opening``: an ALFWorld game's first observation), or from a minimal state the
+  family builds from the task (``StateFormat.initial_state``; a web page: ``URL: <start_url>``,
+  ``Title: ``). ``Observation.info["start_state"]`` says which: ``recorded``, ``opening`` or
+  ``synthesised``.
 - ``step(action)`` parses the action with the action set, then asks the experience model for the
   next state, reward, done and success, with the episode's own history.
 
@@ -23,11 +24,11 @@ Where the dream differs from a real environment, on purpose:
   reward 0, ``info["em_failure"] = True`` and ``error="experience model failure: …"``; trainers
   keep such steps out of the data.
 - Where the family can judge a step against the task's own reference with what the dream
-  knows (``TaskFamily.dream_verdict``: a web answer by the task's evaluator, the page's URL
-  against the reference URL), that verdict replaces the experience model's
-  (``DreamConfig.verdicts``; the model's is kept in ``info["model_reward"]``).
-- A terminal agent action (one the family's action set says ends the episode by its type: a
-  web answer, ``send_msg_to_user`` or ``stop [...]``) is judged by the model like any action,
+  knows (``TaskFamily.dream_verdict``, e.g. a web answer by the task's evaluator), that verdict
+  replaces the experience model's (``DreamConfig.verdicts``; the model's is kept in
+  ``info["model_reward"]``).
+- A terminal agent action, one the family's action set says ends the episode by its type (a
+  web answer, ``send_msg_to_user`` or ``stop [...]``), is judged by the model like any action,
   but the episode ends after it even if the model says not done (the agent has stopped), with
   reward 0 in that case.
 
@@ -81,12 +82,12 @@ class DreamConfig:
             the check agrees. A declared variant that isolates the predicted dynamics from the
             predicted rewards, not the method.
         verdicts: Where the family can judge a step against the task's own reference with
-            what the dream knows (``TaskFamily.dream_verdict``: a web answer by the task's
-            evaluator, the page's URL against its reference URL), its verdict replaces the
-            experience model's (kept in ``info["model_reward"]``): the reward of a step the
-            real environment would score the same way is exact, and a policy cannot learn to
-            fool the model there. Elsewhere (the site's hidden state, a curriculum's variant
-            without a reference) the model's verdict stands.
+            what the dream knows (``TaskFamily.dream_verdict``), its verdict replaces the
+            experience model's (kept in ``info["model_reward"]``): for the web family, an
+            answer by the task's evaluator, the page's URL against its reference URL. The
+            reward of a step the real environment would score the same way is then exact, and
+            a policy cannot learn to fool the model there. Elsewhere (the site's hidden state,
+            a curriculum's variant without a reference) the model's verdict stands.
     """
 
     invalid_action_ends_episode: bool = True

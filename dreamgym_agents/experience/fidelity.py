@@ -134,19 +134,18 @@ def transition_metrics(
     final steps predicted unsuccessful (it does not reward wrong ones); None without such steps;
     a failure counts as wrong.
 
-    Accuracy flatters a model on rare classes (always predicting reward 0 scores ~0.93 on the
-    bundled test split), so reward (positive: 1) and done (positive: the environment ended the
-    episode) are also scored as balanced accuracy and F1, next to trivial baselines in
-    ``baselines``: reward always 0; done read off the action's type alone (``is_terminal``,
-    e.g. :func:`~dreamgym_agents.episodes.env.ends_by_type` of the family's action set: an
-    answer ends an episode, anything else does not; None when not given); and for the next
-    state, copying
-    the current state (its state F1 and exact match against the real next state).
-    ``state_exact`` is the share of next states predicted exactly (:func:`state_exact`).
-    With ``reveals`` (the family's ``StateFormat.reveals(state, next_state)``: the real next
-    state shows what the state could not say, such as a receptacle's contents seen for the
-    first time, which no model can know), ``state_exact_determined`` is the share over the
-    other transitions (``n_determined`` of them; a failure counts as wrong) and
+    Accuracy flatters a model on rare classes (always predicting reward 0 scores high where
+    few steps are rewarded), so reward (positive: 1) and done (positive: the environment ended
+    the episode) are also scored as balanced accuracy and F1, next to trivial baselines in
+    ``baselines``: reward always 0; done read off the action's type alone by ``is_terminal``
+    (None when not given), e.g. :func:`~dreamgym_agents.episodes.env.ends_by_type` of the
+    family's action set, where an answer ends an episode and nothing else does; and for the
+    next state, copying the current state (its state F1 and exact match against the real next
+    state). ``state_exact`` is the share of next states predicted exactly (:func:`state_exact`).
+    ``reveals`` is the family's ``StateFormat.reveals(state, next_state)``: whether the real
+    next state shows what the state could not say, which no model can know (a receptacle's
+    contents seen for the first time). With it, ``state_exact_determined`` is the share over
+    the other transitions (``n_determined`` of them; a failure counts as wrong) and
     ``state_exact_revealing`` over those (``n_revealing``); absent without ``reveals``.
 
     Returns:

@@ -16,8 +16,8 @@
   3. optionally, an LLM judge scores the dream episodes on the rubric of
      :func:`~dreamgym_agents.experience.fidelity.judge_trajectories`.
 
-  Everything goes to ``OUT/fidelity.json`` (plus ``predictions.jsonl``, ``oracle_replay.jsonl``
-  and the random agent's dream run in ``random_dream/``).
+  Everything goes to ``OUT/fidelity.json``, ``OUT/predictions.jsonl`` and
+  ``OUT/oracle_replay.jsonl``, and the random agent's dream run to ``OUT/random_dream/``.
 """
 
 from __future__ import annotations

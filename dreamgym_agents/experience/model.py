@@ -185,19 +185,15 @@ def retrieve_demos(
 ) -> list[Transition]:
     """The ``k`` demonstrations of one step, as training and inference both choose them.
 
-    For a final answer (an action the family's ``codec`` reads an answer from, with a known
-    task ``intent`` and its ``params``), the demonstrations are recorded final answers of
-    similar tasks, right and wrong ones, ranked by the codec
-    (``ExperienceCodec.rank_final_answer_demos``; the web codec: the one whose answer checks
-    most resemble this answer's first, then the best of the other outcome, with the tally of
-    the candidates whose checks read the same). Demonstrations chosen by similarity alone
-    share the current step's outcome most of the time (a giving-up answer on the home page
-    finds other giving-up answers there) and do not show what tells a right answer from a
-    wrong one; a small model trained on them copied their outcome whatever the answer
-    (measured: docs/history/results-2026-11-to-12.md). Other steps take :data:`STEP_CANDIDATES`
-    nearest transitions
-    by embedding and keep the ``k`` the codec ranks first (``ExperienceCodec.rank_step_demos``:
-    the web codec's is the same action on the same target, then the most lines in common).
+    A final answer is an action the family's ``codec`` reads an answer from, in a task with a
+    known ``intent`` and ``params``. Its demonstrations are recorded final answers of similar
+    tasks, right and wrong ones, ranked by ``ExperienceCodec.rank_final_answer_demos``:
+    demonstrations chosen by similarity alone mostly share the step's outcome (a giving-up
+    answer on the home page finds other giving-up answers), so they do not show what tells a
+    right answer from a wrong one, and a small model trained on them copies their outcome
+    (evidence: docs/history/results-2026-11-to-12.md). Other steps take the
+    :data:`STEP_CANDIDATES` nearest transitions by embedding and keep the ``k`` that
+    ``ExperienceCodec.rank_step_demos`` ranks first.
     """
     if not intent or codec.answer_text(action) is None:
         found = retriever.retrieve(state, action, k=max(k, STEP_CANDIDATES), where=where,
@@ -299,12 +295,11 @@ def parse_experience_output(text: str) -> ExperienceOutput:
     end, booleans as ``true/false/yes/no/1/0`` and rewards such as ``1.0``. ``<reasoning>`` is
     optional (text before the first tag counts as reasoning); ``<success>`` may be missing
     (then it is ``reward == 1``). The reward is clamped to [0, 1]. The outcome is an outcome
-    reward (Sec. 4.1): reward 1, success and done go together, and an answer whose fields say
+    reward (Sec. 4.1): reward 1, success and done go together. An answer whose fields say
     otherwise (``<reward>1`` with ``<success>false``, or a success that is not done) is
-    unreadable, not silently resolved: a small model that loses its thread in a long rationale
-    writes such answers, and reading its stray ``<reward>1`` as a success ended 38 ordinary
-    steps of recipe v18's fidelity run as successes (docs/history/results-2026-11-to-12.md). The
-    caller retries.
+    unreadable, not silently resolved, and the caller retries: a small model that loses its
+    thread in a long rationale writes such answers, and reading a stray ``<reward>1`` as a
+    success would end ordinary steps as successes.
 
     Raises:
         ExperienceParseError: ``next_state``, ``reward`` or ``done`` is absent or unreadable, or
@@ -405,8 +400,8 @@ class ExperienceConfig:
             only recorded transitions, never the model's own dreams.
         max_state_lines: Lines of each state shown in the prompt (current state and demos).
         prompt_style: ``full`` (``prompts/experience_model.md``: every state in full, for hosted
-            and large models) or ``compact`` (``prompts/experience_model_compact.md``: states
-            through their differences, for small models trained on it, e.g. the embedded default).
+            and large models) or ``compact`` (``prompts/experience_model_compact.md``: states as
+            differences), for small models trained on it such as the embedded default.
         exclude_same_task: Never retrieve a record of the task being played (by task id), as
             the experience model's training retrieved demonstrations from other tasks only
             (:class:`~dreamgym_agents.experience.data.ExampleConfig`): a model trained
@@ -416,10 +411,9 @@ class ExperienceConfig:
         top_p: Nucleus mass when sampling; None: the codec's ``sampling``, else none.
         program: A saved prompt program (``dg-agents optimize --target experience``) whose
             instruction replaces the full prompt's (None: the template's).
-        codec_version: The family's experience codec version the model was trained with (a
-            trained checkpoint records it: :func:`~.training.trained_settings`; 0: trained
-            before versions were recorded); None: the family's latest
-            (``TaskFamily.experience_codec(version)``).
+        codec_version: The family's experience codec version the model was trained with, as
+            :func:`~.training.trained_settings` records it (0: a checkpoint without a recorded
+            version); None: the family's latest (``TaskFamily.experience_codec(version)``).
     """
 
     history_steps: int = 4
@@ -583,9 +577,11 @@ class ExperienceModel:
         demos: list[Transition], instruction: str | None = None, *,
         codec: ExperienceCodec | None = None,
     ) -> list[dict[str, str]]:
-        """The chat messages of one prediction (the full prompt's instruction: ``instruction``,
-        else the program's or the template's; ``codec``: the one bound to ``task`` already,
-        None: bound here)."""
+        """The chat messages of one prediction.
+
+        ``instruction`` replaces the full prompt's instruction (None: the program's, else the
+        template's); ``codec`` is the one already bound to ``task`` (None: bound here).
+        """
         if self.cfg.prompt_style == "compact":
             cfg = self.cfg
             return (codec or self.task_codec(task)).render(
@@ -606,10 +602,12 @@ class ExperienceModel:
 
     def sampling(self, state: str, action: str,
                  codec: ExperienceCodec | None = None) -> dict[str, Any]:
-        """The decoding settings of a first answer (:class:`ExperienceConfig`'s ``temperature``
-        and ``top_p``, else the codec's ``sampling`` of the step — ``codec``: the one bound to
-        the step's task, None: the model's — its ``bad_words`` kept; empty: the gateway's
-        own)."""
+        """The decoding settings of a first answer; empty: the gateway's own.
+
+        :class:`ExperienceConfig`'s ``temperature`` and ``top_p`` override the codec's
+        ``sampling`` of the step, whose ``bad_words`` are kept. ``codec`` is the one bound to the
+        step's task (None: the model's).
+        """
         out = dict((codec or self.codec).sampling(state, action))
         for key in ("temperature", "top_p"):
             if getattr(self.cfg, key) is not None:

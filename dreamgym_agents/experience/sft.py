@@ -5,17 +5,16 @@ tokenizer trained on the environment's own text plus a small Qwen2 configuration
 default). The loss covers the completion only (reasoning, next state, reward, done, success); the
 prompt is rendered and tokenized exactly as the in-process ``hf/`` provider does at inference.
 
-The loss is a token-weighted cross-entropy: the tokens of an example's ``decision_spans`` (the
-reasoning's conclusion, the outcome, which page comes next; see
-:func:`~dreamgym_agents.experience.data.decision_spans`) weigh ``decision_weight``
-times the others. Unweighted, a final answer's verdict is a handful of tokens among hundreds of
-copied page lines, and a small model trained for minutes learned the page and not the verdict
-(measured: docs/history/results-2026-11-to-12.md). The LM head is applied to completion positions
-only, which on a CPU
-saves a quarter of the compute of a small model with a large vocabulary. On a CPU with native
-bfloat16 (AVX512-BF16, AMX) the forward and backward passes run under bfloat16 autocast, the
-weights, the optimizer and the loss staying in float32: 1.3-1.5x the steps in the same time on the
-embedded default's shape (measured: docs/history/results-2026-11-to-12.md).
+The loss is a token-weighted cross-entropy: the tokens of an example's ``decision_spans``, its
+reasoning's conclusion, outcome and which page comes next
+(:func:`~dreamgym_agents.experience.data.decision_spans`), weigh ``decision_weight`` times the
+others. Unweighted, a final answer's verdict is a handful of tokens among hundreds of copied page
+lines, and a small model trained for minutes learns the page and not the verdict. The LM head is
+applied to completion positions only, which on a CPU saves a sizeable share of the compute of a
+small model with a large vocabulary. On a CPU with native bfloat16 (AVX512-BF16, AMX) the forward
+and backward passes run under bfloat16 autocast, the weights, the optimizer and the loss staying in
+float32: more steps in the same time on the embedded default's shape (evidence:
+docs/history/results-2026-11-to-12.md).
 
 A run trains its fixed number of steps on any machine (a slow one takes longer); a time budget
 only stops it early, and the result then says it is partial (``SFTResult.partial``): callers
@@ -209,9 +208,9 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
     the token-weighted loss; return what training did (``result.model`` is the trained model,
     not yet saved).
 
-    ``cfg`` has the fields of :class:`ExperienceSFTConfig` that say how to train (``epochs``,
-    ``max_steps``, ``batch_size``, ``learning_rate``, ``time_budget_s``, ``checkpoint_every``,
-    ``seed``, ``max_length``, ``bf16``, ``extra``); the policy's SFT config has them too.
+    ``cfg`` has the fields of :class:`ExperienceSFTConfig` that say how to train, as the
+    policy's SFT config does: ``epochs``, ``max_steps``, ``batch_size``, ``learning_rate``,
+    ``time_budget_s``, ``checkpoint_every``, ``seed``, ``max_length``, ``bf16``, ``extra``.
     ``on_step`` is called after each optimisation step (a progress bar); ``optimizers`` is
     (optimizer, scheduler), TRL's AdamW and cosine schedule when (None, None). With
     ``checkpoint_every``, a newer resumable checkpoint in ``out/trainer`` is resumed from.
@@ -230,8 +229,8 @@ def fit_weighted(model: Any, tokenizer: Any, rows: list[dict[str, list]], cfg: A
         # step more
         return finished_run(resume, model, rows, out=out, steps=steps, start=start, device=device,
                             bf16=native_bf16(device) if cfg.bf16 is None else cfg.bf16)
-    # Batches of similar lengths: examples run from ~300 to ~1,500 tokens, and random batches
-    # would spend most of their compute on padding.
+    # Batches of similar lengths: examples differ in length several times over, and random
+    # batches would spend most of their compute on padding.
     # TRL recomputes activations in the backward pass by default: a third more forward work
     # for memory, which a CPU has to spare for these models (``extra`` can turn it back on)
     options: dict[str, Any] = {"train_sampling_strategy": "group_by_length",
@@ -491,9 +490,8 @@ WARMUP_SHARE = 0.05
 def cosine_schedule(model: Any, learning_rate: float, steps: int) -> tuple[Any, Any]:
     """AdamW (weight decay 0.01 on matrices only) with a linear warmup over the first
     ``WARMUP_SHARE`` of ``steps`` and a cosine to 0 at the last step. The schedule depends on the
-    step alone, never on the clock: the same data and seed train the same model on any machine
-    (recipe v30 and earlier followed the clock on a machine too slow for a time budget, and a
-    slow machine built a different, weaker model; docs/history/results-2026-11-to-12.md)."""
+    step alone, never on the clock: the same data and seed train the same model on any machine,
+    and a slow machine does not build a different, weaker model."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]

@@ -54,9 +54,9 @@ def train_from_trajectories(
 
     Args:
         trajectories: Recorded episodes (they seed an empty buffer).
-        buffer: The replay buffer the examples' demonstrations come from (None in a
-            launcher's other processes: the main process builds the examples,
-            :mod:`dreamgym_agents.launch`).
+        buffer: The replay buffer the examples' demonstrations come from; None in a
+            launcher's other processes (:mod:`dreamgym_agents.launch`), since the main process
+            builds the examples.
         example_cfg: What the examples show.
         sft_cfg: How the model is trained.
         teacher: A model writing the rationales; None derives them deterministically.
@@ -202,12 +202,12 @@ def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:
 
 
 def trained_settings(model: str) -> dict[str, Any]:
-    """The experience settings a checkpoint trained by this pipeline must be prompted with
-    (``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style``,
-    ``codec_version``: 0 for a checkpoint trained before versions were recorded); empty for
-    other model strings. The checkpoint is ``hf/<dir>``, or the same directory served
-    by an OpenAI-compatible server under its path (``openai/<dir>``: vLLM and ``transformers
-    serve`` name a model by the path they loaded it from)."""
+    """The experience settings a checkpoint trained by this pipeline must be prompted with:
+    ``top_k``, the ablation flags, whether it saw its task's own records, ``prompt_style`` and
+    ``codec_version`` (0 for a checkpoint whose manifest records none); empty for other model
+    strings. The checkpoint is ``hf/<dir>``, or the same directory served by an OpenAI-compatible
+    server under its path (``openai/<dir>``: vLLM and ``transformers serve`` name a model by the
+    path they loaded it from)."""
     path = model[3:] if model.startswith("hf/") else model.partition("/")[2]
     manifest = (read_manifest(path) if path and Path(path).is_dir() else None) or {}
     trained = manifest.get("example_config", {})

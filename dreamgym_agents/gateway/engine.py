@@ -2,10 +2,9 @@
 
 The reference path (:class:`~dreamgym_agents.gateway.local.Batcher`) hands each batch of waiting
 requests to transformers' ``generate``: a request that arrives while a batch runs waits for the
-whole batch to end, and every token pays ``generate``'s per-step bookkeeping (about 19 ms a
-decoding step of an 8-row batch of the 2M-parameter embedded experience model, measured:
-docs/history/results-2026-11-to-12.md), though the model's arithmetic for that step is a few
-microseconds a row.
+whole batch to end, and every token pays ``generate``'s per-step bookkeeping, which for a small
+model such as the embedded experience model costs far more than the model's own arithmetic
+for that step (evidence: docs/history/results-2026-11-to-12.md).
 
 :class:`ContinuousBatcher` keeps one running batch per model instead:
 
@@ -14,9 +13,9 @@ microseconds a row.
   step on; a finished one leaves at once and its caller has its answer;
 - every row keeps its keys and values in a cache (one slot per row, rows contiguous, so a
   decoding step reads each layer's cache as one view), so a step computes one token a row;
-- a prompt that begins like a recent one (a GRPO group's first turn, an experience-model
-  retry, the same state and action in several rollouts) takes the cached keys and values of
-  the common prefix and prefills only the rest (:class:`PrefixCache`);
+- a prompt that begins like a recent one takes the cached keys and values of the common prefix
+  and prefills only the rest (:class:`PrefixCache`): a GRPO group's first turn, an
+  experience-model retry, the same state and action in several rollouts;
 - each row keeps its own settings: greedy and sampled rows, temperatures, nucleus mass, seeds
   (a seeded row draws from its own generator, so its sample does not depend on the batch it
   shares), decoding constraints and banned sequences; masks are applied to the whole batch at
@@ -265,9 +264,9 @@ class DecoderRunner:
     computes with fused copies of the weights (queries, keys and values in one matrix; the
     MLP's gate and up in another), made again whenever a parameter changes (its version
     counter: an optimiser's step updates weights in place); the query and key rows are
-    reordered so that rotary embedding is one complex product (attention scores do not depend
-    on the order of a head's dimensions, as long as queries and keys share it). Otherwise
-    (LoRA adapters) it calls the layers' modules, so the adapters apply.
+    reordered so that rotary embedding is one complex product, which leaves attention scores
+    unchanged since queries and keys share the order. Otherwise (LoRA adapters) it calls the
+    layers' modules, so the adapters apply.
     """
 
     def __init__(self, model: Any) -> None:

@@ -43,15 +43,15 @@ def request_path_ready() -> bool:
 
 def prepare_request_path() -> None:
     """Do once, now, what LiteLLM does on a process's first request: import the rest of its
-    request path (its request pre-processing's modules, the OpenAI SDK's API resources), ~1 s
-    of imports and pydantic model building.
+    request path (its request pre-processing's modules, the OpenAI SDK's API resources), about a
+    second of imports and pydantic model building.
 
     Done inside the first requests instead, the requests of a run that start together (a dream
-    of 64 episodes) all ran into those imports at once and each waited on them: the first wave
-    of a 64-episode dream lost 1.6 s at its first step, 64 bare concurrent requests 4.6 s.
+    of many episodes) all run into those imports at once and each waits on them, so the first
+    step of every episode is delayed.
     Public API only (a mocked completion, an OpenAI client that sends nothing); no network.
     Thread-safe; later calls return at once. Best effort: should a LiteLLM release refuse one of
-    these calls, the first requests do the set-up themselves, as before.
+    these calls, the first requests do the set-up themselves.
     """
     global _REQUEST_PATH_READY
     if _REQUEST_PATH_READY:

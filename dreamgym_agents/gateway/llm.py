@@ -161,14 +161,14 @@ class LLMConfig:
             its cost counts as 0.
         extra: Extra keyword arguments passed to ``litellm.acompletion`` (``seed``,
             ``response_format``, provider options, …).
-        server_bad_words: How a served model is told the strings a call must never write
-            (``bad_words``: the experience codec's unreadable references; a local ``hf/`` model
-            masks them itself): ``vllm``, vLLM's ``bad_words`` request field; ``transformers``,
-            ``transformers serve``'s ``generation_config`` with the strings' ``bad_words_ids``,
-            read with the tokenizer of the checkpoint the model string names
-            (``openai/<checkpoint dir>``); ``off``, not sent (hosted APIs have no such field:
-            the answer is checked, and an unreadable one is sampled again); ``auto``, ``vllm``
-            for ``hosted_vllm/…`` models, else ``off``.
+        server_bad_words: How a served model is told a call's ``bad_words``, the strings it must
+            never write (the experience codec's unreadable references), which a local ``hf/`` model
+            masks itself: ``vllm``, vLLM's ``bad_words`` request field; ``transformers``,
+            ``transformers serve``'s ``generation_config`` with the strings' ``bad_words_ids``, read
+            with the tokenizer of the checkpoint the model string names
+            (``openai/<checkpoint dir>``); ``off``, not sent (hosted APIs have no such field: the
+            answer is checked, and an unreadable one is sampled again); ``auto``, ``vllm`` for
+            ``hosted_vllm/…`` models, else ``off``.
     """
 
     model: str = "openai/gpt-4o-mini"
@@ -422,9 +422,9 @@ class Gateway:
         Args:
             messages: OpenAI-style chat messages (``{"role": ..., "content": ...}``).
             **overrides: Per-call sampling settings (``temperature``, ``max_tokens``, ``top_p``,
-                ``stop``, ``mock_response``; ``bad_words``, strings a local ``hf/`` model never
-                writes, ignored by other providers) or extra LiteLLM arguments; None removes a
-                setting.
+                ``stop``, ``mock_response``, ``bad_words``) or extra LiteLLM arguments; None
+                removes a setting. ``bad_words`` are strings a local ``hf/`` model never writes;
+                other providers ignore them.
 
         Returns:
             The answer, with this call's usage; the gateway's totals are updated.
@@ -648,8 +648,8 @@ class Gateway:
         )
 
     def _cost(self, response: Any) -> float:
-        # LiteLLM prices each answer as it arrives (``_hidden_params["response_cost"]``);
-        # pricing it again cost ~4 ms a call, and a model with no known price is not priced
+        # LiteLLM prices each answer as it arrives (``_hidden_params["response_cost"]``), and
+        # pricing it again costs milliseconds a call; a model with no known price is not priced
         # again after its first answer
         hidden = getattr(response, "_hidden_params", None) or {}
         if hidden.get("response_cost") is not None:
@@ -670,9 +670,10 @@ class Gateway:
 
     # ----------------------------------------------------------------- life cycle
     def prepare(self) -> None:
-        """Do this process's one-time request set-up now (LiteLLM's first-request imports,
-        :func:`~dreamgym_agents.gateway.litellm_setup.prepare_request_path`), before a run's
-        first requests would wait on it. Nothing to do for a local or mocked model."""
+        """Do this process's one-time request set-up, LiteLLM's first-request imports, now,
+        before a run's first requests would wait on it
+        (:func:`~dreamgym_agents.gateway.litellm_setup.prepare_request_path`). Nothing to do
+        for a local or mocked model."""
         if not self.cfg.is_local and self.cfg.mock_response is None:
             prepare_request_path()
 

@@ -6,14 +6,16 @@ The gateway registers the provider when it is created with an ``hf/`` model
 ``save_pretrained`` (tokenizer and model); it is loaded once per path on CPU and kept in a
 module-level registry.
 
-Generation is batched per model: one worker thread per loaded model runs ``generate`` on every
-request waiting when it starts a batch (greedy requests together, unseeded sampling requests with
-the same settings together, a seeded request alone so its sample stays reproducible), so
-concurrent callers (dream rollouts, fidelity runs, RL groups) share the forward passes instead of
-queueing behind one another. A small model on a CPU costs about the same per token for 8 rows as
-for one (measured: docs/history/results-2026-11-to-12.md). Prompts are left-padded with an attention
-mask; a batched
-greedy answer equals the answer alone up to floating-point summation order.
+Generation is batched per model (:func:`make_batcher`), so concurrent callers (dream rollouts,
+fidelity runs, RL groups) share the forward passes instead of queueing behind one another: a
+small model on a CPU costs about the same per token for a batch of rows as for one
+(evidence: docs/history/results-2026-11-to-12.md). The fast path is the running batch of
+:mod:`~dreamgym_agents.gateway.engine`; on the reference path (:class:`Batcher`) one worker
+thread per loaded model runs ``generate`` on every request waiting when it starts a batch.
+There greedy requests go together, unseeded sampling requests with the same settings together,
+and a seeded request alone so its sample stays reproducible; prompts are left-padded with an
+attention mask, and a batched greedy answer equals the answer alone up to floating-point
+summation order.
 
 ``transformers`` and ``torch`` belong to the ``train`` extra: without them a call raises
 :class:`~dreamgym_agents.errors.MissingExtraError`. Importing this module is cheap: neither they
@@ -392,7 +394,7 @@ def torch_threads() -> int:
     ``DG_TORCH_THREADS`` when set, else ``OMP_NUM_THREADS`` when the user set it, else the
     cores this process may run on less those other processes keep busy (the 1-minute load
     average, read once), at least 1. Torch's own default, every core, oversubscribes a busy
-    machine: one thread generated 5x faster than two on a 2-core machine with one core taken.
+    machine, where threads that wait on a taken core slow every step down.
     """
     for name in ("DG_TORCH_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
@@ -577,8 +579,8 @@ def generate_local(
 async def agenerate_local(path: str | os.PathLike[str], messages: list[dict[str, Any]],
                           **kwargs: Any) -> LocalGeneration:
     """:func:`generate_local` awaited on the caller's event loop: no thread waits for the
-    answer (a pool of threads, each blocked on one answer, would cap how many requests join
-    the model's running batch: asyncio's default pool has cores + 4)."""
+    answer, since a pool of threads each blocked on one answer would cap how many requests
+    join the model's running batch at the pool's size (asyncio's default: cores + 4)."""
     if Path(path).expanduser().resolve().as_posix() not in _MODELS:
         await asyncio.to_thread(_get_loaded, path)  # the first call loads it off the loop
     loaded, request, stops = _local_request(path, messages, **kwargs)

@@ -121,9 +121,11 @@ def agent_adapter(template: str) -> Any:
 
 def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: Any = None,
                     pred_trace: Any = None) -> Any:
-    """GEPA's metric for every program here: the prediction's own ``score`` and ``feedback``
-    (each program scores what it predicted: an episode's success, a step's fidelity, the
-    share of accepted task variants)."""
+    """GEPA's metric for every program here: the prediction's own ``score`` and ``feedback``.
+
+    Each program scores what it predicted: an episode's success, a step's fidelity, the share
+    of accepted task variants.
+    """
     import dspy
 
     return dspy.Prediction(score=float(pred.score), feedback=str(pred.feedback))
@@ -142,11 +144,13 @@ def index_examples(count: int, train: int) -> tuple[list[Any], list[Any]]:
 def compile_gepa(student: Any, trainset: list[Any], valset: list[Any], *, budget: int,
                  reflection: Gateway, minibatch: int, seed: int,
                  log_dir: str) -> tuple[Any, dict[str, Any]]:
-    """``dspy.GEPA`` as every target here runs it (at most ``budget`` metric calls, reflections
-    by ``reflection`` on minibatches of ``minibatch``, one thread: the programs play episodes
-    with their own concurrency; no merges; its log in ``log_dir``): the compiled program and
-    its validation scores before (the starting program) and after (the best), and how many
-    candidates it kept."""
+    """``dspy.GEPA`` as every target here runs it: the compiled program, its validation scores
+    before (the starting program) and after (the best), and how many candidates it kept.
+
+    GEPA makes at most ``budget`` metric calls, reflects with ``reflection`` on minibatches of
+    ``minibatch`` and logs to ``log_dir``; it runs one thread, since the programs play episodes
+    with their own concurrency, and merges no candidates.
+    """
     import dspy
 
     optimizer = dspy.GEPA(metric=feedback_metric, max_metric_calls=budget,

@@ -1,7 +1,7 @@
 """Prompt learning for the curriculum's LLM task generator: ``dspy.GEPA`` rewrites the
 instruction of ``prompts/task_generator.md``, every candidate scored by the share of its
-proposed variants the curriculum accepts (well formed, new, not a validation or test task, and
-feasible by the family's check: the same rules as in training).
+proposed variants the curriculum accepts by the same rules as in training: well formed, new,
+not a validation or test task, and feasible by the family's check.
 
 The program (:func:`make_program`) asks the generator for variants of one train seed per
 example through its own prompt and parser (:class:`~dreamgym_agents.rl.curriculum.

@@ -105,8 +105,9 @@ class BuildConfig:
         demo_max_steps: Step limit of a demonstration.
         warm_start: The policy's SFT (default: what ``dg-agents run`` trains, both presets).
         policy_view: How the policy sees a turn (as ``run``'s ``policy_view``).
-        weights_dtype: ``bfloat16`` (half the size; measured to change no figure, see
-            docs/history/results-2026-11-to-12.md) or ``float32``. Models always compute in float32.
+        weights_dtype: ``bfloat16`` (half the size, no figure changed: evidence in
+            docs/history/results-2026-11-to-12.md) or ``float32``. Models always compute in
+            float32.
         measure: Measure the packaged bundle (False: a bundle without figures, for tests).
         eval_limit: Test tasks of the warm start's evaluation, spread over the templates
             (None: the whole split).

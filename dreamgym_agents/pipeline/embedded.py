@@ -88,11 +88,10 @@ class EmbeddedRecipe:
         max_length: Longest SFT example, tokens.
         sft_steps: SFT optimisation steps: a fixed count on any machine (a slow one takes
             longer and says when it will finish), so how far a build trains never depends on
-            the machine (recipes up to v30 capped SFT by the clock, and a slow machine built a
-            weaker model under the recipe's name: docs/history/results-2026-11-to-12.md). Builds
-            still differ a
-            little: the from-scratch tokenizer's BPE training breaks count ties in hash-map
-            order (docs/history/results-2026-11-to-12.md, "Recipes v29–v30").
+            the machine; a clock cap would build a weaker model under the recipe's name on a
+            slow one. Builds still differ a little: the from-scratch tokenizer's BPE training
+            breaks count ties in hash-map order (evidence:
+            docs/history/results-2026-11-to-12.md, "Recipes v29–v30").
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
         use_history: Train with history in the prompt (False: the no-history ablation).

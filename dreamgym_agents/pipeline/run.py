@@ -63,8 +63,8 @@ class PipelineConfig:
         policy: ``embedded`` (a small policy trained here) or ``hf/<checkpoint>``
             (a local transformers checkpoint to fine-tune).
         policy_init: Where the embedded policy starts: ``experience`` (the embedded experience
-            model's weights: the one language model here that has read the site's pages and
-            actions; measured to fit the demonstrations faster than a fresh model) or
+            model's weights: the one language model here that has read the environment's
+            states and actions, so it fits the demonstrations faster than a fresh one) or
             ``scratch`` (a fresh model).
         experience_model: ``embedded``, or the model that plays the dream instead (a
             checkpoint trained here, ``hf/<dir>``, prompted as its manifest says, or any LiteLLM
@@ -103,7 +103,7 @@ class PipelineConfig:
             GRPO-real train on every task.
         reuse_bundle_eval: The warm start's evaluation (``eval_sft``) reuses the episodes the
             embedded bundle's build played with the same policy on the same test tasks (greedy,
-            same step limit and view: the same episodes, measured again identical), when the
+            same step limit and view: the same episodes, identical when played again), when the
             run's warm start is the bundle's and every evaluated task is among them; False
             plays them again.
         reuse_same_policy_eval: An RL stage whose stop rule handed on its starting policy
@@ -286,9 +286,8 @@ def pretrained_defaults(cfg: PipelineConfig) -> PipelineConfig:
 
 QUICK_DREAM_BATCHES = 16
 """Dream GRPO batches of the quick preset (16 episodes each: 256 dream episodes), validated at
-the start, half-way and at the end (``QUICK_VALIDATE_EVERY``). It was 8, unvalidated, while a
-dream step cost as much as a real one; the fast local engine (issue 48) bought the rest and the
-stop rule within ``make run``'s 15 minutes (docs/RESULTS.md)."""
+the start, half-way and at the end (``QUICK_VALIDATE_EVERY``); what the local engine's speed
+buys within a cold ``make run`` (its time: docs/RESULTS.md, "Cold start")."""
 QUICK_VALIDATE_EVERY = 8
 VALIDATE_LIMIT = 31
 """Validation tasks of the presets' stop rule and calibration (the same tasks: the stop rule's
@@ -299,9 +298,10 @@ RL_EPISODE_STEPS = 10
 
 
 def preset_config(preset: str, seed: int = 0, task: str | None = None) -> PipelineConfig:
-    """The settings of a preset (``quick``: 31 test tasks per evaluation and 8 GRPO steps per
-    stage, minutes once the experience model, demonstrations and warm start are cached;
-    ``full``: the whole test split, 40 steps per stage), for the family of ``task`` when given
+    """The settings of a preset (``quick``: 31 test tasks per evaluation and
+    :data:`QUICK_DREAM_BATCHES` GRPO batches per dream stage, minutes once the experience model,
+    demonstrations and warm start are cached; ``full``: the whole test split, 40 batches per
+    stage), for the family of ``task`` when given
     (the run's task; its optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")

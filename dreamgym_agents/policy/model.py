@@ -9,15 +9,15 @@ An episode is one token sequence of alternating segments, the environment's and 
 
 The policy is *turn-level* (Markov in what it sees): each environment segment is self-contained —
 the page, the task, the last actions and any error of the last one — and the policy conditions
-on its own turn only, from the segment's ``<|user|>`` token to its action. A small model on a
-CPU cannot afford attention over every earlier page (an episode of the bundled site is ~2,800
-tokens; one turn ~450). The same layout is used for SFT examples (loss on action tokens), GRPO
-rollouts (``env_mask`` 0 on environment segments; the trainer scores each turn from its own
-``<|user|>`` token, see :mod:`dreamgym_agents.rl.grpo`) and evaluation.
+on its own turn only, from the segment's ``<|user|>`` token to its action: a small model on a
+CPU cannot afford attention over every earlier page of an episode. The same layout serves SFT
+examples (loss on action tokens), GRPO rollouts and evaluation; in a rollout ``env_mask`` is 0
+on environment segments and the trainer scores each turn from its own ``<|user|>`` token
+(:mod:`dreamgym_agents.rl.grpo`).
 
 The task and the last actions come after the page, next to the action: a small model trained
-from scratch attends to what is near, and with the task first (~500 page tokens away) the
-measured warm start ignored it, playing one template's actions for every task.
+from scratch attends to what is near, and a warm start shown the task first, a page away from
+its action, ignores it and plays one template's actions for every task.
 
 The state is shown as the task family's policy view has it (:class:`PolicyView`): the web
 family's (:mod:`dreamgym_agents.adapters.webarena.policy_view`) shows a page compactly and names
@@ -60,26 +60,25 @@ class PolicyConfig:
         history_actions: How many previous actions each turn lists.
         temperature: 0 decodes greedily (evaluation); above 0 samples (RL rollouts).
         max_batch: Most generations batched into one ``generate`` call.
-        element_refs: How the policy names an element: ``name`` (pages shown without bids,
-            actions written as ``click(link 'Name')`` and resolved to the bid on the page,
-            :mod:`dreamgym_agents.grounding`; the embedded policy) or ``bid`` (BrowserGym's
-            ``click('84')`` on pages with their bids).
-        constrained_decoding: Decode only actions of the page's grammar
-            (:mod:`dreamgym_agents.policy.grammar`: elements on the page, typed text from the
-            task, a drop-down's own options) on web pages (a ``URL:`` line and elements; other
-            observations decode unconstrained); byte-level BPE tokenizers only (others decode
-            unconstrained, with a warning).
+        element_refs: How the policy names an element: ``name``, as the embedded policy does,
+            shows pages without bids, and an action written as ``click(link 'Name')`` is
+            resolved to the bid on the page by :mod:`dreamgym_agents.grounding`; ``bid`` shows
+            pages with their bids, for BrowserGym's ``click('84')``.
+        constrained_decoding: On web pages (a ``URL:`` line and elements), decode only actions
+            of the page's grammar: elements on the page, typed text from the task, a
+            drop-down's own options (:mod:`dreamgym_agents.policy.grammar`). Other observations,
+            and tokenizers that are not byte-level BPE (with a warning), decode unconstrained.
         mark_task_terms: Mark the page lines the task mentions with ``* ``
             (the web family's view).
         extractive_answers: With constrained decoding, an answer is a span of the page's
             text or the task, or ``done`` (the bundled site's answers are, but for sums over
             several orders): a small model copies an answer instead of making up a number.
         turn_format: How a turn is laid out in tokens, in SFT, RL and evaluation alike:
-            ``compact`` (``<|user|>`` turn ``<|assistant|>`` action ``<|endoftext|>``: the
-            from-scratch policy's own markers), ``chat`` (the checkpoint's chat template: one
-            user message, the action as the assistant's answer, ended by the template's end
-            of turn; a pretrained chat model keeps the format it was tuned on) or ``auto``
-            (compact when the tokenizer has the markers, else chat when it has a template).
+            ``compact`` uses the from-scratch policy's own markers (``<|user|>`` turn
+            ``<|assistant|>`` action ``<|endoftext|>``); ``chat`` uses the checkpoint's chat
+            template, one user message answered by the action, so a pretrained chat model keeps
+            the format it was tuned on; ``auto`` is compact when the tokenizer has the markers,
+            else chat when it has a template.
         show_options: List the commands the state accepts in each turn (a family whose view
             knows them: ALFWorld's admissible commands), for a pretrained model to copy
             from; the embedded policy decodes within them instead.
@@ -260,9 +259,8 @@ def render_segment(task: Task | str, state: str, actions: list[str] | None = Non
 
 def written_actions(task: Task | str, history: list[Transition],
                     cfg: PolicyConfig) -> list[str]:
-    """The episode's actions as the policy writes them (the family's view: the web family's
-    ``name`` references turn each recorded action's bid into its element's role and name on
-    the page it was taken on)."""
+    """The episode's actions as the policy writes them, through the family's view (the web
+    family's ``name`` references write a bid as its element's role and name on its page)."""
     view = view_of(task)
     return [view.written(t.action, t.state, cfg) for t in history]
 
@@ -362,9 +360,9 @@ def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig |
 
 def save_policy_settings(directory: str | os.PathLike[str], cfg: PolicyConfig,
                          layout: str, algorithm: str | None = None) -> None:
-    """Write a trained policy's settings beside its checkpoint (:data:`POLICY_FILE`: its
-    layout, ``compact`` or ``chat``, its view and decoding, and the RL algorithm that trained
-    it last, when one did), so ``eval --agent hf/<checkpoint>`` plays it as it was trained."""
+    """Write a trained policy's settings beside its checkpoint as :data:`POLICY_FILE`, so
+    ``eval --agent hf/<checkpoint>`` plays it as it was trained: its ``layout`` (``compact``
+    or ``chat``), view and decoding, and the RL ``algorithm`` that trained it last, if any."""
     settings = {**asdict(cfg), "turn_format": layout,
                 **({"algorithm": algorithm} if algorithm else {})}
     Path(directory, POLICY_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True))

@@ -145,7 +145,7 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: in
                 dropped += 1
                 continue
             # The pages' tokens share ``env_weight`` of an action token's weight per action
-            # token: a turn is ~550 page tokens for ~15 action tokens, and at equal weights
+            # token: a turn's page has tens of times its action's tokens, and at equal weights
             # the pages would drown the actions.
             acted, shown = sum(mask), len(mask) - sum(mask) - 1
             per_page_token = env_weight * acted / max(shown, 1)
@@ -159,19 +159,19 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: in
 
 def swap_entities(trajectories: list[Trajectory], copies: int,
                   seed: int = 0, novel: float = 0.0) -> list[Trajectory]:
-    """``copies`` variants of each episode whose task names an entity that the episode copies
-    (a product, an email, a category …: a task parameter of at least 5 characters with a letter
-    that a page or an action shows), with that entity replaced by another value of the same
-    parameter, everywhere it appears: the task, every page and every action. The pages stay
-    consistent (a product's page shows its new name where it showed the old one); what changes
-    is *which* string the policy must copy, so a small model trained on few episodes learns to
-    copy from the task instead of memorising the training tasks' strings.
+    """``copies`` variants of each episode whose task names an entity that the episode copies, with
+    that entity replaced by another value of the same parameter everywhere it appears: the task,
+    every page and every action. An entity is a task parameter of at least 5 characters with a
+    letter that a page or an action shows (a product, an email, a category …). The pages stay
+    consistent (a product's page shows its new name where it showed the old one); what changes is
+    *which* string the policy must copy, so a small model trained on few episodes learns to copy
+    from the task instead of memorising the training tasks' strings.
 
     With probability ``novel`` the new value is made up (:func:`novel_value`: each word of the
     old one replaced by an invented word of its length and case) rather than another task's:
-    other tasks' values are a closed set a model can learn to pick from by partial cues (the
-    measured warm start wrote a *training* product's name for a test product); a name never
-    seen elsewhere can only be copied."""
+    other tasks' values are a closed set a model can learn to pick from by partial cues (a
+    warm start then writes a *training* product's name for a test product); a name never seen
+    elsewhere can only be copied."""
     import random
     from dataclasses import replace
 

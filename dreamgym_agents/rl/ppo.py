@@ -13,17 +13,12 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
   ``critic_warmup`` batches train it alone, the policy held still. For larger models the
   critic can have a network of its own (``critic: separate``, a copy of the starting policy, or
   ``lora``, that copy frozen with the critic's own adapters): a second forward pass.
-- **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`: the outcome as
-  the last turn's reward; an episode the step limit cut ends there with its 0, as the
-  evaluation scores it: the step limit is part of the task and the policy's view does not show
-  the steps left, and bootstrapping a cut episode from the critic paid a timeout what its
-  state was worth, so running out the clock earned nothing worse than 0 advantage while a
-  wrong ending earned a negative one: the toy task of ``tests/test_ppo.py`` drifted into
-  invalid actions until it timed out, success 0.9 → 0.1), each turn's advantage on its action
-  tokens, the
-  environment's tokens masked (in reward units by default; ``normalize_advantages`` scales them
-  by their spread over the batch's turns, never centring them: a turn that changed nothing is
-  pushed neither way).
+- **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`), the outcome
+  as the last turn's reward. An episode the step limit cut ends with its 0, as the evaluation
+  scores it: the limit is part of the task, and bootstrapping from the critic would spare a
+  timeout the negative advantage a wrong ending gets. Each turn's advantage goes on its action
+  tokens, the environment's are masked; in reward units by default (``normalize_advantages``
+  scales them by their spread over the batch's turns, never centring them).
 - **Losses**: TRL's clipped surrogate and its KL to the reference (its own term, not folded
   into the reward), plus ``vf_coef`` × the clipped value loss at each turn's first action token.
 - The head is saved beside the policy (``value_head.safetensors``) and read back when a stage
@@ -66,9 +61,7 @@ class PPOSettings:
         normalize_advantages: Divide the batch's advantages by their standard deviation over
             its turns. Off by default: with outcomes of 0 or 1, a batch that all won (or all
             lost) has advantages near 0 whose spread is the critic's noise, and dividing by it
-            blew that noise up until the policy collapsed (the toy key-and-door task of
-            ``tests/test_ppo.py``: 1.0 success at batch 9, 0.0 from batch 16); in reward units
-            the advantages of such a batch stay near 0, as GRPO's do.
+            blows that noise up (the toy task of ``tests/test_ppo.py`` collapsed with it).
         shared_backbone: The value loss trains the policy's body too (one network, as
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
             features, which only the policy's loss moves, so a critic still learning never
