@@ -15,6 +15,7 @@ from test_policy import tiny_sft
 
 from dreamgym_agents.episodes.env import Observation, StepResult
 from dreamgym_agents.episodes.graph import EnvPool
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel
 from dreamgym_agents.rl.grpo import GRPOStageConfig, train_grpo
 from dreamgym_agents.rl.ppo import VALUE_HEAD_FILE, PPOSettings, value_head_class
@@ -158,3 +159,45 @@ def test_an_episode_the_step_limit_cut_is_a_failure_its_last_turn_pays_for():
     assert cut[4].item() == pytest.approx(-0.8) and cut[1].item() == pytest.approx(-0.6)
     assert won[4].item() == pytest.approx(0.2) and won[1].item() == pytest.approx(0.4)
     assert targets["returns"][0, 4].item() == 0.0 and targets["returns"][1, 1].item() == 1.0
+
+
+def test_a_cut_episode_is_bootstrapped_from_the_state_its_last_action_led_to():
+    """``truncation: bootstrap``: the last turn's target is the value of the next state, not of
+    the state it acted in (with that, its advantage would be 0 whatever it did)."""
+    from dreamgym_agents.rl.ppo import token_targets
+
+    values = torch.tensor([[0.0, 0.6, 0.6, 0.0, 0.8, 0.8]] * 2)
+    action = torch.tensor([[0, 1, 1, 0, 1, 1]] * 2)
+    targets = token_targets(values, action, [0.0, 0.0], PPOSettings(truncation="bootstrap"),
+                            [0.3, None])
+    cut, ended = targets["advantages"]
+    assert cut[4].item() == pytest.approx(0.3 - 0.8) and cut[1].item() == pytest.approx(-0.3)
+    assert ended[4].item() == pytest.approx(-0.8)
+    assert targets["returns"][0, 4].item() == pytest.approx(0.3)
+    with pytest.raises(ConfigError, match="ppo.truncation must be one of terminal, bootstrap"):
+        PPOSettings(truncation="never")
+
+
+def test_the_trainer_bootstraps_every_cut_episode_and_only_those(tmp_path):
+    """Episodes of two steps on the three-step toy: every one that took the key is cut by the
+    limit, and each gets the critic's value of its next state; the others ended."""
+    demos = [demo(i, first, "wait", "open door")
+             for i, first in enumerate(["take key", "take key", "open door"] * 2)]
+    start = tiny_sft(tmp_path, demos, steps=40)
+    pool = EnvPool(DoorEnv, 4)
+    torch.manual_seed(0)
+    train_grpo(start, tmp_path / "ppo", [TASK], pool,
+               GRPOStageConfig(num_generations=8, tasks_per_step=1, micro_batch=8, max_steps=2,
+                               learning_rate=1e-4, concurrency=4, max_episode_steps=2,
+                               algorithm="ppo", ppo=PPOSettings(truncation="bootstrap")),
+               PolicyConfig(max_action_tokens=16, constrained_decoding=False))
+    pool.close()
+    cut = [0, 0]
+    for line in open(tmp_path / "ppo" / "rollouts.jsonl"):
+        episode = json.loads(line)
+        batch = int(episode["episode_id"].split("-")[1])
+        cut[batch] += episode["termination"] == "max_steps"
+    logged = [json.loads(line)["grpo/ppo/bootstrapped"]
+              for line in open(tmp_path / "ppo" / "metrics.jsonl")
+              if "grpo/ppo/bootstrapped" in line]
+    assert sum(cut) > 0 and logged == [float(c) for c in cut]

@@ -47,8 +47,10 @@ from dreamgym_agents.policy.model import (
     PolicyAgent,
     PolicyConfig,
     PolicyModel,
+    error_seen,
     save_policy_settings,
     turn_format,
+    written_actions,
 )
 from dreamgym_agents.policy.sft import with_lora
 from dreamgym_agents.rl.curriculum import Curriculum
@@ -89,9 +91,9 @@ class GRPOStageConfig:
             per turn), so reusing it is cheap.
         max_episode_steps: Episode length limit of a rollout.
         temperature: Sampling temperature of the rollouts (and of the trained log-probs).
-        learning_rate: Learning rate, constant from the first step (a warmup would give the
+        learning_rate: Learning rate, constant from the first step. A warmup would give the
             first step a rate of 0, and a one-batch stage, such as sim-to-real on a small
-            budget, would not learn at all).
+            budget, would not learn at all.
         beta: KL coefficient to the warm-start policy (0: no reference model).
         loss_type: How the token losses are normalised (TRL's ``loss_type``): ``dapo`` (the
             default: by the number of action tokens in the whole accumulated batch, no length
@@ -140,11 +142,12 @@ class GRPOStageConfig:
             ``<stage>/kept/batch-<n>/``, with the stage's episodes and seconds so far in
             ``kept/kept.jsonl``: the points of a scaling curve
             (``benchmarks/dream_scaling.py``); the stage's result stays its own rule's.
-        resume_every: Keep a resume point every this many batches (``<stage>/trainer/``: the
-            weights, the optimiser, the random state, the rollouts' counters, the curriculum,
-            the stop rule), so that a stage killed mid-way goes on from its last point when
-            it is started again on the same folder (``train_grpo``'s ``resumable``; the
-            pipeline's dream stages); 0: never. Removed when the stage ends.
+        resume_every: Keep a resume point every this many batches, so that a stage killed
+            mid-way goes on from its last point when it is started again on the same folder
+            (``train_grpo``'s ``resumable``; the pipeline's dream stages); 0: never. A resume
+            point, in ``<stage>/trainer/``, holds the weights, the optimiser, the random state,
+            the rollouts' counters, the curriculum and the stop rule; it is removed when the
+            stage ends.
     """
 
     num_generations: int = 4
@@ -339,6 +342,9 @@ class EpisodeRollout:
         self.counters = RolloutCounters()
         self.outcomes: list[float] = []
         """The last batch's reward per row (PPO's GAE reads them)."""
+        self.cut_segments: list[list[int] | None] = []
+        """Per row of the last batch, the policy's segment of the state a cut episode's last
+        action led to, where PPO bootstraps cut episodes (``ppo.truncation``), else None."""
         self._policy: PolicyModel | None = None
         self.constraints = ConstraintBook()
         """The decoding constraint of every sampled token of the current batch, for the
@@ -370,6 +376,8 @@ class EpisodeRollout:
                                      "episode_reward": []}
         rewards: list[float | None] = []
         self.outcomes = []
+        self.cut_segments = []
+        bootstrap = self.cfg.algorithm == "ppo" and self.cfg.ppo.truncation == "bootstrap"
         played: list[Trajectory] = []
         for (eid, _), outcome in zip(episodes, outcomes, strict=True):
             tokens = agent.pop_episode(eid)
@@ -390,7 +398,9 @@ class EpisodeRollout:
                 out["env_mask"].append(tokens.env_mask)
                 self.constraints.add(tokens)
                 rewards.append(1.0 if outcome.success else 0.0)
-                self.outcomes.append(rewards[-1])  # a cut episode failed: nothing follows
+                self.outcomes.append(rewards[-1])
+                cut = bootstrap and outcome.termination == "max_steps" and outcome.transitions
+                self.cut_segments.append(_next_segment(policy, outcome) if cut else None)
             else:  # kept out of the loss: every token masked, a neutral reward (below)
                 self.counters.masked_episodes += 1
                 head = tokens.prompt_ids if tokens and tokens.prompt_ids else [policy.eos_id]
@@ -399,6 +409,7 @@ class EpisodeRollout:
                 out["env_mask"].append([0])
                 rewards.append(None)
                 self.outcomes.append(0.0)
+                self.cut_segments.append(None)
         if self.budget is not None:  # every real step, those of episodes the budget cut too
             self.counters.real_transitions = self.budget.used
         if self.on_episodes is not None and played:
@@ -528,6 +539,15 @@ class ConstraintBook:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+def _next_segment(policy: PolicyModel, episode: Trajectory) -> list[int]:
+    """The policy's segment of the state an episode's last action led to: the context a next
+    turn would have acted in (a cut episode's bootstrap, :mod:`.ppo`)."""
+    steps = episode.transitions
+    return policy.segment_ids(episode.task, steps[-1].next_state,
+                              written_actions(episode.task, steps, policy.cfg),
+                              error_seen(steps, len(steps)))
 
 
 def turn_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, *,
@@ -981,7 +1001,9 @@ def train_grpo(
         trainer_class = ppo_trainer_class(trainer_class, value_head=value_head,
                                           settings=cfg.ppo, outcomes=lambda: rollout.outcomes,
                                           num_iterations=cfg.num_iterations, score=turn_logps,
-                                          critic_body=critic_body)
+                                          critic_body=critic_body,
+                                          cut_segments=lambda: rollout.cut_segments,
+                                          pad_id=int(tokenizer.pad_token_id))
     trainer = trainer_class(
         model=model, reward_funcs=[outcome_reward], args=args,
         train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,

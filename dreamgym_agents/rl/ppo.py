@@ -14,9 +14,10 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
   critic can have a network of its own (``critic: separate``, a copy of the starting policy, or
   ``lora``, that copy frozen with the critic's own adapters): a second forward pass.
 - **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`), the outcome
-  as the last turn's reward. An episode the step limit cut ends with its 0, as the evaluation
-  scores it: the limit is part of the task, and bootstrapping from the critic would spare a
-  timeout the negative advantage a wrong ending gets. Each turn's advantage goes on its action
+  as the last turn's reward. An episode the step limit cut ends with its 0 where that limit is
+  the task's own (``truncation: terminal``, the default), or is bootstrapped from the critic's
+  value of the state its last action led to where the RL limit is shorter than the task's
+  (``bootstrap``). Each turn's advantage goes on its action
   tokens, the environment's are masked; in reward units by default (``normalize_advantages``
   scales them by their spread over the batch's turns, never centring them).
 - **Losses**: TRL's clipped surrogate and its KL to the reference (its own term, not folded
@@ -45,6 +46,10 @@ CRITIC_DIR = "critic"
 or ``lora``; its head is :data:`VALUE_HEAD_FILE`)."""
 ALGORITHMS = ("grpo", "ppo")
 CRITICS = ("head", "separate", "lora")
+
+
+TRUNCATIONS = ("terminal", "bootstrap")
+"""What a cut episode is worth after its last turn (:attr:`PPOSettings.truncation`)."""
 
 
 @dataclass
@@ -77,6 +82,13 @@ class PPOSettings:
         critic_lr: The learning rate of a separate critic's network (None: the policy's);
             its head keeps ``value_lr``.
         critic_lora_r: The rank of ``lora``'s adapters.
+        truncation: What an episode the RL step limit cut is worth after its last turn:
+            ``terminal`` (nothing: its 0 ends it, as an evaluation with the same limit scores
+            it; right when the stage's limit is the task's own, as in the presets of ALFWorld
+            and τ², 15 and 15) or ``bootstrap`` (the critic's value of the state its last
+            action led to, read as a next turn's would be: right when the RL limit is shorter
+            than the task's, so a cut episode might still have won; the web's presets cut RL
+            episodes at 10 steps and evaluate at 15).
         target_kl: Stop moving the policy on a batch once the approximate KL between the
             policy and the one that played the batch (CleanRL's ``(r - 1) - log r`` over the
             action tokens) exceeds this, for the batch's remaining epochs (the critic goes
@@ -95,8 +107,12 @@ class PPOSettings:
     critic: str = "head"
     critic_lr: float | None = None
     critic_lora_r: int = 8
+    truncation: str = "terminal"
 
     def __post_init__(self) -> None:
+        if self.truncation not in TRUNCATIONS:
+            raise ConfigError(f"ppo.truncation must be one of {', '.join(TRUNCATIONS)}, got "
+                              f"{self.truncation!r}")
         if self.critic not in CRITICS:
             raise ConfigError(f"ppo.critic must be one of {', '.join(CRITICS)}, got "
                               f"{self.critic!r}")
@@ -201,14 +217,17 @@ def save_value_head(value_head: Any, target: str | Path) -> None:
 
 
 def token_targets(values: Any, action: Any, outcomes: list[float],
-                  settings: PPOSettings) -> dict[str, Any]:
+                  settings: PPOSettings,
+                  last_values: list[float | None] | None = None) -> dict[str, Any]:
     """Per-token PPO targets of a batch (tensors of shape (batch, tokens)).
 
     Args:
         values: The critic's values at each completion token (:func:`~.grpo.turn_logps`).
         action: 1 on the policy's action tokens, 0 on the environment's and on padding.
-        outcomes: Each row's episode reward (the outcome, 0 for an episode the step limit
-            cut: nothing follows the last turn of any episode trained on).
+        outcomes: Each row's episode reward (the outcome; 0 for an episode the step limit cut).
+        last_values: Each row's value of the state after its last turn where the step limit
+            cut it and ``truncation`` is ``bootstrap`` (it stands in for what would have
+            followed), None where the episode ended there (by the task, or cut and terminal).
         settings: γ and λ.
 
     Returns:
@@ -223,13 +242,15 @@ def token_targets(values: Any, action: Any, outcomes: list[float],
     returns = torch.zeros_like(values)
     turn_start = torch.zeros_like(values)
     for b, reward in enumerate(outcomes):
+        following = last_values[b] if last_values is not None else None
         runs = action_runs(action[b].tolist())
         if not runs:  # an episode kept out of the loss (an infrastructure failure)
             continue
         turn_values = [float(values[b, start]) for start, _ in runs]
         rewards = [0.0] * (len(runs) - 1) + [float(reward)]
         adv, ret = turn_gae(rewards, turn_values, gamma=settings.gamma, lam=settings.lam,
-                            terminal=True)
+                            terminal=following is None,
+                            last_value=0.0 if following is None else float(following))
         for (start, end), a, r in zip(runs, adv, ret, strict=True):
             advantages[b, start:end] = a
             returns[b, start] = r
@@ -256,7 +277,8 @@ def value_loss(values: Any, old_values: Any, returns: Any, turn_start: Any,
 
 def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
                       outcomes: Any, num_iterations: int, score: Any,
-                      critic_body: Any = None) -> type:
+                      critic_body: Any = None, cut_segments: Any = None,
+                      pad_id: int = 0) -> type:
     """``base`` (the turn-level GRPO trainer) trained as PPO.
 
     Args:
@@ -266,6 +288,10 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
             so that this module does not import the trainer's).
         value_head: The critic head (:func:`value_head_for`).
         settings: PPO's settings.
+        cut_segments: Returns, per row of the last batch, the policy's segment of the state
+            its last action led to where the step limit cut it and ``truncation`` is
+            ``bootstrap`` (the critic's value of it bootstraps the row), else None.
+        pad_id: The tokenizer's padding token (for those segments).
         outcomes: Returns the last batch's reward per row, in the rollout's
             order (:meth:`~.grpo.EpisodeRollout.outcomes`).
         num_iterations: Optimisation steps per batch (for the critic's warm-up in batches).
@@ -324,7 +350,9 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
                 _, _, values = self.turn_scores(self.model, ids, mask, width)
             action = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out \
                 else out["completion_mask"]
-            targets = token_targets(values, action, outcomes(), settings)
+            segments = cut_segments() if cut_segments is not None else None
+            following = self.segment_values(segments, ids.device) if segments else None
+            targets = token_targets(values, action, outcomes(), settings, following)
             out["advantages"] = targets["advantages"]
             for key in ("returns", "turn_start", "old_values"):
                 out[f"ppo_{key}"] = targets[key]
@@ -333,7 +361,38 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
                 metrics = self._metrics["train"]
                 metrics["ppo/value_mean"].append(float(values[starts].mean()))
                 metrics["ppo/return_mean"].append(float(targets["returns"][starts].mean()))
+                if segments:
+                    metrics["ppo/bootstrapped"].append(float(sum(v is not None
+                                                                 for v in following or [])))
             return out
+
+        def segment_values(self, segments: list[list[int] | None],
+                           device: Any) -> list[float | None]:
+            """The critic's value of each segment (None stays None), read at its last token,
+            as a turn's value is read before its first action token."""
+            from dreamgym_agents.experience.sft import last_hidden
+
+            rows = [i for i, seg in enumerate(segments) if seg]
+            found: list[float | None] = [None] * len(segments)
+            if not rows:
+                return found
+            width = max(len(segments[i] or []) for i in rows)
+            ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for n, i in enumerate(rows):
+                seg = segments[i] or []
+                ids[n, :len(seg)] = torch.tensor(seg, dtype=torch.long)
+                mask[n, :len(seg)] = 1
+            ids, mask = ids.to(device), mask.to(device)
+            body = critic_body if critic_body is not None else self.model
+            with torch.no_grad():
+                hidden = last_hidden(body, ids, mask)
+                ends = mask.sum(dim=1) - 1
+                last = hidden[torch.arange(len(rows), device=device), ends].float()
+                values = value_head(last).squeeze(-1).float().tolist()
+            for i, v in zip(rows, values, strict=True):
+                found[i] = float(v)
+            return found
 
         def _compute_loss(self, model: Any, inputs: Any) -> Any:
             self._values = self._logps = None
