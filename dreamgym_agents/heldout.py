@@ -6,8 +6,8 @@ the buffer, the experience model's data, the warm start and RL must not train on
 (:func:`task_keys`) its instruction (normalised) and its template and parameters (WebArena's
 ``intent_template`` and ``instantiation_dict``, normalised), so a rephrased intent with the same
 values is caught as well as a verbatim copy. A family whose instructions recur across instances
-says otherwise (``TaskFamily.task_keys``: ALFWorld's "put a mug in cabinet" is a different task
-in another room; its key is the game).
+says otherwise in ``TaskFamily.task_keys``: ALFWorld's "put a mug in cabinet" is a different
+task in another room, so its key is the game.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ class HeldOut:
 
     @classmethod
     def for_family(cls, family: Any, splits: tuple[str, ...] | None = None) -> HeldOut:
-        """The family's tasks of ``splits`` (None: its ``held_out_splits`` where it names them,
-        else :data:`HELD_OUT_SPLITS`; a split the family does not have is skipped: real
-        WebArena has a test set only, ALFWorld's official games may not be there)."""
+        """The family's tasks of ``splits``; None: its ``held_out_splits`` where it names them,
+        else :data:`HELD_OUT_SPLITS`. A split the family does not have is skipped: real
+        WebArena has a test set only, and ALFWorld's official games may not be there."""
         if splits is None:
             splits = tuple(getattr(family, "held_out_splits", HELD_OUT_SPLITS))
         tasks: list[Task] = []

@@ -4,9 +4,9 @@
     torchrun --nproc_per_node 8 -m dreamgym_agents.cli train-experience DATA --out DIR
 
 A launcher sets ``WORLD_SIZE`` and ``RANK`` in every process; everything else here follows from
-them. Data is prepared once, by the main process (rank 0: the buffer is one Chroma store, and its
-approximate search is not bit-stable, so every process must train on the same examples), and
-handed to the others (:func:`shared`); every process trains its share of each batch (HF's
+them. Data is prepared once, by the main process (rank 0), and handed to the others
+(:func:`shared`): the buffer is one Chroma store whose approximate search is not bit-stable, and
+every process must train on the same examples. Every process trains its share of each batch (HF's
 Trainer wraps the model in DistributedDataParallel, gradients are averaged); only the main
 process writes the model, its manifest and its logs (:func:`is_main`). After training the
 processes compare their weights (:func:`check_weights_agree`): a model whose gradients were not
@@ -92,8 +92,9 @@ def shared(make: Callable[[], T], device: str) -> T:
 
 
 def any_process(flag: bool, device: str) -> bool:
-    """Whether ``flag`` holds in any process (a decision every process must take together, such
-    as stopping at a time budget: one process stepping on alone would wait for ever)."""
+    """Whether ``flag`` holds in any process: a decision every process must take together,
+    such as stopping at a time budget, where one process stepping on alone would wait for
+    ever."""
     if world_size() < 2:
         return flag
     import torch

@@ -2,9 +2,9 @@
 
 ``tracking=<kind>`` (``dg-agents run --set tracking=tensorboard``) sends, as they come, each
 trainer's logs (losses, rewards, learning rate, KL … as TRL logs them) and the pipeline's own
-figures (each stage's real success, the dream's calibration, curriculum counts, real and
-synthetic transitions, the experience model's fidelity: every number a stage records) to one
-tracker, offline by construction:
+figures to one tracker, offline by construction. The pipeline's figures are every number a
+stage records: each stage's real success, the dream's calibration, curriculum counts, real and
+synthetic transitions, the experience model's fidelity. The kinds:
 
 ==============  =========================================================================
 kind            where it goes, and how to look
@@ -22,9 +22,9 @@ kind            where it goes, and how to look
 In W&B and trackio every figure is ``<trainer or stage>/<name>``, beside its own step
 (``<trainer>/step``: each trainer counts from 0, the pipeline counts stages done).
 
-The tracker is active for the length of a ``with active(...)`` block (a context variable: the
-trainers called inside it find it with :func:`trainer_callbacks`, nothing is passed through
-their signatures); outside one, nothing is written.
+The tracker is active for the length of a ``with active(...)`` block; outside one, nothing is
+written. It is a context variable: the trainers called inside the block find it with
+:func:`trainer_callbacks`, and nothing is passed through their signatures.
 """
 
 from __future__ import annotations

@@ -13,11 +13,13 @@ URL map (every shop page lives under an instance base ``/i/<instance_id>``)::
     GET  <base>/cart                    cart; POST <base>/cart/update, POST <base>/cart/remove
     GET  <base>/checkout                checkout form; POST places the order
     GET  <base>/checkout/success?order=<id>
-    GET  <base>/login                   sign-in form; POST signs in (and sets the session cookie
-                                        ``shop_session``, valid on every instance: an instance
-                                        visited with it starts signed in); POST <base>/logout
+    GET  <base>/login                   sign-in form; POST signs in and sets the session cookie
+                                        ``shop_session``; POST <base>/logout
     GET  <base>/account                 account info; GET/POST <base>/account/edit
     GET  <base>/account/orders?page=N   order history; GET <base>/account/orders/<id>
+
+The session cookie ``shop_session`` is valid on every instance: an instance visited with it
+starts signed in.
 
 Run standalone: ``python -m dreamgym_agents.adapters.shopping.server --port 7770 --seed 0``.
 """

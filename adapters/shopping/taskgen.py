@@ -11,11 +11,12 @@ Templates are shared by the three splits: the bundled site has one template per 
 question or action, and holding whole templates out would leave the policy no demonstration of
 them.
 
-Each task is a WebArena task config (``sites``, ``task_id``, ``require_login``,
-``storage_state``, ``start_url``, ``geolocation``, ``intent_template``, ``instantiation_dict``,
-``intent``, ``require_reset``, ``intent_template_id``, ``eval``) plus ``oracle``, a list of steps
-that solves it (see :mod:`~dreamgym_agents.adapters.shopping.taskkit`). ``__SHOPPING__`` in
-URLs is replaced at run time by the base URL of a fresh site instance.
+Each task is a WebArena task config plus ``oracle``, a list of steps that solves it (see
+:mod:`~dreamgym_agents.adapters.shopping.taskkit`). The config's keys are WebArena's: ``sites``,
+``task_id``, ``require_login``, ``storage_state``, ``start_url``, ``geolocation``,
+``intent_template``, ``instantiation_dict``, ``intent``, ``require_reset``,
+``intent_template_id`` and ``eval``. ``__SHOPPING__`` in URLs is replaced at run time by the
+base URL of a fresh site instance.
 """
 
 from __future__ import annotations

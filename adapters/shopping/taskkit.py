@@ -1,8 +1,8 @@
 """Building blocks of the task generator: templates, drafts, oracle steps and oracle routes.
 
-Oracle step language (played by the oracle agent and by ``oraclecheck``; ``role`` + ``name``
-name the element currently on the page, exact accessible-name match unless
-``"match": "contains"``)::
+Oracle step language, played by the oracle agent and by ``oraclecheck``. ``role`` + ``name``
+name the element currently on the page, by an exact accessible-name match unless
+``"match": "contains"``::
 
     {"op": "click", "role": "link", "name": "Laptops"}
     {"op": "fill", "role": "searchbox", "name": "Search", "text": "usb cable"}

@@ -1,8 +1,8 @@
 """τ²'s actions: a tool call, a message to the user, or ``done()``.
 
-The text is read by τ²'s own parser (``tau2.utils.tools.parse_action_string``: a JSON tool
-call ``{"name": …, "arguments": {…}}`` or a functional one ``name(arg='…')``; anything else is a
-message), then a tool call is checked against the domain's tool schema here, before τ² runs it:
+The text is read by τ²'s own parser, ``tau2.utils.tools.parse_action_string``: a JSON tool call
+``{"name": …, "arguments": {…}}`` or a functional one ``name(arg='…')``; anything else is a
+message. Then a tool call is checked against the domain's tool schema here, before τ² runs it:
 an unknown tool, an unknown or missing argument or one of the wrong type is an invalid action
 (the agent reads why), never a call τ² answers with an error it would count.
 """

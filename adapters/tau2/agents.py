@@ -99,9 +99,9 @@ class RandomAgent:
 
 
 class NoisyOracleAgent:
-    """The oracle, but with probability ``noise`` a random action first (a detour; the plan
+    """The oracle, but with probability ``noise`` a random action first, a detour. The plan
     goes on after it, so a detour that changed the database or ended the call costs the
-    reward, as it would a real agent)."""
+    reward, as it would a real agent."""
 
     name = "noisy"
 

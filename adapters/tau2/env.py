@@ -81,8 +81,9 @@ def _gym_class() -> type:
     from tau2.gym.gym_agent import AgentGymEnv
 
     class CachedTaskEnv(AgentGymEnv):
-        """τ²'s environment with its task read once (stock, every reset, step and scoring
-        re-reads and re-validates the domain's whole task file: ~0.7 s a step in telecom)."""
+        """τ²'s environment with its task read once. Stock τ² re-reads and re-validates the
+        domain's whole task file at every reset, step and scoring, slow on a domain as large
+        as telecom."""
 
         def _get_task(self) -> Any:
             return domain_tasks(self.domain)[self.task_id]

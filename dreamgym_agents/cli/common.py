@@ -1,8 +1,9 @@
 """What the ``dg-agents`` commands share: option types, config sections, the split choice.
 
 ``--config FILE`` holds one mapping per section and ``--set section.key=value`` overrides one
-field; each command names its sections (``eval``: ``env``, ``llm``; ``dream``: ``llm``, ``agent``,
-``experience``, ``buffer``, ``dream``; ...). Values apply in order: file, explicit flags, ``--set``.
+field. Each command names its sections: ``env`` and ``llm`` for ``eval``; ``llm``, ``agent``,
+``experience``, ``buffer`` and ``dream`` for ``dream``; and so on. Values apply in order: file,
+explicit flags, ``--set``.
 """
 
 from __future__ import annotations
@@ -146,13 +147,15 @@ class Sections:
 def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                 section: str = "llm", concurrency: int | None = None,
                 program: str | None = None) -> Any:
-    """One of the family's offline agents (``oracle``, ``random`` …), a policy this toolkit
-    trained (``hf/<checkpoint>`` with its settings beside it: played in the layout, view and
-    decoding it was trained with, greedily unless the ``section`` sets ``temperature``) or a
-    model string (its gateway configured by the ``section`` section, its requests in flight
-    following the run's ``concurrency`` unless set; prompted by the saved prompt ``program``
-    when given) → an agent
-    (:func:`~dreamgym_agents.episodes.agent.make_agent`)."""
+    """The agent ``agent`` names (:func:`~dreamgym_agents.episodes.agent.make_agent`): one of
+    the family's offline agents (``oracle``, ``random`` …), a policy this toolkit trained
+    (``hf/<checkpoint>`` with its settings beside it) or a model string.
+
+    A trained policy plays in the layout, view and decoding it was trained with, greedily unless
+    the ``section`` sets ``temperature``. A model string's gateway is configured by the
+    ``section`` section, its requests in flight following the run's ``concurrency`` unless the
+    section sets ``max_concurrency``; it is prompted by the saved prompt ``program`` when
+    given."""
     from dreamgym_agents.episodes.agent import make_agent
     from dreamgym_agents.policy.model import PolicyAgent, PolicyModel, trained_policy_settings
 

@@ -1,9 +1,8 @@
 """``dg-agents dream --workers N``: the dream's episodes played by N processes.
 
-One Python process plays a dream against a hosted experience model at ~20 ms of CPU a step
-(docs/history/results-2026-11-to-12.md, "the dream's throughput by concurrency"): at high
-concurrency and low latency
-that, not the model, bounds its steps per second. With ``--workers N`` the pending tasks are
+One Python process plays a dream against a hosted experience model at a CPU cost per step; at
+high concurrency and low latency that cost, not the model, bounds its steps per second
+(evidence: docs/history/results-2026-11-to-12.md). With ``--workers N`` the pending tasks are
 dealt round-robin to N spawned processes; each plays its share with its share of
 ``--concurrency`` into ``OUT/workers/wI`` (a resumable run folder of its own, with the run's
 settings), while this process shows their progress. Then their episodes are merged into
@@ -247,7 +246,7 @@ def run_dream_workers(job: DreamJob, tasks: list[Any], agent_name: str, out: Pat
     summary = summarize(trajectories, job.meta)
     add_dream_figures(summary, trajectories, family)
     # as one process counts it: the episodes' time, from the first share's start to the last
-    # share's end (each worker's own start-up, ~10 s of imports, is in setup_seconds)
+    # share's end (each worker's own start-up, its imports, is in setup_seconds)
     total = time.perf_counter() - wall_start
     played = max(e for _, e in spans) - min(b for b, _ in spans) if spans else total
     summary["wall_seconds"] = round(played, 3)

@@ -105,8 +105,8 @@ def eval_command(
     family = make_family(task)
     tasks = family.load_task_file(str(tasks_file)) if tasks_file else family.load_tasks(split.value)
     # Precedence: --set, then explicit flags, then the config file, then the family's
-    # default (the step limit its benchmark evaluates these tasks with: ALFWorld's official
-    # games 50; real WebArena: 30 steps), then the defaults.
+    # default, then the defaults. The family's default is the step limit its benchmark
+    # evaluates these tasks with: 50 for ALFWorld's official games, 30 for real WebArena.
     flags = {k: v for k, v in (("max_steps", max_steps), ("judge_model", judge), ("seed", seed))
              if v is not None}
     standard = getattr(family, "standard_max_steps", None)

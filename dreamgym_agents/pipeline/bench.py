@@ -1,11 +1,11 @@
 """``dg-agents bench``: the paper's Table 1 in shape, on the task's real test split.
 
-Per seed, one DreamGym run (:class:`~dreamgym_agents.pipeline.run.Pipeline`) gives three rows — the
+Per seed, one DreamGym run (:class:`~dreamgym_agents.pipeline.run.Pipeline`) gives three rows: the
 SFT warm start, DreamGym (GRPO in the dream, 0 real RL transitions) and DreamGym-S2R (then GRPO
-on the real site with at most N/10 real transitions) — and further runs, which start from that
-run's warm start, give GRPO-real(N) (GRPO on the real site for N real transitions) and the
-ablations (the dream's experience model without replay retrieval, without reasoning, and the
-dream without task generation). Each row reports the real test success as mean ± std over seeds
+on the real site with at most N/10 real transitions). Further runs, which start from that run's
+warm start, give GRPO-real(N) (GRPO on the real site for N real transitions) and the ablations:
+the dream's experience model without replay retrieval or without reasoning, and the dream
+without task generation. Each row reports the real test success as mean ± std over seeds
 with the real RL transitions it used. Every run is resumable; so is the bench.
 """
 
@@ -70,16 +70,16 @@ class BenchConfig:
     Attributes:
         seeds: Seeds per row (K).
         real_budget: N, the real transitions of GRPO-real (None: the preset's
-            ``dream.max_steps`` batches' worth, measured as 5 steps per episode).
+            ``dream.max_steps`` batches' worth, counted at 5 steps per episode).
         ablations: The ablation runs (names from :data:`ABLATIONS`; empty: none).
         variants: The declared variants' runs (names from :data:`VARIANTS`; default none).
         shared_warm_start: Every seed starts from seed 0's warm start (the seeds vary the RL:
             task order, sampling, curriculum; the SFT row then has no spread). False: each
             seed trains its own warm start (one more SFT per seed).
-        algorithms: The RL algorithms of the RL rows: ``grpo`` (GRPO-real(N), DreamGym,
-            DreamGym-S2R), ``ppo`` (PPO-real(N), DreamGym (PPO), DreamGym-S2R (PPO): the same
-            runs with every RL stage's ``algorithm: ppo``), or both, on the same seeds and
-            tasks.
+        algorithms: The RL algorithms of the RL rows, ``grpo``, ``ppo`` or both, on the same
+            seeds and tasks. ``grpo`` gives GRPO-real(N), DreamGym and DreamGym-S2R; ``ppo``
+            gives PPO-real(N), DreamGym (PPO) and DreamGym-S2R (PPO), the same runs with every
+            RL stage's ``algorithm: ppo``.
         jobs: Runs at a time, each in its own process (1: one after another, in this one).
         records: The folder of the runs' records (None: ``<out>/records``): each finished
             run's settings, stage results and per-task test outcomes, a few kilobytes a run,
@@ -180,8 +180,8 @@ def run_bench(base: PipelineConfig, cfg: BenchConfig, out: str | Path,
     """Run every seed's runs (resumable) and write ``table.json`` and ``table.md`` (after each
     seed, or each run when ``cfg.jobs`` > 1, over the runs finished so far).
 
-    ``pipeline`` makes each run's :class:`Pipeline` (the class itself unless given; with
-    ``jobs`` > 1 it must be importable by name, as it is sent to the worker processes).
+    ``pipeline`` makes each run's :class:`Pipeline`; None: the class itself. With ``jobs`` > 1
+    it must be importable by name, as it is sent to the worker processes.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -444,8 +444,9 @@ PAIRED_BASELINES = ("SFT", "GRPO-real(N)", "PPO-real(N)")
 def make_table(states: dict[tuple[int, str], dict[str, Any]], cfg: BenchConfig,
                base: PipelineConfig) -> dict[str, Any]:
     """Rows of mean ± std real success over seeds, with the real RL transitions used, and each
-    row's paired difference to the :data:`PAIRED_BASELINES` (mean over the (seed, task) pairs
-    both rows played, with a 95 % bootstrap interval: :mod:`~dreamgym_agents.pipeline.paired`)."""
+    row's paired difference to the :data:`PAIRED_BASELINES`: the mean over the (seed, task)
+    pairs both rows played, with a 95 % bootstrap interval
+    (:mod:`~dreamgym_agents.pipeline.paired`)."""
     rows = []
     seeds = sorted({seed for seed, _ in states})
     every_code: set[str] = set()

@@ -18,15 +18,15 @@ A bundle is a folder, made by ``dg-agents build-embedded``
                                 (a run's ``eval_sft`` of the same tasks reuses them); written by
                                 the measurement, outside the id's digest
 
-The manifest records the format, the recipe versions and keys (the experience model's
-:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe` key, the warm start's key), the
+The manifest records the format, the recipe versions, the experience model's
+:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe` key and the warm start's key, the
 commit that built it, the split it was trained on (train only), the figures measured on it
 (fidelity on the test split, the warm start's test success), and each file's size and sha256.
 
 Loading is a matter of seconds: the models load from the folder as they are; the Chroma buffer is
 made from the shipped seed episodes on first use and cached (``$DG_CACHE_DIR``). ``DG_BUNDLE``
 names another bundle folder (a rebuilt one), ``DG_BUNDLE=none`` turns the shipped one off (every
-model is then built here on first use, as before bundles).
+model is then built here on first use).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ DEMOS_FILE = "episodes/demos.jsonl.gz"
 WARM_START_TEST_FILE = "episodes/warm_start_test.jsonl.gz"
 BUNDLE_ENV = "DG_BUNDLE"
 TRANSITION_INFO_KEPT = ("truncated", "eval", "em_failure")
-"""The ``Transition.info`` keys a compact episode keeps (the browser's action code, ~20 KB a
-step, and timings go)."""
+"""The ``Transition.info`` keys a compact episode keeps; the browser's action code, the bulk
+of a step, and timings go."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class Bundle:
 
     @property
     def family(self) -> str:
-        """The task family the bundle was built for (bundles before families were named
-        were the web family's)."""
+        """The task family the bundle was built for; a manifest that names none is the web
+        family's."""
         return str(self.manifest.get("family", "webarena"))
 
     @property

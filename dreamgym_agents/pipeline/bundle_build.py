@@ -1,8 +1,8 @@
 """``dg-agents build-embedded``: the embedded bundle, made from nothing with the recipe.
 
 This is how the shipped bundle (:mod:`dreamgym_agents.pipeline.bundle`) was made and how anyone
-re-makes it. Phases, each resumable in ``OUT`` (rerun the same command: finished phases are kept,
-recorded episodes stay, SFT resumes from its last checkpoint):
+re-makes it. Its phases are each resumable in ``OUT``: rerun the same command, and finished
+phases are kept, recorded episodes stay and SFT resumes from its last checkpoint. The phases:
 
 1. ``collect``: the experience recipe's collectors on the bundled site's *train* split, then
    their episodes in compact form (``OUT/episodes/collect.jsonl.gz``).
@@ -105,8 +105,8 @@ class BuildConfig:
         demo_max_steps: Step limit of a demonstration.
         warm_start: The policy's SFT (default: what ``dg-agents run`` trains, both presets).
         policy_view: How the policy sees a turn (as ``run``'s ``policy_view``).
-        weights_dtype: ``bfloat16`` (half the size, no figure changed: evidence in
-            docs/history/results-2026-11-to-12.md) or ``float32``. Models always compute in
+        weights_dtype: ``bfloat16``, half the size with no figure changed (evidence:
+            docs/history/results-2026-11-to-12.md), or ``float32``. Models always compute in
             float32.
         measure: Measure the packaged bundle (False: a bundle without figures, for tests).
         eval_limit: Test tasks of the warm start's evaluation, spread over the templates

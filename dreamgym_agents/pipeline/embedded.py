@@ -7,20 +7,21 @@ cores, and cached.
 
 Recipe (:class:`EmbeddedRecipe`, a family's defaults from ``TaskFamily.embedded_recipe_defaults``):
 collect offline data on the family's *train* split with its offline agents
-(``TaskFamily.collection_plan``; the web family: oracle, noisy-oracle, quitter, random and the
-explorers — the paper's "oracle + random" sets, plus wrong and premature answers so the model
-learns what failure looks like), annotate it with derived rationales (the family's experience
+(``TaskFamily.collection_plan``), annotate it with derived rationales (the family's experience
 codec), seed a replay buffer with it, and train a small causal LM from scratch (tokenizer trained
 on the family's text, small Qwen2) with TRL's SFTTrainer on the compact experience prompt, with
 counterfactual endings labelled by each task's own evaluator where the family can
-(``TaskFamily.relabel``). Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``,
-one folder per family: the model under a name
-that changes with the recipe (a new recipe never reuses an old model), the collected episodes
-under a name that changes only with what is collected (so the ablation models, which differ only
-in training, share one collection). Every phase is resumable: collection episodes already
-recorded are kept, SFT resumes from its last checkpoint, and a finished build is marked
-``READY``. A recipe trains its fixed steps on any machine; only a user's time budget stops it
-early, and then the model is marked ``PARTIAL``, never ``READY``.
+(``TaskFamily.relabel``). The web family's agents are the oracle, noisy oracle, quitter, random
+agent and explorers: the paper's "oracle + random" sets, plus wrong and premature answers so the
+model learns what failure looks like.
+
+Everything lands in ``$DG_CACHE_DIR`` or ``~/.cache/dreamgym-agents``, one folder per family: the
+model under a name that changes with the recipe (a new recipe never reuses an old model), the
+collected episodes under a name that changes only with what is collected (so the ablation
+models, which differ only in training, share one collection). Every phase is resumable:
+collection episodes already recorded are kept, SFT resumes from its last checkpoint, and a
+finished build is marked ``READY``. A recipe trains its fixed steps on any machine; only a
+user's time budget stops it early, and then the model is marked ``PARTIAL``, never ``READY``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class EmbeddedRecipe:
             own evaluator (see :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
         final_answer_repeat: Times each final-answer example is trained on.
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
-            task's evaluator (answer-only and URL-only tasks; see
+            task's evaluator, on answer-only and URL-only tasks (see
             :func:`~dreamgym_agents.adapters.webarena.counterfactual.stop_trajectories`).
         judge_repeat: Short verdict-only copies of each final-answer example (see
             :class:`~dreamgym_agents.experience.data.ExampleConfig`).
@@ -91,19 +92,19 @@ class EmbeddedRecipe:
             the machine; a clock cap would build a weaker model under the recipe's name on a
             slow one. Builds still differ a little: the from-scratch tokenizer's BPE training
             breaks count ties in hash-map order (evidence:
-            docs/history/results-2026-11-to-12.md, "Recipes v29–v30").
+            docs/history/results-2026-11-to-12.md).
         batch_size: SFT batch size.
         learning_rate: SFT peak learning rate.
         use_history: Train with history in the prompt (False: the no-history ablation).
         use_retrieval: Train with retrieved demonstrations (False: the no-retrieval ablation).
         use_reasoning: Train rationales before predictions (False: the no-reasoning ablation).
-        state_version: Version of the family's state text (a family that changes what its
-            states say sets a new one in ``embedded_recipe_defaults``, so no collection or
-            model of the old states is reused); left out of the keys at 0 (the web family's
-            states predate it, and its keys stay as they were).
-        codec_version: Version of the family's experience codec (how its model's answers are
-            written: a family that changes it sets a new one, so no model of the old answers is
-            reused; the collection is); left out of the keys at 0, as ``state_version``.
+        state_version: Version of the family's state text. A family that changes what its
+            states say sets a new one in ``embedded_recipe_defaults``, so no collection or model
+            of the old states is reused. Left out of the keys at 0, so keys made without the
+            field (the web family's) stay the same.
+        codec_version: Version of the family's experience codec, how its model's answers are
+            written. A family that changes it sets a new one, so no model of the old answers is
+            reused; the collection is. Left out of the keys at 0, as ``state_version``.
         entity_swaps: Copies of each collected episode with its entities renamed, added to the
             experience model's examples (not to its buffer), made by the family's optional
             ``renamed(trajectories, copies, seed)``: a small model learns to copy the action's
@@ -462,7 +463,8 @@ def demos_dir(family: str, tasks: int | None, seed: int = 0, split: str = "train
 
 def demos_name(tasks: int | None, seed: int = 0, split: str = "train") -> str:
     """The name of the demonstrations on ``tasks`` tasks of ``split`` (None: all): it changes
-    with what they hold (the family's ``train`` split is left out of it, as it always was)."""
+    with what they hold. The ``train`` split adds nothing to it, so cached train
+    demonstrations keep their names."""
     where = "" if split == "train" else f"-{split}"
     return f"demos-v{DEMOS_VERSION}-seed{seed}{where}-{'all' if tasks is None else tasks}"
 
@@ -471,11 +473,12 @@ def ensure_demos(family: str, tasks: int | None = None, *, seed: int = 0,
                  concurrency: int = 4, max_steps: int = 15, progress: Progress | None = None,
                  bar: Callable[[str, int], Tick] | None = None,
                  folder: Path | None = None, split: str = "train") -> Path:
-    """Play the ``family``'s oracle on ``tasks`` of its ``split`` tasks (its train tasks, or
-    another trainable split: ALFWorld's official ``valid_train``), spread over the templates
-    (None: every train task the oracle can play: one with an oracle program, or any with an
-    oracle that follows the environment's expert), unless done; return the folder (default:
-    cached under :func:`demos_dir`).
+    """Play the ``family``'s oracle on ``tasks`` of its ``split`` tasks, spread over the
+    templates, unless done; return the folder (default: cached under :func:`demos_dir`).
+
+    ``split`` is the train split or another trainable one, such as ALFWorld's official
+    ``valid_train``. ``tasks`` None: every task of the split the oracle can play, that is one
+    with an oracle program, or any when the oracle follows the environment's expert.
 
     These are the policy's demonstrations (what the warm start imitates): the experience
     model's collection plays the oracle on a hundred tasks only, and a policy trained from

@@ -1,9 +1,9 @@
 """``dg-agents run``: the whole DreamGym pipeline, stage by stage, resumable.
 
-Stages (each one's result is recorded in ``DIR/state.json`` when it finishes; a rerun of the same
-command skips finished stages and starts the interrupted one again — an evaluation resumes
-episode by episode, a training stage restarts and keeps the interrupted attempt's records in
-``stages/<stage>.interrupted-<n>/``):
+Each stage's result is recorded in ``DIR/state.json`` when it finishes. A rerun of the same
+command skips finished stages and starts the interrupted one again: an evaluation resumes episode
+by episode, a training stage restarts and keeps the interrupted attempt's records in
+``stages/<stage>.interrupted-<n>/``. The stages:
 
 1. ``experience``: the offline data and the experience model (the embedded default is built on
    first use and cached; a LiteLLM model string is used as given).
@@ -62,24 +62,25 @@ class PipelineConfig:
         seed: Seed of the policy's initialisation, task order and sampling.
         policy: ``embedded`` (a small policy trained here) or ``hf/<checkpoint>``
             (a local transformers checkpoint to fine-tune).
-        policy_init: Where the embedded policy starts: ``experience`` (the embedded experience
-            model's weights: the one language model here that has read the environment's
-            states and actions, so it fits the demonstrations faster than a fresh one) or
-            ``scratch`` (a fresh model).
-        experience_model: ``embedded``, or the model that plays the dream instead (a
-            checkpoint trained here, ``hf/<dir>``, prompted as its manifest says, or any LiteLLM
-            model string); the offline data and the warm start stay the embedded recipe's.
+        policy_init: Where the embedded policy starts: ``experience``, the embedded experience
+            model's weights, or ``scratch``, a fresh model. The experience model is the one
+            language model here that has read the environment's states and actions, so it fits
+            the demonstrations faster than a fresh one.
+        experience_model: ``embedded``, or the model that plays the dream instead: a checkpoint
+            trained here (``hf/<dir>``, prompted as its manifest says) or any LiteLLM model
+            string. The offline data and the warm start stay the embedded recipe's.
         experience_buffer: The replay buffer folder that model retrieves from (None: the
             embedded one).
         experience_recipe: Fields of the embedded experience model's recipe to change
-            (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`; a changed recipe builds and
-            caches another model), e.g. ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one.
+            (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`), e.g.
+            ``{oracle_tasks: 3, sft_steps: 10}`` for a tiny one. A changed recipe builds and
+            caches another model.
         demo_tasks: Train tasks whose oracle demonstrations join the offline data the warm
-            start imitates, spread over the templates (None: every train task; 0: none, the
-            warm start learns from the experience model's collection alone). Cached.
+            start imitates, spread over the templates. None: every train task; 0: none, the
+            warm start learns from the experience model's collection alone. Cached.
         train_split: The split the run trains on: its demonstrations, its RL stages' tasks
-            and the curriculum's seeds, and the real steps its buffer learns from (ALFWorld:
-            ``valid_train`` or ``official_train``, its official training games with
+            and the curriculum's seeds, and the real steps its buffer learns from. ALFWorld
+            also has ``valid_train`` and ``official_train``, its official training games (with
             ``ALFWORLD_DATA``). Never a held-out split. The experience model's collection
             stays the embedded recipe's.
         use_retrieval: Ablation: the experience model retrieves no real transitions.
@@ -98,9 +99,9 @@ class PipelineConfig:
         dream_eval_types: The dream trains on the train tasks whose evaluators are all of these
             kinds of the family's (``TaskFamily.eval_types``; None: every task; tasks without
             evaluators always qualify). ``"family"`` (the default): the family's own choice,
-            ``TaskFamily.dream_eval_types`` (webarena: answers and URLs, not ``program_html``,
-            whose outcome is the site's hidden state; alfworld: every task). Sim-to-real and
-            GRPO-real train on every task.
+            ``TaskFamily.dream_eval_types``. For webarena that is answers and URLs, not
+            ``program_html``, whose outcome is the site's hidden state; for alfworld every task.
+            Sim-to-real and GRPO-real train on every task.
         reuse_bundle_eval: The warm start's evaluation (``eval_sft``) reuses the episodes the
             embedded bundle's build played with the same policy on the same test tasks (greedy,
             same step limit and view: the same episodes, identical when played again), when the
@@ -116,10 +117,10 @@ class PipelineConfig:
         dream_verdicts: Where the family judges a dream step by the task's own reference
             (``DreamConfig.verdicts``: a web answer by its evaluator, a stop's URL against the
             reference URL), that verdict replaces the experience model's; False: the model's
-            verdicts alone (what runs did before).
+            verdicts alone.
         sim_to_real: Run the sim-to-real stages.
-        real_rl: Train on the real site instead of the dream (the GRPO-real baseline: the
-            ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``).
+        real_rl: Train on the real site instead of the dream: the GRPO-real baseline. The
+            ``dream_rl`` stage then plays real episodes, within ``dream.real_transition_budget``.
         sft: The warm start.
         dream: GRPO in the dream.
         s2r: GRPO on the real site (``real_transition_budget`` is the sim-to-real budget).
@@ -138,10 +139,12 @@ class PipelineConfig:
             (:class:`~dreamgym_agents.experience.refresh.ExperienceRefreshConfig`).
         calibrate_limit: Validation tasks on which each RL stage's starting and final policies
             are played in the dream and compared with their real episodes
-            (:mod:`~dreamgym_agents.experience.calibration`; the real episodes are the stop
-            rule's where it played them, else played and counted apart; 0: no calibration).
-        policy_llm: Gateway settings (:class:`~dreamgym_agents.gateway.llm.LLMConfig` fields:
-            ``api_base``, ``api_key_env``, ``temperature`` …) of a hosted policy.
+            (:mod:`~dreamgym_agents.experience.calibration`). The real episodes are the stop
+            rule's where it played them, else played and counted apart. 0 or None: no
+            calibration.
+        policy_llm: A hosted policy's gateway settings, fields of
+            :class:`~dreamgym_agents.gateway.llm.LLMConfig` (``api_base``, ``api_key_env``,
+            ``temperature`` …).
         prompt: A hosted policy's prompt learning (:mod:`dreamgym_agents.pipeline.prompt_run`):
             GEPA's dream episodes (``budget``), worked examples, train and validation tasks,
             episode length; its sim-to-real search plays real episodes within
@@ -251,9 +254,8 @@ class PipelineConfig:
 
 
 WARM_START_STEPS = 1800
-"""SFT steps of both presets' warm start (one cached build serves both; ~60 minutes on 2 cores,
-once): 600 steps left the copying of task strings unlearnt
-(docs/history/results-2026-11-to-12.md)."""
+"""SFT steps of both presets' warm start; one cached build serves both. Fewer steps leave the
+copying of task strings unlearnt (evidence: docs/history/results-2026-11-to-12.md)."""
 WARM_START_LR = 1e-3
 """SFT's peak learning rate for the embedded policy started from the experience model."""
 RL_LR = 2e-4
@@ -298,11 +300,12 @@ RL_EPISODE_STEPS = 10
 
 
 def preset_config(preset: str, seed: int = 0, task: str | None = None) -> PipelineConfig:
-    """The settings of a preset (``quick``: 31 test tasks per evaluation and
-    :data:`QUICK_DREAM_BATCHES` GRPO batches per dream stage, minutes once the experience model,
-    demonstrations and warm start are cached; ``full``: the whole test split, 40 batches per
-    stage), for the family of ``task`` when given
-    (the run's task; its optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`)."""
+    """The settings of a preset, for the family of ``task`` when given.
+
+    ``quick``: 31 test tasks per evaluation and :data:`QUICK_DREAM_BATCHES` GRPO batches per
+    dream stage, minutes once the experience model, demonstrations and warm start are cached.
+    ``full``: the whole test split, 40 batches per stage. ``task`` is the run's task; its
+    family's optional ``rl_episode_steps`` replaces :data:`RL_EPISODE_STEPS`."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}: use quick or full")
     quick = preset == "quick"
@@ -399,8 +402,8 @@ def is_hosted(policy: str) -> bool:
 
 class Pipeline:
     """One run folder and its stages (see the module docstring). A hosted policy learns a
-    prompt instead (:class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`;
-    :func:`~dreamgym_agents.pipeline.prompt_run.make_pipeline` picks)."""
+    prompt instead, in a :class:`~dreamgym_agents.pipeline.prompt_run.PromptPipeline`;
+    :func:`~dreamgym_agents.pipeline.prompt_run.make_pipeline` picks the class."""
 
     learns_prompts = False
 
@@ -636,10 +639,12 @@ class Pipeline:
 
     def _buffer_sink(self, stage: str, *, real: bool, fresh: list[Any],
                      start: str) -> Callable[[list[Any]], None] | None:
-        """What a stage's batches hand their episodes to: the run's buffer (real ones with
-        ``buffer_real``, the dream's with ``buffer_dream``), and, for real ones, ``fresh``
-        (what the experience model's refresh learns from, every ``every_batches`` batches,
-        calibrated with the stage's ``start`` policy); None when nothing is kept."""
+        """What a stage's batches hand their episodes to; None when nothing is kept.
+
+        The run's buffer takes real ones with ``buffer_real`` and the dream's with
+        ``buffer_dream``. Real ones also go to ``fresh``, what the experience model's refresh
+        learns from every ``every_batches`` batches, calibrated with the stage's ``start``
+        policy."""
         from dreamgym_agents.pipeline.coevolve import for_buffer
 
         keep = self.cfg.buffer_real if real else self.cfg.buffer_dream
@@ -807,10 +812,10 @@ class Pipeline:
         return shipped_bundle(self.cfg.task.split(".", 1)[0])
 
     def offline_episodes(self) -> list[Any]:
-        """The offline data the warm start learns from: the collection (its oracle episodes
-        replaced by the demonstrations, which replay the oracle on more tasks; the family's
-        ``experience_only`` collectors left out), the collectors in alphabetical order, then the
-        demonstrations."""
+        """The offline data the warm start learns from: the collection, the collectors in
+        alphabetical order, then the demonstrations. The demonstrations replace the collection's
+        oracle episodes, as they replay the oracle on more tasks; the family's
+        ``experience_only`` collectors are left out."""
         from dreamgym_agents.episodes.env import make_family
         from dreamgym_agents.pipeline.embedded import warm_start_excluded
 
@@ -1269,11 +1274,12 @@ def eval_result(summary: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 def warm_start_key(sft_cfg: PolicySFTConfig, view: PolicyConfig, *, init: str, collect: str,
                    demos: str) -> str:
-    """What names an embedded policy's warm start: the SFT settings (not where it is written,
-    nor its time budget or checkpointing, which do not change what a finished run trains), the
-    policy's view, the model it starts from (``init``: the experience recipe's key, or
-    ``scratch``), the collection's key and the demonstrations' name. A run uses the bundle's
-    warm start, or a cached one, only under the same key."""
+    """What names an embedded policy's warm start: the SFT settings, the policy's view, the
+    model it starts from (``init``: the experience recipe's key, or ``scratch``), the
+    collection's key and the demonstrations' name. A run uses the bundle's warm start, or a
+    cached one, only under the same key. The SFT settings leave out where the model is written,
+    its time budget and its checkpointing, which do not change what a finished run trains, and
+    its base model, which ``init`` names."""
     import hashlib
 
     sft = {k: v for k, v in asdict(sft_cfg).items()

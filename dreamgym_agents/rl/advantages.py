@@ -1,15 +1,18 @@
 """Turn-level GAE for multi-turn PPO: a turn's advantage from the episode's rewards and a critic's
-values, spread over that turn's action tokens (issue 50's first piece; the critic and the
-trainer come next).
+values, spread over that turn's action tokens.
 
 An episode is a row of turns. Turn ``t`` acts in the state its context ends with (the
 observation, before the action): its value ``V[t]`` is the critic's reading there, at the last
 context token before the turn's first action token (:func:`value_positions`). With reward
 ``r[t]`` after turn ``t``::
 
-    δ[t] = r[t] + γ · V[t+1] − V[t]          (V[T] = 0 at a terminal end; the critic's reading of
-    A[t] = δ[t] + γ · λ · A[t+1]              the state after the last turn when the step limit
-    R[t] = A[t] + V[t]                        cut the episode: truncation is not termination)
+    δ[t] = r[t] + γ · V[t+1] − V[t]
+    A[t] = δ[t] + γ · λ · A[t+1]
+    R[t] = A[t] + V[t]
+
+``V[T]``, after the last turn, is 0 at a terminal end. For an episode the step limit cut
+(``terminal=False``) it is the critic's reading of the state after the last turn: truncation is
+not termination.
 
 CleanRL's ``ppo.py`` computes the same recursion over environment steps; here a step is a turn,
 and the environment's tokens between turns take no part (:func:`spread`).

@@ -6,9 +6,9 @@ half the time teaches most. After each batch, the ``seeds_per_round`` seed tasks
 variance go to the *task generator*, which proposes ``candidates`` variants of each and selects
 one; the variants join a pool of synthetic tasks, and later batches replace at most a share ``λ``
 (``synthetic_share``) of their groups with tasks from that pool. Malformed variants (unreadable,
-placeholders left, no intent) and infeasible ones (naming what no recorded page shows,
-duplicating a known task, or matching a held-out validation or test task:
-:class:`~dreamgym_agents.heldout.HeldOut`) are discarded and counted.
+placeholders left, no intent) and infeasible ones are discarded and counted. A variant is
+infeasible when it names what no recorded page shows, duplicates a known task, or matches a
+held-out validation or test task (:class:`~dreamgym_agents.heldout.HeldOut`).
 
 Synthetic tasks have no evaluator: they are played in the dream only, where the experience model
 judges the outcome. They start where their seed starts (``config["synthetic_of"]``).
@@ -76,9 +76,9 @@ class CurriculumConfig:
         min_variance: A task is a seed only if its group's reward variance exceeds this.
         pool_size: Synthetic tasks kept (the oldest leave first).
         generator: Who proposes the variants: ``family`` (the family's own generator, else
-            the seed's template filled with other values) or a LiteLLM model string (the
-            paper's LLM generator, :class:`LLMTaskGenerator`, through the gateway; the
-            family's feasibility check still applies).
+            the seed's template filled with other values) or a LiteLLM model string, the
+            paper's LLM generator (:class:`LLMTaskGenerator`) through the gateway. The family's
+            feasibility check still applies.
         generator_llm: Gateway settings of that model (``LLMConfig`` fields: ``api_base``,
             ``api_key_env``, ``temperature`` …).
         generator_program: A saved prompt program (``dg-agents optimize --target
@@ -213,11 +213,11 @@ def synthetic_slots(groups: int, share: float, available: int) -> int:
 class TaskGenerator(Protocol):
     """Proposes variants of a seed task and selects one.
 
-    ``generate(seed, n)`` returns the raw candidates (dicts with ``intent`` and ``params``, and
-    optionally ``config``: the family's fields of the new task's config, e.g. an ALFWorld
-    variant's game; anything else is malformed) and the index of the selected one (None: the
-    first feasible). Model failures to answer in the format are malformed candidates, never
-    exceptions.
+    ``generate(seed, n)`` returns the raw candidates and the index of the selected one (None:
+    the first feasible). A candidate is a dict with ``intent`` and ``params``, and optionally
+    ``config``, the family's fields of the new task's config (e.g. an ALFWorld variant's game);
+    anything else is malformed. Model failures to answer in the format are malformed
+    candidates, never exceptions.
     """
 
     def generate(self, seed: Task, n: int) -> tuple[list[Any], int | None]: ...
@@ -363,8 +363,8 @@ class Curriculum:
         return out
 
     def variant(self, seed: Task) -> Task | None:
-        """One accepted variant of ``seed`` (the generator's choice among its ``candidates``,
-        else the first that passes :meth:`check`; counted in :attr:`stats`), or None."""
+        """One accepted variant of ``seed``, or None. It is the generator's choice among its
+        ``candidates``, else the first that passes :meth:`check`; counted in :attr:`stats`."""
         assert self.generator is not None
         candidates, choice = self.generator.generate(seed, self.cfg.candidates)
         self.stats.proposed += len(candidates)

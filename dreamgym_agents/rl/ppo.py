@@ -1,8 +1,8 @@
 """Multi-turn PPO on GRPO's rollout path: a critic head on the policy's backbone, turn-level GAE.
 
 ``algorithm: ppo`` on an RL stage (:class:`~.grpo.GRPOStageConfig`) plays the same rollouts as
-GRPO (the same :class:`~dreamgym_agents.episodes.graph.EnvPool`, dream or real, the same budget,
-validation rule and records) and trains through the same TRL trainer, whose loss takes
+GRPO, with the same :class:`~dreamgym_agents.episodes.graph.EnvPool` (dream or real), budget,
+validation rule and records, and trains through the same TRL trainer, whose loss takes
 per-token advantages of shape (batch, tokens): this module writes only what TRL lacks.
 
 - **The critic**: a scalar head (float32) on the policy's last hidden state, read at the
@@ -11,8 +11,9 @@ per-token advantages of shape (batch, tokens): this module writes only what TRL 
   0.5 (a sigmoid: returns are outcomes in [0, 1]) and has its own learning rate; by default its
   loss does not reach the policy's body (``shared_backbone``), and the first
   ``critic_warmup`` batches train it alone, the policy held still. For larger models the
-  critic can have a network of its own (``critic: separate``, a copy of the starting policy, or
-  ``lora``, that copy frozen with the critic's own adapters): a second forward pass.
+  critic can have a network of its own, at the cost of a second forward pass: ``critic:
+  separate``, a copy of the starting policy, or ``lora``, that copy frozen with the critic's own
+  adapters.
 - **Advantages**: GAE over each episode's turns (:func:`~.advantages.turn_gae`), the outcome
   as the last turn's reward. An episode the step limit cut ends with its 0 where that limit is
   the task's own (``truncation: terminal``, the default), or is bootstrapped from the critic's
@@ -71,24 +72,24 @@ class PPOSettings:
             CleanRL's Atari PPO); False (the default): the critic is a head on the body's
             features, which only the policy's loss moves, so a critic still learning never
             pulls the policy (a shared backbone is reported to hurt early training).
-        critic: What reads the states' values: ``head`` (a head on the policy's own
-            features, the default: no second forward pass, no second model in memory),
-            ``separate`` (a copy of the starting policy's network, all of it trained as the
-            critic, as verl and OpenRLHF run it: its own forward pass and memory, its own
-            features) or ``lora`` (that copy frozen, with LoRA adapters of rank
-            ``critic_lora_r`` as the critic's own weights: the second forward pass, but only
-            the adapters' gradients and optimiser state). A separate critic is saved in
+        critic: What reads the states' values. ``head``, the default, is a head on the
+            policy's own features: no second forward pass, no second model in memory.
+            ``separate`` is a copy of the starting policy's network, all of it trained as the
+            critic, as verl and OpenRLHF run it: its own forward pass, memory and features.
+            ``lora`` is that copy frozen, with LoRA adapters of rank ``critic_lora_r`` as the
+            critic's own weights: the second forward pass, but only the adapters' gradients
+            and optimiser state. A separate critic is saved in
             ``critic/`` beside the policy (LoRA merged) and read back by the next stage.
         critic_lr: The learning rate of a separate critic's network (None: the policy's);
             its head keeps ``value_lr``.
         critic_lora_r: The rank of ``lora``'s adapters.
-        truncation: What an episode the RL step limit cut is worth after its last turn:
-            ``terminal`` (nothing: its 0 ends it, as an evaluation with the same limit scores
+        truncation: What an episode the RL step limit cut is worth after its last turn.
+            ``terminal``: nothing, its 0 ends it, as an evaluation with the same limit scores
             it; right when the stage's limit is the task's own, as in the presets of ALFWorld
-            and τ², 15 and 15) or ``bootstrap`` (the critic's value of the state its last
-            action led to, read as a next turn's would be: right when the RL limit is shorter
-            than the task's, so a cut episode might still have won; the web's presets cut RL
-            episodes at 10 steps and evaluate at 15).
+            and τ² (15 and 15). ``bootstrap``: the critic's value of the state its last action
+            led to, read as a next turn's would be; right when the RL limit is shorter than
+            the task's, so a cut episode might still have won, as in the web's presets (RL
+            episodes cut at 10 steps, evaluated at 15).
         target_kl: Stop moving the policy on a batch once the approximate KL between the
             policy and the one that played the batch (CleanRL's ``(r - 1) - log r`` over the
             action tokens) exceeds this, for the batch's remaining epochs (the critic goes
@@ -190,11 +191,10 @@ def value_head_class() -> type:
     class ValueHead(torch.nn.Module):
         """The value of the policy's hidden state, an outcome's probability: a sigmoid of a
         linear function of the state read through a layer norm without weights. Returns here
-        are outcomes in [0, 1]; an unbounded linear head overshot them as the policy trained
-        its features (the toy task of ``tests/test_ppo.py``: its values rose to 1.5 for a
-        reward of 1, every turn's advantage turned negative, and the policy collapsed from
-        1.0 success at batch 9 to 0.0 at batch 17); bounded and scale-free, it stayed below 1
-        and the policy did not collapse. Starts at 0.5 for every state."""
+        are outcomes in [0, 1]. An unbounded linear head overshoots them as the policy trains
+        its features, every turn's advantage turns negative and the policy collapses; bounded
+        and scale-free, this one stays below 1 (evidence:
+        docs/history/results-2026-11-to-12.md). Starts at 0.5 for every state."""
 
         def __init__(self, width: int) -> None:
             super().__init__()
@@ -231,10 +231,10 @@ def token_targets(values: Any, action: Any, outcomes: list[float],
         settings: γ and λ.
 
     Returns:
-        ``advantages`` (each turn's GAE advantage on its action tokens; divided by their
-        standard deviation over the batch's turns with ``normalize_advantages``),
-        ``returns`` and ``old_values`` at each turn's first action token, and ``turn_start``
-        (1 there).
+        ``advantages``, ``returns`` and ``old_values`` at each turn's first action token, and
+        ``turn_start`` (1 there). ``advantages`` holds each turn's GAE advantage on its action
+        tokens, divided by their standard deviation over the batch's turns with
+        ``normalize_advantages``.
     """
     import torch
 
