@@ -708,3 +708,15 @@ def test_a_dream_stage_goes_on_in_its_folder_where_it_left_a_resume_point(tmp_pa
     assert pipe._stage_dir("dream_rl", resumable=True) == folder
     assert (folder / "rollouts.jsonl").is_file()  # kept: the stage goes on from it
     assert pipe._stage_dir("dream_rl") == folder and not (folder / "rollouts.jsonl").exists()
+
+
+def test_the_report_names_the_algorithm_that_trained_the_dream_row(tmp_path):
+    state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5},
+                      "dream_rl": {"real_transitions": 0, "synthetic_transitions": 40},
+                      "eval_dream": {"success": 0.2, "episodes": 5}}, "wall_seconds": 3.0}
+    cfg = preset_config("quick")
+    write_report(tmp_path, cfg, state)
+    assert "| DreamGym (dream GRPO) | 0 | 40 | 0.200 |" in (tmp_path / "report.md").read_text()
+    cfg.dream.algorithm = "ppo"
+    write_report(tmp_path, cfg, state)
+    assert "| DreamGym (dream PPO) | 0 | 40 | 0.200 |" in (tmp_path / "report.md").read_text()

@@ -226,8 +226,10 @@ def write_report(out: Path, cfg: Any, state: dict[str, Any]) -> dict[str, Any]:
     lines.append(f"| {warm} | 0 | 0 | {fmt(summary['sft_success'])} |")
     if "dream_rl" in done:
         d = done["dream_rl"]
+        dream_cfg = getattr(cfg, "dream", None)
+        trainer = "GEPA" if prompt else getattr(dream_cfg, "algorithm", "grpo").upper()
         lines.append(f"| DreamGym ({'real' if getattr(cfg, 'real_rl', False) else 'dream'} "
-                     f"{'GEPA' if prompt else 'GRPO'}) | {d.get('real_transitions', 0)} | "
+                     f"{trainer}) | {d.get('real_transitions', 0)} | "
                      f"{d.get('synthetic_transitions', 0)} | {fmt(summary['dream_success'])} |")
     if "s2r" in done:
         lines.append(f"| DreamGym-S2R | {summary['real_transitions_used']} | "
