@@ -372,15 +372,14 @@ def ppo_trainer_class(base: type, *, value_head: Any, settings: PPOSettings,
             as a turn's value is read before its first action token."""
             from dreamgym_agents.experience.sft import last_hidden
 
-            rows = [i for i, seg in enumerate(segments) if seg]
+            rows = {i: seg for i, seg in enumerate(segments) if seg}
             found: list[float | None] = [None] * len(segments)
             if not rows:
                 return found
-            width = max(len(segments[i] or []) for i in rows)
+            width = max(len(seg) for seg in rows.values())
             ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for n, i in enumerate(rows):
-                seg = segments[i] or []
+            for n, seg in enumerate(rows.values()):
                 ids[n, :len(seg)] = torch.tensor(seg, dtype=torch.long)
                 mask[n, :len(seg)] = 1
             ids, mask = ids.to(device), mask.to(device)
