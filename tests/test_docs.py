@@ -70,3 +70,23 @@ def test_the_readmes_results_are_the_committed_tables():
         paired = by["DreamGym"]["paired"]["SFT"]
         expected = f"{paired['diff']:+.3f} [{paired['low']:+.3f}, {paired['high']:+.3f}]"
         assert row[4] == expected.replace("-", "−")
+
+
+@pytest.mark.slow
+def test_the_readmes_python_example_runs(tmp_path):
+    """README's example, as printed there: one stage of dream GRPO from the shipped warm start,
+    its policy saved and its figures printed."""
+    import subprocess
+    import sys
+
+    section = README.read_text().split("## From Python", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 15
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    success, transitions, path = done.stdout.split()[-3:]
+    assert 0.0 <= float(success) <= 1.0 and int(transitions) > 0
+    assert (tmp_path / path / "model.safetensors").is_file()

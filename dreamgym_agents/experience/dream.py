@@ -272,3 +272,68 @@ class DreamEnv:
         """Forget the episode (the model and buffer belong to the caller)."""
         with self._lock:
             self._task, self._history, self._done = None, [], False
+
+
+class Dream:
+    """An experience model, its gateway and the replay buffer it retrieves from, opened
+    together for one task family: environments made from them (:meth:`env`, :meth:`pool`)
+    play the family's tasks in the dream. :meth:`close` (or ``with``) releases the model, the
+    buffer and every environment made.
+
+    Args:
+        family: The tasks' family.
+        experience_model: A model string (``hf/<checkpoint>``, a LiteLLM model, …); a
+            checkpoint trained by this pipeline is prompted as it was trained
+            (:func:`~dreamgym_agents.experience.training.trained_settings`).
+        buffer_path: The Chroma buffer's directory.
+        cfg: The dream environments' settings.
+        concurrency: Experience-model requests in flight at once.
+        **settings: :class:`~dreamgym_agents.experience.model.ExperienceConfig` fields over
+            the trained ones.
+    """
+
+    def __init__(self, family: TaskFamily, experience_model: str, buffer_path: str, *,
+                 cfg: DreamConfig | None = None, concurrency: int = 4, **settings: Any) -> None:
+        from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+        from dreamgym_agents.experience.model import ExperienceConfig
+        from dreamgym_agents.experience.training import trained_settings
+        from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+
+        self.family = family
+        self.cfg = cfg or DreamConfig()
+        exp_cfg = ExperienceConfig(**{**trained_settings(experience_model), **settings})
+        self.gateway = Gateway(LLMConfig(model=experience_model, max_concurrency=concurrency))
+        try:
+            self.buffer = ReplayBuffer(BufferConfig(path=str(buffer_path), family=family.name))
+        except BaseException:
+            self.gateway.close()
+            raise
+        self.model = ExperienceModel(exp_cfg, self.gateway, self.buffer,
+                                     codec=family.experience_codec(exp_cfg.codec_version))
+        self._pools: list[Any] = []
+
+    def env(self) -> DreamEnv:
+        """A new dream environment (one episode at a time)."""
+        return DreamEnv(self.cfg, self.model, self.buffer, self.family)
+
+    def pool(self, size: int) -> Any:
+        """An :class:`~dreamgym_agents.episodes.graph.EnvPool` of up to ``size`` dream
+        environments (what :func:`~dreamgym_agents.rl.grpo.train_grpo` plays in)."""
+        from dreamgym_agents.episodes.graph import EnvPool
+
+        pool = EnvPool(self.env, size)
+        self._pools.append(pool)
+        return pool
+
+    def close(self) -> None:
+        for pool in self._pools:
+            pool.close()
+        self._pools = []
+        self.buffer.close()
+        self.gateway.close()
+
+    def __enter__(self) -> Dream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -221,6 +221,19 @@ def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
     return EmbeddedRecipe(**{**defaults, **fields})
 
 
+def embedded_dream(family: Any, *, recipe: EmbeddedRecipe | None = None,
+                   progress: Progress | None = None, **options: Any) -> Any:
+    """The embedded experience model of ``family`` (a :class:`TaskFamily`) and its buffer,
+    opened as a :class:`~dreamgym_agents.experience.dream.Dream` (the shipped bundle's, else
+    built on first use: :func:`ensure_embedded_experience_model`); ``options`` go to
+    ``Dream``."""
+    from dreamgym_agents.experience.dream import Dream
+
+    paths = ensure_embedded_experience_model(family.name.split(".", 1)[0], recipe,
+                                             progress=progress)
+    return Dream(family, paths["model"], paths["buffer"], **options)
+
+
 def embedded_dir(recipe: EmbeddedRecipe, family: str) -> Path:
     """Where ``family``'s embedded experience model of ``recipe`` is built and cached."""
     return cache_root() / family / recipe.key

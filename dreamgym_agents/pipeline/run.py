@@ -600,33 +600,23 @@ class Pipeline:
         """(experience model, its gateway, the run's buffer), opened on first use: the model
         the run dreams with now (a refreshed one once the run has refreshed it), the run's own
         copy of its buffer (:func:`~dreamgym_agents.pipeline.coevolve.run_buffer`)."""
-        from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
         from dreamgym_agents.episodes.env import make_family
-        from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
-        from dreamgym_agents.experience.training import trained_settings
-        from dreamgym_agents.gateway.llm import Gateway, LLMConfig
+        from dreamgym_agents.experience.dream import Dream
         from dreamgym_agents.pipeline.coevolve import run_buffer
 
         if self._dream is None:
             done = self.state["done"]["experience"]
             model = self.state.get("experience_now") or done.get("dream_model", done["model"])
             source = done.get("dream_buffer", done["buffer"])
-            settings = trained_settings(model)
-            settings.update({k: v for k, v in (("use_retrieval", self.cfg.use_retrieval),
-                                               ("use_reasoning", self.cfg.use_reasoning))
-                             if not v})
-            gateway = Gateway(LLMConfig(model=model,
-                                        max_concurrency=max(4, self.cfg.dream.concurrency)))
-            family = make_family(self.cfg.task)
-            buffer = ReplayBuffer(BufferConfig(path=str(run_buffer(self.out, source)),
-                                               family=family.name))
-            exp_cfg = ExperienceConfig(**settings)
+            settings: dict[str, Any] = {
+                k: False for k, v in (("use_retrieval", self.cfg.use_retrieval),
+                                      ("use_reasoning", self.cfg.use_reasoning)) if not v}
             if self.cfg.dream_retrieves_synthetic:
-                exp_cfg.retrieval_where = {"provenance": {"$in": ["offline", "real",
-                                                                  "synthetic"]}}
-            codec = family.experience_codec(exp_cfg.codec_version)
-            self._dream = (ExperienceModel(exp_cfg, gateway, buffer, codec=codec), gateway,
-                           buffer)
+                settings["retrieval_where"] = {"provenance": {"$in": ["offline", "real",
+                                                                      "synthetic"]}}
+            dream = Dream(make_family(self.cfg.task), model, str(run_buffer(self.out, source)),
+                          concurrency=max(4, self.cfg.dream.concurrency), **settings)
+            self._dream = (dream.model, dream.gateway, dream.buffer)
         return self._dream
 
     def _reopen_dream(self) -> None:
