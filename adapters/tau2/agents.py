@@ -1,5 +1,6 @@
 """τ²'s offline agents: the oracle (the task's gold actions, then what it must tell the
-customer), a noisy oracle and a random agent.
+customer), a noisy oracle, a quitter (a part of the gold actions, then the end) and a random
+agent.
 
 The oracle reads the task's evaluation criteria from τ²'s own task (by the τ² id in the
 task's config); the criteria are never in a :class:`~dreamgym_agents.types.Task`, a state or
@@ -119,3 +120,34 @@ class NoisyOracleAgent:
             if action != DONE:
                 return Decision(action=action, reasoning=f"{EXPLORATION}: a random action")
         return await self.oracle.act(task, observation, history, episode_id)
+
+
+class QuitterAgent:
+    """Ends the task before its work is done: a prefix of the gold actions, one of them left
+    out now and then, then the end (solo: ``done()``; with a customer, the closing message).
+    τ²'s evaluator scores the ending, mostly 0: what the experience model learns an early or
+    incomplete ending earns, where the oracle alone would teach it that every ending pays."""
+
+    name = "quitter"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.oracle = OracleAgent()
+        self.seed = seed
+        self._plans: dict[str, list[str]] = {}
+
+    def plan(self, task: Task, episode_id: str) -> list[str]:
+        """This episode's actions: a shortened gold plan, drawn once per episode."""
+        if episode_id not in self._plans:
+            gold = self.oracle.plan(task)
+            work, end = gold[:-1], gold[-1]
+            rng = random.Random(f"quit|{self.seed}|{episode_id}")
+            kept = work[:rng.randrange(len(work))] if work else []
+            if len(kept) > 1 and rng.random() < 0.5:
+                del kept[rng.randrange(len(kept))]
+            self._plans[episode_id] = [*kept, end]
+        return self._plans[episode_id]
+
+    async def act(self, task: Task, observation: Observation, history: list[Transition],
+                  episode_id: str) -> Decision:
+        return Decision(action=_next_of(self.plan(task, episode_id), history),
+                        reasoning="quitter: an early end")

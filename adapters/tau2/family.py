@@ -64,6 +64,10 @@ class Tau2Family(FamilyBase):
     default_max_steps = 30
     """τ²'s gold solutions take up to 13 tool calls in telecom and retail, 20 in airline."""
     rl_episode_steps = 15
+    collectors = ("oracle", "noisy", "quitter", "random")
+    experience_only = ("quitter",)
+    """The quitter's early endings teach the experience model what they earn, never the
+    warm start to end early."""
 
     def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
         self.domain = check_domain(domain)
@@ -143,11 +147,12 @@ class Tau2Family(FamilyBase):
         from dreamgym_agents.adapters.tau2.agents import (
             NoisyOracleAgent,
             OracleAgent,
+            QuitterAgent,
             RandomAgent,
         )
 
         return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(self.domain, seed, noise),
-                "random": RandomAgent(self.domain, seed)}
+                "quitter": QuitterAgent(seed), "random": RandomAgent(self.domain, seed)}
 
     def state_format(self) -> Any:
         return Tau2StateFormat()
@@ -160,20 +165,22 @@ class Tau2Family(FamilyBase):
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
-        """The oracle on every train task, the noisy oracle on every one and the random agent
-        on half of them (no quitter, explorers, relabelled endings or judge examples: those
-        are the web's); episodes as long as τ²'s gold solutions need; state version 1."""
-        return {"oracle_tasks": 60, "noisy_tasks": 60, "quitter_tasks": 0, "random_tasks": 30,
+        """The oracle and the noisy oracle on every train task, the quitter (an early end,
+        scored by τ²) on every one and the random agent on half of them (no explorers,
+        relabelled endings or judge examples: those are the web's); episodes as long as τ²'s
+        gold solutions need; state version 1; codec version 2 (:mod:`.codec`)."""
+        return {"oracle_tasks": 60, "noisy_tasks": 60, "quitter_tasks": 60, "random_tasks": 30,
                 "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
                 "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 1, "max_length": 2048}
+                "max_steps": 30, "state_version": 1, "codec_version": 2, "max_length": 2048}
 
     def experience_codec(self, version: int | None = None) -> Any:
-        from dreamgym_agents.experience.codec import PlainCodec
+        """The transcript's next lines, the step's own line put back (:mod:`.codec`);
+        ``version``: the one the model was trained with (below 2: ``PlainCodec``); None: the
+        latest."""
+        from dreamgym_agents.adapters.tau2.codec import tau2_codec
 
-        del version
-        return PlainCodec(self.action_set(), f"a {self.domain} customer-service conversation "
-                          "with tools (τ²-bench)")
+        return tau2_codec(self.action_set(), self.domain, version)
 
 
 class Tau2StateFormat:

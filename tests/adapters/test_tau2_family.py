@@ -109,6 +109,50 @@ def test_oracle_scores_one_by_taus_evaluator_and_a_partial_replay_zero(telecom, 
         env.close()
 
 
+def test_the_quitter_ends_early_and_taus_evaluator_scores_it(telecom, retail, tmp_path):
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+
+    quitter = telecom.offline_agents()["quitter"]
+    tasks = [t for t in telecom.load_tasks("train") if len(gold_plan(t)) > 2][:4]
+    result = _play(telecom, tasks, quitter, tmp_path / "quitter")
+    assert result.summary["successes"] == 0
+    for line in (tmp_path / "quitter" / "trajectories.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        actions = [t["action"] for t in episode["transitions"]]
+        gold = gold_plan(next(t for t in tasks if t.task_id == episode["task"]["task_id"]))
+        assert actions[-1] == "done()" and len(actions) < len(gold)
+        assert set(actions[:-1]) <= set(gold)
+    assert "quitter" in telecom.experience_only and "quitter" in retail.offline_agents()
+
+
+def test_the_codec_writes_only_what_answers_a_step_and_reads_it_back(telecom, retail,
+                                                                    tmp_path):
+    from dreamgym_agents.adapters.tau2.codec import NOTHING, Tau2Codec
+    from dreamgym_agents.experience.codec import PlainCodec, StateReferenceError
+    from dreamgym_agents.types import Trajectory
+
+    codec = telecom.experience_codec()
+    assert isinstance(codec, Tau2Codec) and codec.version == 2
+    assert type(telecom.experience_codec(0)) is PlainCodec  # a model trained before codec 2
+    tasks = telecom.load_tasks("train")[:2]
+    _play(telecom, tasks, telecom.offline_agents()["oracle"], tmp_path / "oracle")
+    steps = [t for line in (tmp_path / "oracle" / "trajectories.jsonl").read_text().splitlines()
+             for t in Trajectory.from_dict(json.loads(line)).transitions]
+    for t in steps:
+        written = codec.encode_state(t.next_state, t.state, [], None, t.action)
+        assert "Call " not in written and "Said " not in written
+        assert written == NOTHING or written.startswith(("Result: ", "User: "))
+        assert codec.expand_state(written, t.state, [], None, t.action) == t.next_state.strip()
+    first = steps[0]
+    # the step's own line and its number come from the state and the action, not the answer
+    expanded = codec.expand_state("Result: fine", first.state, [], None, first.action)
+    assert expanded.splitlines()[-2:] == [f"Call 1: {first.action}", "Result 1: fine"]
+    assert codec.head(first.next_state) == first.next_state.strip().splitlines()[-1][:80]
+    with pytest.raises(StateReferenceError, match="not a Result or User line"):
+        codec.expand_state("Result: fine\nCall 1: reboot_device()", first.state, [], None,
+                           first.action)
+
+
 def test_the_scripted_customer_opens_with_its_reason_and_ends_the_call(retail, tmp_path):
     from dreamgym_agents.adapters.tau2.agents import gold_plan
     from dreamgym_agents.adapters.tau2.data import domain_tasks

@@ -1,0 +1,115 @@
+"""The experience codec of τ²'s transcripts.
+
+A step adds the agent's own line (``Call N: <the call>``, ``Said N: <the message>``), which
+follows from the state and the action, then what answers it (``Result N: …`` from the tool,
+``User N: …`` from the customer). The answer writes only the latter, unnumbered::
+
+    Result: Airplane Mode is now OFF. / Status Bar: …
+
+and the codec puts the step's own line and the numbers back: the model spends no tokens on
+what it cannot get wrong, and cannot renumber or rewrite the calls before (a
+:class:`~dreamgym_agents.experience.codec.PlainCodec` answer could: its ``+ Call 1: …`` edit
+replaced the first call). ``(nothing)``: nothing answers (solo ``done()``). A next state of
+another shape is written as ``PlainCodec`` writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamgym_agents.episodes.env import normalize_text
+from dreamgym_agents.experience.codec import (
+    PlainCodec,
+    StateReferenceError,
+    verdict,
+)
+from dreamgym_agents.types import Transition
+
+VERSION = 2
+"""The codec of this module; version 1 (or a model whose manifest says none) is
+``PlainCodec``."""
+NOTHING = "(nothing)"
+ANSWERS = ("Result", "User")
+"""Who answers a step: the tool, the customer."""
+_OWN = ("Call ", "Said ")
+_HEAD_CHARS = 80
+
+
+def _lines(state: str) -> list[str]:
+    return [ln.rstrip() for ln in state.strip().splitlines() if ln.strip()]
+
+
+class Tau2Codec(PlainCodec):
+    """:class:`~dreamgym_agents.experience.codec.PlainCodec` with the next state written as
+    the lines that answer the step (see the module docstring); a state's head, in the prompt's
+    history, is its last line."""
+
+    version = VERSION
+    follows = ("The tool answers", "The customer answers", "Nothing answers",
+               *PlainCodec.follows)
+
+    def head(self, state: str) -> str:
+        lines = _lines(state)
+        return lines[-1][:_HEAD_CHARS] if lines else "(empty)"
+
+    def own_line(self, state: str, action: str) -> tuple[int, str] | None:
+        """The step's number and the line the agent's ``action`` adds to ``state`` (None: an
+        action the action set does not read)."""
+        parsed = self._parsed(action)
+        if not parsed:
+            return None
+        turn = sum(1 for ln in _lines(state) if ln.startswith(_OWN)) + 1
+        act = parsed[0]
+        text = (f"Said {turn}: {normalize_text(act.text)}" if act.is_message
+                else f"Call {turn}: {act.written()}")
+        return turn, text
+
+    def encode_state(self, target: str, state: str, pages: list[str], previous: str | None,
+                     action: str) -> str:
+        own = self.own_line(state, action)
+        before, after = _lines(state), _lines(target)
+        if own is not None and after[:len(before) + 1] == [*before, own[1]]:
+            written = []
+            for line in after[len(before) + 1:]:
+                head, sep, body = line.partition(": ")
+                role = head.split(" ", 1)[0]
+                if role not in ANSWERS or head != f"{role} {own[0]}" or not sep:
+                    break
+                written.append(f"{role}: {body}")
+            else:
+                return "\n".join(written) or NOTHING
+        return super().encode_state(target, state, pages, previous, action)
+
+    def expand_state(self, text: str, state: str, pages: list[str], previous: str | None,
+                     action: str) -> str:
+        body = text.strip()
+        if not body or body.startswith("@") or not body.startswith((*ANSWERS, NOTHING)):
+            return super().expand_state(text, state, pages, previous, action)
+        own = self.own_line(state, action)
+        if own is None:
+            raise StateReferenceError(f"{action!r} is no action of this domain: no step line")
+        lines = [*_lines(state), own[1]]
+        if body != NOTHING:
+            for line in _lines(body):
+                role, sep, content = line.partition(": ")
+                if role not in ANSWERS or not sep:
+                    raise StateReferenceError(f"{line!r} is not a {' or '.join(ANSWERS)} line")
+                lines.append(f"{role} {own[0]}: {content.strip()}")
+        return "\n".join(lines)
+
+    def rationale(self, t: Transition, intent: str = "", *, written_as: str | None = None,
+                  pages: list[str] | None = None) -> str:
+        if written_as is not None and written_as.strip().startswith((*ANSWERS, NOTHING)):
+            who = ("Nothing answers" if written_as.strip() == NOTHING else
+                   "The customer answers" if written_as.startswith("User") else
+                   "The tool answers")
+            return f"{who}. {verdict(t)}"
+        return super().rationale(t, intent, written_as=written_as, pages=pages)
+
+
+def tau2_codec(action_set: Any, domain: str, version: int | None = None) -> PlainCodec:
+    """The codec a τ² model trained with codec ``version`` reads (None: the latest)."""
+    environment = f"a {domain} customer-service conversation with tools (τ²-bench)"
+    if version is not None and version < VERSION:
+        return PlainCodec(action_set, environment)
+    return Tau2Codec(action_set, environment)
