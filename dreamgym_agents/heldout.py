@@ -36,11 +36,9 @@ def task_keys(task: Task) -> set[str]:
     """A task's default keys: its normalised instruction, and its template with its parameters
     when it has both."""
     keys = {f"intent:{normalise(task.intent)}"}
-    template = task.config.get("intent_template") if isinstance(task.config, dict) else None
-    params = task.params
-    if template and params:
-        values = sorted((k, normalise(v)) for k, v in params.items())
-        keys.add(f"instance:{normalise(str(template))}|{values}")
+    if task.template and task.params:
+        values = sorted((k, normalise(v)) for k, v in task.params.items())
+        keys.add(f"instance:{normalise(task.template)}|{values}")
     return keys
 
 

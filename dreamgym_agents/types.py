@@ -39,6 +39,12 @@ class Task:
         config: The family's raw configuration (for WebArena: the task-config JSON object,
             including ``eval`` and ``start_url``), kept verbatim so nothing is lost.
         oracle: An optional oracle action program (family-specific steps) that solves the task.
+        template: The instruction's template, the family's kind of task (WebArena's
+            ``intent_template``, an ALFWorld task type); "" for a task made without one.
+        template_id: The template's id where the family numbers them ("": ``template`` names
+            it); what tasks are grouped by (:func:`~dreamgym_agents.episodes.env.task_template`).
+        params: The values the instruction was made from, template placeholder → text
+            (WebArena's ``instantiation_dict``), as stripped strings, empty ones left out.
     """
 
     task_id: str
@@ -47,22 +53,28 @@ class Task:
     split: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     oracle: list[dict[str, Any]] | None = None
+    template: str = ""
+    template_id: str = ""
+    params: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def params(self) -> dict[str, str]:
-        """The values the task's instruction was made from (WebArena's ``instantiation_dict``),
-        as strings; empty for a task without them."""
-        raw = self.config.get("instantiation_dict") if isinstance(self.config, dict) else None
-        if not isinstance(raw, dict):
-            return {}
-        return {str(k): str(v).strip() for k, v in raw.items() if str(v).strip()}
+    def __post_init__(self) -> None:
+        self.params = {str(k): str(v).strip() for k, v in (self.params or {}).items()
+                       if str(v).strip()}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
-        return cls(**_known(cls, data))
+        known = _known(cls, data)
+        config = known.get("config")
+        if "template" not in data and isinstance(config, dict):
+            # a record written before the typed fields: they were WebArena's config keys
+            known["template"] = str(config.get("intent_template") or "")
+            known["template_id"] = str(config.get("intent_template_id", ""))
+            raw = config.get("instantiation_dict")
+            known["params"] = raw if isinstance(raw, dict) else {}
+        return cls(**known)
 
 
 @dataclass

@@ -28,8 +28,8 @@ TEMPLATE = "What is the price of {{product}}?"
 def price_task(i: int, product: str) -> Task:
     return Task(task_id=str(i), family="webarena", intent=TEMPLATE.replace("{{product}}", product),
                 split="train",
-                config={"intent_template": TEMPLATE, "instantiation_dict": {"product": product},
-                        "start_url": "__SHOPPING__", "eval": {"eval_types": ["string_match"]}},
+                template=TEMPLATE, params={"product": product},
+                config={"start_url": "__SHOPPING__", "eval": {"eval_types": ["string_match"]}},
                 oracle=[{"op": "stop", "answer": "$1"}])
 
 

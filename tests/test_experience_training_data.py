@@ -345,7 +345,7 @@ def test_answer_place_says_how_the_page_shows_an_answer(answer, intent, place):
 
 def test_task_terms_say_where_the_page_shows_the_task_parameters():
     task = Task("t", "webarena", "Go to page 2 of the Laptops listing.",
-                config={"instantiation_dict": {"category": "Laptops", "page": 2}})
+                params={"category": "Laptops", "page": 2})
     params = task_params(task)
     assert params == {"category": "Laptops", "page": "2"}
     page = ("URL: __SHOPPING__/category/laptops?page=2\nTitle: Laptops | One Stop Market\n"

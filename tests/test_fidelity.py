@@ -213,7 +213,7 @@ def test_a_limited_fidelity_run_spreads_its_tasks_over_the_templates():
 
     def task(i: int, template: int) -> Task:
         return Task(task_id=str(i), family="webarena", intent=f"task {i}", split="test",
-                    config={"intent_template_id": template})
+                    template_id=str(template))
 
     # the way task files list them: each template's tasks together
     tasks = [task(i, template) for i, template in enumerate([1, 1, 1, 1, 2, 2, 3, 3, 3])]

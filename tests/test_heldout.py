@@ -4,14 +4,13 @@ warm start's data by the pipeline."""
 from __future__ import annotations
 
 from dreamgym_agents.episodes.env import make_family
-from dreamgym_agents.heldout import HeldOut
+from dreamgym_agents.heldout import HeldOut, task_keys
 from dreamgym_agents.pipeline.run import Pipeline, preset_config
 from dreamgym_agents.types import Task, Trajectory, Transition, write_trajectories
 
 
 def task(intent: str, template: str = "", **params: str) -> Task:
-    return Task("t", "webarena", intent,
-                config={"intent_template": template, "instantiation_dict": params})
+    return Task("t", "webarena", intent, template=template, params=params)
 
 
 def test_a_held_out_task_is_recognised_by_intent_or_template_and_values():
@@ -67,3 +66,20 @@ def test_a_family_says_what_makes_a_task_the_same_instance():
     assert shared, "the task set no longer shares instructions: this test checks nothing"
     assert not any(held_out.matches(t) for t in train)
     assert all(held_out.matches(t) for t in test)
+
+
+def test_a_tasks_template_and_values_are_typed_fields_and_old_records_migrate():
+    # a family of any kind: the core reads the typed fields, never a family's config keys
+    mine = Task("t", "myfamily", "Buy a red hat", template="Buy a {{thing}}",
+                params={"thing": " red hat ", "empty": ""},
+                config={"intent_template": "unrelated", "instantiation_dict": {"thing": "x"}})
+    assert mine.params == {"thing": "red hat"}
+    assert "instance:buy a {{thing}}|[('thing', 'red hat')]" in task_keys(mine)
+    assert Task.from_dict(mine.to_dict()) == mine
+    # a record written before the typed fields carried them in WebArena's config keys
+    old = {"task_id": "7", "family": "webarena", "intent": "Buy a red hat",
+           "config": {"intent_template": "Buy a {{thing}}", "intent_template_id": 3,
+                      "instantiation_dict": {"thing": "red hat"}}}
+    migrated = Task.from_dict(old)
+    assert (migrated.template, migrated.template_id, migrated.params) == (
+        "Buy a {{thing}}", "3", {"thing": "red hat"})

@@ -142,7 +142,7 @@ def _shop_episode(n: int, product: str, typed: str | None = None) -> Trajectory:
     from dreamgym_agents.types import Transition
 
     task = Task(task_id=f"t{n}", family="webarena", intent=f"What is the price of {product}?",
-                config={"instantiation_dict": {"product": product, "word": "cheapest"}})
+                params={"product": product, "word": "cheapest"})
     pages = [f"[37] searchbox ''\n{product} $5", f"# {product}\nPrice $5"]
     actions = [f"fill('37', '{typed or product}')", "send_msg_to_user('$5')"]
     steps = [Transition(episode_id=f"e{n}", step=i, task_id=task.task_id, state=pages[i],

@@ -62,7 +62,7 @@ def task_from_config(config: dict[str, Any], split: str = "") -> Task:
     """A task of a generated game's config (``game``: seed, task type, layout; ``intent``) or
     of an official game file (``game_file``)."""
     return Task(task_id=str(config["task_id"]), family=FAMILY, intent=str(config["intent"]),
-                split=split, config=config)
+                split=split, config=config, template=str(config.get("intent_template") or ""))
 
 
 @dataclass

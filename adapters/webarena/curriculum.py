@@ -73,7 +73,9 @@ class ShopTaskGenerator:
             self.taken_intents.add(_norm(config["intent"]))
             out.append({"intent": config["intent"], "params": dict(draft.values),
                         "config": {"eval": config["eval"], "start_url": config["start_url"],
-                                   "require_login": config["require_login"]}})
+                                   "require_login": config["require_login"],
+                                   "intent": config["intent"],
+                                   "instantiation_dict": config["instantiation_dict"]}})
         if not out:
             return [None], None  # the template has no instance left
         return out, 0

@@ -90,6 +90,9 @@ def config_to_task(config: Any, *, split: str, source: str) -> Task:
         split=split,
         config=config,
         oracle=config.get("oracle"),
+        template=str(config.get("intent_template") or ""),
+        template_id=str(config.get("intent_template_id", "")),
+        params=raw if isinstance(raw := config.get("instantiation_dict"), dict) else {},
     )
 
 

@@ -336,9 +336,8 @@ class TaskFamily(Protocol):
 
 
 def task_template(task: Task) -> str:
-    """The template a task was made from (WebArena's ``intent_template``), else its intent."""
-    config = task.config if isinstance(task.config, dict) else {}
-    return str(config.get("intent_template_id", config.get("intent_template", task.intent)))
+    """What a task is grouped by: its template's id, else its template, else its intent."""
+    return task.template_id or task.template or task.intent
 
 
 def every_nth(tasks: list[Task], count: int) -> list[Task]:

@@ -65,7 +65,7 @@ def make_program(generator: LLMTaskGenerator, curriculum: Curriculum, seeds: lis
             trace = dspy.settings.trace
             if trace is not None:  # the call is this predictor's, for GEPA's reflection
                 inputs = {"seed_task": seed.intent,
-                          "template": str(seed.config.get("intent_template") or "")}
+                          "template": seed.template}
                 trace.append((self.step, inputs, dspy.Prediction(answer=answer)))
             score = accepted / max(1, len(candidates))
             lines = [f"{accepted} of {len(candidates)} proposed variant(s) accepted."]

@@ -203,9 +203,7 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
 
             params = {k: sub(v) for k, v in traj.task.params.items()}
             task = replace(traj.task, task_id=f"{traj.task.task_id}~swap{n}",
-                           intent=sub(traj.task.intent),
-                           config={**traj.task.config, "intent": sub(traj.task.intent),
-                                   "instantiation_dict": params})
+                           intent=sub(traj.task.intent), params=params)
             steps = [replace(t, state=sub(t.state), next_state=sub(t.next_state),
                              action=sub(t.action), episode_id=f"{t.episode_id}~swap{n}")
                      for t in traj.transitions]

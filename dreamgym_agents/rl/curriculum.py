@@ -405,11 +405,10 @@ class Curriculum:
             return None, "malformed: config not a mapping"
         config = {k: v for k, v in seed.config.items() if k not in ("eval", "oracle")}
         config.update(extra)  # the generator's own (an ALFWorld variant's game)
-        config.update({"intent": intent, "instantiation_dict": {str(k): str(v)
-                                                                for k, v in params.items()},
-                       "synthetic_of": seed.config.get("synthetic_of") or seed.task_id})
-        task = replace(seed, task_id=f"{seed.task_id}~v", intent=intent,
-                       split="synthetic", config=config, oracle=None)
+        config["synthetic_of"] = seed.config.get("synthetic_of") or seed.task_id
+        task = replace(seed, task_id=f"{seed.task_id}~v", intent=intent, split="synthetic",
+                       config=config, oracle=None,
+                       params={str(k): str(v) for k, v in params.items()})
         if not self._known.isdisjoint(self.keys(task)):
             return None, "infeasible: duplicates a known task"
         self._made += 1
@@ -459,7 +458,7 @@ class LLMTaskGenerator:
         """The prompt for ``seed``; its instruction (what precedes ``# Seed task``) is
         ``instruction``, else the generator's, else the template's own."""
         params = json.dumps(seed.params, ensure_ascii=False) if seed.params else "{}"
-        template = str(seed.config.get("intent_template") or "(none)")
+        template = seed.template or "(none)"
         start = (self.start_key(seed) if self.start_key else "") or "(not given)"
         head, rest = split_generator_template(self.template)
         chosen = instruction or self.instruction
@@ -498,7 +497,7 @@ def parse_candidates(text: str) -> tuple[list[Any], int | None]:
 
 
 class TemplateTaskGenerator:
-    """Variants of a WebArena-style seed from its ``intent_template`` and other values.
+    """Variants of a seed from its ``template`` (``{{name}}`` placeholders) and other values.
 
     Each parameter takes a value used for a parameter of that name anywhere in ``tasks``
     (another product, month, order number …) — several at once for a multi-parameter template.
@@ -516,8 +515,7 @@ class TemplateTaskGenerator:
                 self.uses[value] = self.uses.get(value, 0) + 1
 
     def generate(self, seed: Task, n: int) -> tuple[list[Any], int | None]:
-        template = str(seed.config.get("intent_template") or "")
-        params = seed.params
+        template, params = seed.template, seed.params
         if not template or not params:
             return [None], None  # nothing to vary: one malformed proposal
         out: list[dict[str, Any]] = []
