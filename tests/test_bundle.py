@@ -179,7 +179,7 @@ def test_a_run_loads_the_bundle_instead_of_building(tiny_build, tmp_path, monkey
 
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached
     monkeypatch.setenv("DG_BUNDLE", str(tiny_build / "build" / "bundle"))
-    cfg = preset_config("quick")
+    cfg = preset_config("quick", task="webarena")
     cfg = load_config(cfg, overrides=[f"experience_recipe={json.dumps(TINY_RECIPE)}",
                                       "demo_tasks=3", "sft.max_steps=4", "sft.max_length=4096",
                                       "eval_limit=1"])

@@ -49,7 +49,7 @@ def test_the_warm_start_never_sees_a_held_out_episode(tmp_path):
     (folder / "noisy").mkdir(parents=True)
     write_trajectories(folder / "noisy" / "trajectories.jsonl",
                        [episode(train, "a"), episode(test, "b")])
-    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe = Pipeline(preset_config("quick", task="webarena"), tmp_path / "run")
     pipe.state["done"]["experience"] = {"offline": str(folder)}
     kept = pipe.offline_episodes()
     assert [t.episode_id for t in kept] == ["a"]

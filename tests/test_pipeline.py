@@ -57,8 +57,13 @@ class Stubbed(Pipeline):
         return run
 
 
+def _quick() -> PipelineConfig:
+    """The quick preset of the web family (the runs these tests stub)."""
+    return preset_config("quick", task="webarena")
+
+
 def test_a_killed_run_resumes_at_the_stage_it_was_in(tmp_path):
-    cfg = preset_config("quick")
+    cfg = _quick()
     calls: list[str] = []
     with pytest.raises(Killed):
         Stubbed(cfg, tmp_path, calls=calls, kill_at="dream_rl").run()
@@ -84,8 +89,8 @@ def test_a_killed_run_resumes_at_the_stage_it_was_in(tmp_path):
 
 def test_a_rerun_with_other_settings_is_refused(tmp_path):
     with pytest.raises(Killed):
-        Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
-    other = preset_config("quick")
+        Stubbed(_quick(), tmp_path, calls=[], kill_at="sft").run()
+    other = _quick()
     other.dream.max_steps = 99
     with pytest.raises(ConfigError, match=r"other settings \(dream.max_steps: 16 → 99\)"):
         Stubbed(other, tmp_path, calls=[]).run()
@@ -93,16 +98,16 @@ def test_a_rerun_with_other_settings_is_refused(tmp_path):
 
 def test_a_run_resumes_across_a_setting_added_since_at_its_default(tmp_path):
     with pytest.raises(Killed):
-        Stubbed(preset_config("quick"), tmp_path, calls=[], kill_at="sft").run()
+        Stubbed(_quick(), tmp_path, calls=[], kill_at="sft").run()
     config = json.loads((tmp_path / "config.json").read_text())
     del config["dream_reward"]  # the run began before this setting existed
     (tmp_path / "config.json").write_text(json.dumps(config))
     calls: list[str] = []
     with pytest.raises(Killed):
-        Stubbed(preset_config("quick"), tmp_path, calls=calls, kill_at="eval_sft").run()
+        Stubbed(_quick(), tmp_path, calls=calls, kill_at="eval_sft").run()
     assert calls == ["sft", "eval_sft"]  # resumed where it stopped
     assert json.loads((tmp_path / "config.json").read_text())["dream_reward"] == "model"
-    other = preset_config("quick")
+    other = _quick()
     other.dream_reward = "state"  # a new setting away from its default is another run
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=r"other settings \(dream_reward: \(none\) → 'state'\)"):
@@ -110,7 +115,7 @@ def test_a_run_resumes_across_a_setting_added_since_at_its_default(tmp_path):
 
 
 def test_without_sim_to_real_the_stages_skip_it(tmp_path):
-    cfg = preset_config("quick")
+    cfg = _quick()
     cfg.sim_to_real = False
     calls: list[str] = []
     summary = Stubbed(cfg, tmp_path, calls=calls).run()
@@ -121,15 +126,15 @@ def test_a_run_can_stop_after_a_stage_and_go_on_later(tmp_path):
     calls: list[str] = []
     with pytest.raises(ConfigError, match="until='s2r': not a stage of this run"):
         Stubbed(_no_s2r(), tmp_path, calls=calls).run(until="s2r")
-    assert Stubbed(preset_config("quick"), tmp_path / "r", calls=calls).run(until="sft") is None
+    assert Stubbed(_quick(), tmp_path / "r", calls=calls).run(until="sft") is None
     assert calls == ["experience", "sft"]
-    summary = Stubbed(preset_config("quick"), tmp_path / "r", calls=calls).run()
+    summary = Stubbed(_quick(), tmp_path / "r", calls=calls).run()
     assert calls[2:] == ["eval_sft", "dream_rl", "eval_dream", "s2r", "eval_s2r"]
     assert summary["sft_success"] == 0.2
 
 
 def _no_s2r():
-    cfg = preset_config("quick")
+    cfg = _quick()
     cfg.sim_to_real = False
     return cfg
 
@@ -139,12 +144,14 @@ def test_config_validation_says_what_to_fix():
         preset_config("fast")
     with pytest.raises(ConfigError, match="eval_limit"):
         PipelineConfig(eval_limit=0)
+    hosted = PipelineConfig(task="webarena", policy="openai/gpt-4o-mini")
     with pytest.raises(ConfigError, match="for local policies"):
-        Pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")  # make_pipeline picks
-    assert type(make_pipeline(PipelineConfig(policy="openai/gpt-4o-mini"), "x")).__name__ == (
-        "PromptPipeline")
+        Pipeline(hosted, "x")  # make_pipeline picks
+    assert type(make_pipeline(hosted, "x")).__name__ == "PromptPipeline"
+    with pytest.raises(ConfigError, match="a run needs its task family"):
+        Pipeline(PipelineConfig(), "x")  # no family is the core's default
     with pytest.raises(ConfigError, match="dream_eval_types must list some of"):
-        PipelineConfig(dream_eval_types=["string_match", "html"])
+        PipelineConfig(task="webarena", dream_eval_types=["string_match", "html"])
     # LoRA adapts a checkpoint: --policy hf/… (which fills sft.base_model only later), the
     # experience model's weights, or sft.base_model; never a policy trained from scratch
     lora = PolicySFTConfig(lora_r=8)
@@ -170,7 +177,7 @@ def test_the_dream_trains_on_the_task_kinds_it_can_judge():
 
 def test_report_of_a_partial_run(tmp_path):
     state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5}}, "wall_seconds": 3.0}
-    summary = write_report(tmp_path, preset_config("quick"), state)
+    summary = write_report(tmp_path, _quick(), state)
     assert summary["sft_success"] == 0.1 and summary["dream_success"] is None
     assert summarize_run(state)["real_transitions_used"] == 0
     assert "| SFT warm start | 0 | 0 | 0.100 |" in (tmp_path / "report.md").read_text()
@@ -186,7 +193,7 @@ def test_report_shows_each_training_stage_rollout_curve(tmp_path):
     assert rollout_curves(tmp_path / "metrics.jsonl") == {"dream_rl": [0.0, 0.25, 0.5, 0.75],
                                                           "s2r": [0.5]}
     state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5}}, "wall_seconds": 3.0}
-    write_report(tmp_path, preset_config("quick"), state)
+    write_report(tmp_path, _quick(), state)
     report = (tmp_path / "report.md").read_text()
     assert "| dream_rl | 4 | 0.000 → 0.750 |" in report and "| s2r | 1 | 0.500 → 0.500 |" in report
     assert (tmp_path / "rollout_success.png").exists()
@@ -195,7 +202,7 @@ def test_report_shows_each_training_stage_rollout_curve(tmp_path):
 def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
     import dreamgym_agents.pipeline.bench as bench
 
-    base = preset_config("quick")
+    base = _quick()
     runs = bench.variants(base, bench.BenchConfig(ablations=("no_task_generation",)), seed=1)
     assert sorted(runs) == ["dreamgym", "grpo_real", "no_task_generation"]
     ablated = runs["no_task_generation"]
@@ -217,7 +224,7 @@ def test_bench_runs_the_ablations_asked_for_each_changing_one_thing():
 def test_bench_gives_ppo_its_rows_beside_grpos_on_the_same_seeds():
     import dreamgym_agents.pipeline.bench as bench
 
-    base = preset_config("quick")
+    base = _quick()
     both = bench.variants(base, bench.BenchConfig(ablations=(), algorithms=("grpo", "ppo")),
                           seed=3)
     assert sorted(both) == ["dreamgym", "dreamgym_ppo", "grpo_real", "ppo_real"]
@@ -242,7 +249,7 @@ def test_a_record_of_a_run_before_a_setting_was_added_is_the_same_run():
 
     from dreamgym_agents.pipeline.run import added_at_defaults
 
-    now = json.loads(json.dumps(asdict(preset_config("quick"))))
+    now = json.loads(json.dumps(asdict(_quick())))
     older = json.loads(json.dumps(now))
     del older["train_split"], older["dream"]["algorithm"], older["dream"]["ppo"]
     assert added_at_defaults(older, now) is not None
@@ -265,7 +272,7 @@ def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypat
                        calls=calls.setdefault(f"{out.parent.name}/{out.name}", []))
 
     monkeypatch.setattr(bench, "Pipeline", stubbed)
-    table = bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=()),
+    table = bench.run_bench(_quick(), bench.BenchConfig(seeds=2, ablations=()),
                             tmp_path)
     assert calls["seed0/dreamgym"][:3] == ["experience", "sft", "eval_sft"]
     assert calls["seed1/dreamgym"] == ["dream_rl", "eval_dream", "s2r", "eval_s2r"]
@@ -325,7 +332,7 @@ def test_a_bench_runs_side_by_side_in_worker_processes(tmp_path, monkeypatch):
 
     monkeypatch.delenv("DG_TORCH_THREADS", raising=False)
     monkeypatch.setattr(bench, "torch_threads", lambda: 4)
-    base = preset_config("quick")
+    base = _quick()
     asked = bench.BenchConfig(seeds=2, ablations=("no_reasoning",), jobs=2)
     with pytest.raises(BenchError, match=r"1 of 6 bench run\(s\) failed: seed1/grpo_real "
                                          r"\(RuntimeError: the machine ran out of memory\)"):
@@ -357,7 +364,7 @@ def test_a_bench_runs_side_by_side_in_worker_processes(tmp_path, monkeypatch):
     one_by_one = bench.run_bench(base, bench.BenchConfig(seeds=2, ablations=("no_reasoning",)),
                                  tmp_path / "sequential", pipeline=Recorded)
     assert _rows(table) == _rows(one_by_one) and len(table["rows"]) == 5
-    other = preset_config("quick")
+    other = _quick()
     other.dream.learning_rate *= 2  # a finished bench is not taken for one with other settings
     with pytest.raises(ConfigError, match="holds a run with other settings"):
         bench.run_bench(other, asked, tmp_path / "side", pipeline=Recorded)
@@ -392,7 +399,7 @@ def test_a_bench_goes_on_from_its_records_when_the_run_folders_are_gone(tmp_path
 
     import dreamgym_agents.pipeline.bench as bench
 
-    base = preset_config("quick")
+    base = _quick()
     records = tmp_path / "kept"  # a folder a user commits
     asked = bench.BenchConfig(seeds=2, ablations=(), jobs=jobs, records=str(records))
     first = bench.run_bench(base, asked, tmp_path / "one", pipeline=Evaluated)
@@ -416,7 +423,7 @@ def test_a_bench_goes_on_from_its_records_when_the_run_folders_are_gone(tmp_path
     assert redone["sft"]["adopted"] and "dream_rl" in redone
     assert (records / "seed1-grpo_real.json").exists()
 
-    other = preset_config("quick")
+    other = _quick()
     other.dream.learning_rate *= 2  # a record of other settings is not taken for this run
     assert bench.Records(records).read(0, "dreamgym", bench.variants(other, asked, 0)[
         "dreamgym"]) is None
@@ -457,7 +464,7 @@ def test_stopping_a_bench_stops_its_worker_processes(tmp_path):
 
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        bench.run_bench(preset_config("quick"), bench.BenchConfig(seeds=2, ablations=(), jobs=2),
+        bench.run_bench(_quick(), bench.BenchConfig(seeds=2, ablations=(), jobs=2),
                         tmp_path, Interrupting(), pipeline=HangingOne)
     assert time.monotonic() - began < 300
     pid = int((tmp_path / "seed0/dreamgym/hanging.pid").read_text())
@@ -468,7 +475,7 @@ def test_stopping_a_bench_stops_its_worker_processes(tmp_path):
 def test_a_run_records_its_code_version_and_reruns_chosen_stages(tmp_path):
     from dreamgym_agents.version import code_version
 
-    cfg = preset_config("quick")
+    cfg = _quick()
     calls: list[str] = []
     Stubbed(cfg, tmp_path, calls=calls).run()
     state = json.loads((tmp_path / "state.json").read_text())
@@ -499,7 +506,7 @@ def test_a_bench_table_says_when_its_rows_come_from_different_code():
                          "s2r": {"real_transitions": 10, "code": code},
                          "eval_s2r": {"success": 0.3, "code": code}}}
 
-    cfg, base = BenchConfig(seeds=1, ablations=()), preset_config("quick")
+    cfg, base = BenchConfig(seeds=1, ablations=()), _quick()
     same = make_table({(0, "dreamgym"): run("a" * 40)}, cfg, base)
     assert not same["mixed_code"] and "Every row: code aaaaaaa." in render_table(same)
     mixed_run = run("a" * 40)
@@ -521,7 +528,7 @@ def test_a_bench_table_counts_the_real_episodes_a_stop_rule_played():
             "eval_dream": {"success": 0.2},
             "s2r": {"real_transitions": 64}, "eval_s2r": {"success": 0.3}}
     table = make_table({(0, "dreamgym"): {"done": done}}, BenchConfig(seeds=1, ablations=()),
-                       preset_config("quick"))
+                       _quick())
     rows = {r["row"]: r for r in table["rows"]}
     assert (rows["DreamGym"]["real_transitions"], rows["DreamGym"]["validation_transitions"]) \
         == ([0], [412])
@@ -534,7 +541,7 @@ def test_evaluations_read_the_test_split_unless_tuning_on_validation(tmp_path):
     with pytest.raises(ConfigError, match="eval_split must be validation"):
         PipelineConfig(eval_split="train")
     for split in ("test", "validation"):
-        cfg = preset_config("quick")
+        cfg = _quick()
         cfg.eval_split = split
         pipe = Pipeline(cfg, tmp_path / split)
         try:
@@ -598,7 +605,7 @@ def test_a_bench_table_gives_each_row_its_paired_difference_to_sft_and_grpo_real
             "sft": {}, "eval_sft": {"success": 0.2, "folder": sft},
             "dream_rl": {"real_transitions": 60},
             "eval_dream": {"success": 0.3, "folder": folder(f"g{seed}", {0, 1, 2})}}}
-    table = make_table(states, BenchConfig(seeds=2, ablations=()), preset_config("quick"))
+    table = make_table(states, BenchConfig(seeds=2, ablations=()), _quick())
     rows = {r["row"]: r for r in table["rows"]}
     assert table["tasks"] == 10 and rows["DreamGym"]["tasks"] == 10
     dream = rows["DreamGym"]["paired"]
@@ -618,7 +625,7 @@ def test_the_presets_use_validation_as_every_rl_stages_stop_rule():
         cfg = preset_config(preset)
         for stage in (cfg.dream, cfg.s2r):
             assert stage.validate_every and stage.validate_limit == cfg.calibrate_limit == 31
-    quick = preset_config("quick")
+    quick = _quick()
     assert quick.dream.max_steps == 2 * quick.dream.validate_every == 16  # start, middle, end
 
 
@@ -626,7 +633,7 @@ def test_an_rl_stage_that_kept_its_start_is_evaluated_by_its_starts_episodes(tmp
                                                                               monkeypatch):
     tasks = [Task(task_id=str(i), family="webarena", intent="x", split="test")
              for i in range(3)]
-    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe = Pipeline(_quick(), tmp_path / "run")
     pipe._open_folder()
     monkeypatch.setattr(pipe, "test_tasks", lambda *a, **k: tasks)
     before = tmp_path / "run" / "eval" / "eval_sft"
@@ -677,7 +684,7 @@ def test_a_refused_resume_names_each_setting_that_differs():
                                                  (8, ["dream_rl-start", "dream_rl-final"])])
 def test_a_stage_that_kept_its_start_is_calibrated_once(tmp_path, monkeypatch, selected,
                                                         played):
-    pipe = Pipeline(preset_config("quick"), tmp_path / "run")
+    pipe = Pipeline(_quick(), tmp_path / "run")
     pipe._open_folder()
     calls: list[str] = []
     monkeypatch.setattr(pipe, "_calibrate", lambda name, policy, folder, real=None:
@@ -693,7 +700,7 @@ def test_a_stage_that_kept_its_start_is_calibrated_once(tmp_path, monkeypatch, s
 def test_a_dream_stage_goes_on_in_its_folder_where_it_left_a_resume_point(tmp_path):
     from dreamgym_agents.rl.grpo import RESUME_STATE
 
-    pipe = Pipeline(preset_config("quick"), tmp_path)
+    pipe = Pipeline(_quick(), tmp_path)
     folder = pipe._stage_dir("dream_rl", resumable=True)
     half = folder / "trainer" / "checkpoint-4"
     half.mkdir(parents=True)  # a checkpoint whose resume state was never written
@@ -714,7 +721,7 @@ def test_the_report_names_the_algorithm_that_trained_the_dream_row(tmp_path):
     state = {"done": {"eval_sft": {"success": 0.1, "episodes": 5},
                       "dream_rl": {"real_transitions": 0, "synthetic_transitions": 40},
                       "eval_dream": {"success": 0.2, "episodes": 5}}, "wall_seconds": 3.0}
-    cfg = preset_config("quick")
+    cfg = _quick()
     write_report(tmp_path, cfg, state)
     assert "| DreamGym (dream GRPO) | 0 | 40 | 0.200 |" in (tmp_path / "report.md").read_text()
     cfg.dream.algorithm = "ppo"

@@ -98,7 +98,7 @@ def test_a_tracked_run_writes_stage_figures_and_a_trainers_losses(tmp_path, monk
         monkeypatch.setattr(trackio.sqlite_storage, "TRACKIO_DIR", tmp_path / "trackio")
     out = tmp_path / "run"
     calls: list[str] = []
-    run = Stubbed(replace(preset_config("quick"), tracking=kind), out, calls=calls)
+    run = Stubbed(replace(preset_config("quick", task="webarena"), tracking=kind), out, calls=calls)
     demos = counter_demos(tmp_path, counter_env_factory, 4)
     policy = tiny_sft(tmp_path, demos, steps=3)
 
@@ -127,7 +127,7 @@ def test_a_tracked_run_writes_stage_figures_and_a_trainers_losses(tmp_path, monk
     # what a run shows is not what it computes: it resumes untracked
     config = json.loads((out / "config.json").read_text())
     assert config["tracking"] == kind
-    Stubbed(preset_config("quick"), out, calls=calls).run()
+    Stubbed(preset_config("quick", task="webarena"), out, calls=calls).run()
 
 
 def test_an_unknown_tracker_is_refused_in_one_line():

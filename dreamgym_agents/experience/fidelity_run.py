@@ -325,7 +325,7 @@ class FidelityConfig:
     Attributes:
         out_dir: Output folder (``fidelity.json``, ``predictions.jsonl``, ``oracle_replay.jsonl``,
             ``random_dream/``).
-        family: Task family the held-out runs must belong to (``webarena``).
+        family: Task family the held-out runs must belong to (``webarena``, ``alfworld``, …).
         limit: Use only this many tasks of the real runs (all their episodes), spread over the
             task templates (:func:`held_out_tasks`); None uses all.
         concurrency: Predictions, replays and dream episodes in flight at once.
@@ -338,7 +338,7 @@ class FidelityConfig:
     """
 
     out_dir: Path
-    family: str = "webarena"
+    family: str
     limit: int | None = None
     concurrency: int = 2
     max_steps: int | None = None

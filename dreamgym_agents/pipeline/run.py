@@ -57,7 +57,8 @@ class PipelineConfig:
     """Everything ``dg-agents run`` does (``--set section.key=value`` reaches every field).
 
     Attributes:
-        task: Task family (``webarena``: the bundled site unless real sites are configured).
+        task: Task family (``webarena``, ``alfworld``, ``tau2.retail``, a registered one's
+            name); no default: the CLI's ``--task`` says it.
         preset: ``quick`` (minutes, a subset of the test split) or ``full``.
         seed: Seed of the policy's initialisation, task order and sampling.
         policy: ``embedded`` (a small policy trained here) or ``hf/<checkpoint>``
@@ -151,7 +152,7 @@ class PipelineConfig:
             ``s2r.real_transition_budget``.
     """
 
-    task: str = "webarena"
+    task: str = ""
     preset: str = "quick"
     seed: int = 0
     policy: str = "embedded"
@@ -231,7 +232,7 @@ class PipelineConfig:
         # the run sets these two itself (use_retrieval, use_reasoning are its own flags)
         check_recipe_keys(self.experience_recipe, exclude=("use_retrieval", "use_reasoning"))
         self.experience_recipe = typed_recipe_fields(self.experience_recipe)
-        if self.dream_eval_types not in (None, "family"):
+        if self.task and self.dream_eval_types not in (None, "family"):
             from dreamgym_agents.episodes.env import make_family
 
             known = make_family(self.task).eval_types
@@ -415,6 +416,9 @@ class Pipeline:
             raise ConfigError(f"policy {cfg.policy!r}: {type(self).__name__} is for "
                               f"{'hosted' if self.learns_prompts else 'local'} policies (use "
                               "make_pipeline)")
+        if not cfg.task:
+            raise ConfigError("a run needs its task family: task is empty (--task NAME, or "
+                              "task: NAME in the config file)")
         self.cfg = cfg
         self.out = Path(out)
         self.reporter = reporter or SilentReporter()
