@@ -26,8 +26,9 @@ from dreamgym_agents.experience.codec import (
 from dreamgym_agents.types import Transition
 
 VERSION = 2
-"""The codec of this module; version 1 (or a model whose manifest says none) is
-``PlainCodec``."""
+"""The codec of this module. Other versions (a model whose manifest says none: the shipped
+bundle's) are ``PlainCodec``; until a bundle trained with it ships, version 2 is chosen by
+name (``experience_recipe.codec_version: 2``)."""
 NOTHING = "(nothing)"
 ANSWERS = ("Result", "User")
 """Who answers a step: the tool, the customer."""
@@ -108,8 +109,9 @@ class Tau2Codec(PlainCodec):
 
 
 def tau2_codec(action_set: Any, domain: str, version: int | None = None) -> PlainCodec:
-    """The codec a τ² model trained with codec ``version`` reads (None: the latest)."""
+    """The codec a τ² model trained with codec ``version`` reads: :class:`Tau2Codec` for
+    :data:`VERSION`, else ``PlainCodec`` (None included: the shipped bundle's)."""
     environment = f"a {domain} customer-service conversation with tools (τ²-bench)"
-    if version is not None and version < VERSION:
-        return PlainCodec(action_set, environment)
-    return Tau2Codec(action_set, environment)
+    if version == VERSION:
+        return Tau2Codec(action_set, environment)
+    return PlainCodec(action_set, environment)
