@@ -90,3 +90,45 @@ def test_the_readmes_python_example_runs(tmp_path):
     success, transitions, path = done.stdout.split()[-3:]
     assert 0.0 <= float(success) <= 1.0 and int(transitions) > 0
     assert (tmp_path / path / "model.safetensors").is_file()
+
+
+def _option_tables() -> list[tuple[Path, str, set[str]]]:
+    found = []
+    for page in PAGES:
+        for block in page.read_text().split("\n### `dg-agents ")[1:]:
+            command, _, body = block.partition("`")
+            rows = [ln for ln in body.split("\n### ", 1)[0].splitlines() if ln.startswith("| `")]
+            found.append((page, command, {ln.split("`")[1] for ln in rows}))
+    return found
+
+
+def test_every_options_table_lists_its_commands_options():
+    import typer
+
+    from dreamgym_agents.cli.main import app
+
+    tables = _option_tables()
+    assert {command for _, command, _ in tables} >= {"bench", "eval", "dream", "calibrate"}
+    root = typer.main.get_command(app)
+    for page, command, listed in tables:
+        cmd = root
+        for part in command.split():
+            cmd = cmd.commands[part]
+        options = {p.opts[0] for p in cmd.params if p.name != "help"}
+        assert listed == options, f"{page.name}: dg-agents {command}: {listed ^ options}"
+
+
+@pytest.mark.parametrize("family", ["webarena", "alfworld", "tau2"])
+def test_each_familys_readme_lists_its_settings(family):
+    import dataclasses
+
+    from dreamgym_agents.episodes.env import make_family
+
+    made = make_family(family)
+    try:
+        fields = {f"env.{f.name}" for f in dataclasses.fields(made.env_options)}
+    finally:
+        made.close()
+    section = (ROOT / "adapters" / family / "README.md").read_text().split("## Settings", 1)[1]
+    listed = {ln.split("`")[1] for ln in section.splitlines() if ln.startswith("| `env.")}
+    assert listed == fields, listed ^ fields
