@@ -7,10 +7,10 @@ follows from the state and the action, then what answers it (``Result N: …`` f
     Result: Airplane Mode is now OFF. / Status Bar: …
 
 and the codec puts the step's own line and the numbers back: the model spends no tokens on
-what it cannot get wrong, and cannot renumber or rewrite the calls before (a
-:class:`~dreamgym_agents.experience.codec.PlainCodec` answer could: its ``+ Call 1: …`` edit
-replaced the first call). ``(nothing)``: nothing answers (solo ``done()``). A next state of
-another shape is written as ``PlainCodec`` writes it.
+what it cannot get wrong, and cannot renumber or rewrite the calls before, as a
+:class:`~dreamgym_agents.experience.codec.PlainCodec` answer's ``+ Call 1: …`` edit could.
+``(nothing)``: nothing answers (solo ``done()``). A next state of another shape is written as
+``PlainCodec`` writes it.
 """
 
 from __future__ import annotations
