@@ -18,8 +18,8 @@ def test_the_presets_give_alfworld_rl_episodes_room_to_recover():
     assert alfworld.dream.max_episode_steps == alfworld.s2r.max_episode_steps == 15
     assert web.dream.max_episode_steps == web.s2r.max_episode_steps == RL_EPISODE_STEPS == 10
     assert preset_config("full").dream.max_episode_steps == RL_EPISODE_STEPS  # no family given
-    assert (alfworld.task, web.task, preset_config("full").task) == ("alfworld", "webarena",
-                                                                     "webarena")
+    # no family is the core's default: a preset without one names none
+    assert (alfworld.task, web.task, preset_config("full").task) == ("alfworld", "webarena", "")
     cfg = _pipeline_config("quick", 0, "embedded", None, None, ["dream.max_episode_steps=7"],
                            "alfworld")
     assert cfg.dream.max_episode_steps == 7 and cfg.s2r.max_episode_steps == 15
