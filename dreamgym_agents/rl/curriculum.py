@@ -407,8 +407,7 @@ class Curriculum:
         config.update(extra)  # the generator's own (an ALFWorld variant's game)
         config["synthetic_of"] = seed.config.get("synthetic_of") or seed.task_id
         task = replace(seed, task_id=f"{seed.task_id}~v", intent=intent, split="synthetic",
-                       config=config, oracle=None,
-                       params={str(k): str(v) for k, v in params.items()})
+                       config=config, oracle=None, params=params)
         if not self._known.isdisjoint(self.keys(task)):
             return None, "infeasible: duplicates a known task"
         self._made += 1
