@@ -7,6 +7,7 @@ import importlib.util
 import json
 import sqlite3
 import struct
+import time
 from dataclasses import replace
 
 import pytest
@@ -33,6 +34,8 @@ def _wandb_records(path) -> list[bytes]:
     """The records of a W&B run file (its LevelDB-style log: a 7-byte header, then 32 KiB
     blocks of records, each a checksum, a length and a kind: whole, first, middle or last)."""
     data = path.read_bytes()
+    if len(data) < 7:  # not yet written
+        return []
     assert data[:4] == b":W&B"
     pos, block, records, pending = 7, 32768, [], b""
     while pos + 7 <= len(data):
@@ -44,6 +47,8 @@ def _wandb_records(path) -> list[bytes]:
         if length == 0 and kind == 0:  # the block's zero padding
             pos += left
             continue
+        if pos + 7 + length > len(data):  # a record still being written
+            break
         chunk = data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind == 1:
@@ -68,12 +73,19 @@ def _logged(kind: str, tracked) -> dict[str, list[float]]:
         from wandb.proto import wandb_internal_pb2
 
         [path] = tracked.glob("wandb/offline-run-*/run-*.wandb")
-        for data in _wandb_records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "history":
-                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                             for i in record.history.item})
+        # the file is written by W&B's own service process, which may still be flushing it
+        # when ``finish()`` has returned: read it once it holds the run's exit record
+        deadline = time.monotonic() + 60
+        while True:
+            records = [wandb_internal_pb2.Record.FromString(data)
+                       for data in _wandb_records(path)]
+            kinds = [r.WhichOneof("record_type") for r in records]
+            if "exit" in kinds or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert "exit" in kinds, f"the W&B run file has no exit record after 60 s: {kinds}"
+        rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                 for i in r.history.item} for r, kind in zip(records, kinds) if kind == "history"]
     else:
         [db] = (tracked.parents[1] / "trackio").glob("*.db")
         rows = [json.loads(m) for (m,) in sqlite3.connect(db).execute(
