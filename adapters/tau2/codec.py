@@ -11,10 +11,19 @@ what it cannot get wrong, and cannot renumber or rewrite the calls before, as a
 :class:`~dreamgym_agents.experience.codec.PlainCodec` answer's ``+ Call 1: …`` edit could.
 ``(nothing)``: nothing answers (solo ``done()``). A next state of another shape is written as
 ``PlainCodec`` writes it.
+
+From version 3 the prompt also shows the task's hidden starting world: the calls τ² made to
+set it up (``initialization_actions``: telecom's device faults, the line's data use), which no
+state shows. Telecom's 114 tasks share 5 tickets and differ only there, so without it the
+model can only guess whether a toggle fixes the device or breaks it. These are the
+environment's facts, as a simulator must know them (ALFWorld's codec 6 binds its hidden
+layout the same way); the task's evaluation criteria, its gold actions and assertions, are
+never shown.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from dreamgym_agents.episodes.env import normalize_text
@@ -23,12 +32,17 @@ from dreamgym_agents.experience.codec import (
     StateReferenceError,
     verdict,
 )
-from dreamgym_agents.types import Transition
+from dreamgym_agents.types import Task, Transition
 
 VERSION = 2
 """The codec of this module. Other versions (a model whose manifest says none: the shipped
-bundle's) are ``PlainCodec``; until a bundle trained with it ships, version 2 is chosen by
-name (``experience_recipe.codec_version: 2``)."""
+bundle's) are ``PlainCodec``; until a bundle trained with it ships, version 2 or 3 is chosen
+by name (``experience_recipe.codec_version: 3``)."""
+START_VERSION = 3
+"""From this version the prompt shows the task's starting world (:func:`start_of`)."""
+VERSIONS = (VERSION, START_VERSION)
+_SETUP_ONLY = frozenset({"simulate_network_search"})
+"""Set-up calls that change nothing a tool shows (they refresh what the others set)."""
 NOTHING = "(nothing)"
 ANSWERS = ("Result", "User")
 """Who answers a step: the tool, the customer."""
@@ -40,14 +54,60 @@ def _lines(state: str) -> list[str]:
     return [ln.rstrip() for ln in state.strip().splitlines() if ln.strip()]
 
 
+def start_of(task: Task) -> str:
+    """The calls τ² made to set ``task``'s world up, in its functional form, ``; `` between
+    them (empty for a task τ² does not know)."""
+    from dreamgym_agents.adapters.tau2.data import domain_tasks
+
+    domain, tau2_id = str(task.config.get("domain", "")), str(task.config.get("tau2_id", ""))
+    try:
+        found = domain_tasks(domain).get(tau2_id)
+    except Exception:  # a domain this τ² lacks: nothing is known of its start
+        return ""
+    setup = getattr(getattr(found, "initial_state", None), "initialization_actions", None)
+    calls = []
+    for call in setup or ():
+        if call.func_name in _SETUP_ONLY:
+            continue
+        values = ", ".join(f"{k}={v}" for k, v in (call.arguments or {}).items())
+        calls.append(f"{call.func_name}({values})")
+    return "; ".join(calls)
+
+
 class Tau2Codec(PlainCodec):
     """:class:`~dreamgym_agents.experience.codec.PlainCodec` with the next state written as
     the lines that answer the step (see the module docstring); a state's head, in the prompt's
-    history, is its last line."""
+    history, is its last line. From :data:`START_VERSION`, bound to a task
+    (:meth:`for_task`), its prompt shows the task's starting world."""
 
-    version = VERSION
     follows = ("The tool answers", "The customer answers", "Nothing answers",
                *PlainCodec.follows)
+
+    def __init__(self, action_set: Any, environment: str, version: int = VERSION) -> None:
+        super().__init__(action_set, environment)
+        self.version = version
+        self.start = ""
+
+    def for_task(self, task: Task | None) -> Tau2Codec:
+        if self.version < START_VERSION or task is None:
+            return self
+        bound = copy.copy(self)
+        bound.start = start_of(task)
+        return bound
+
+    def render(self, intent: str, history: list[Transition] | None, state: str, action: str,
+               demos: list[Transition] | None, *, history_steps: int, use_reasoning: bool,
+               params: dict[str, str] | None = None,
+               tally: tuple[int, int] | None = None) -> list[dict[str, str]]:
+        messages = super().render(intent, history, state, action, demos,
+                                  history_steps=history_steps, use_reasoning=use_reasoning,
+                                  params=params, tally=tally)
+        if self.version >= START_VERSION and self.start:
+            lines = messages[-1]["content"].split("\n")
+            at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("task: ")), 1)
+            lines.insert(at, f"world at start: {self.start}")
+            messages[-1] = {**messages[-1], "content": "\n".join(lines)}
+        return messages
 
     def head(self, state: str) -> str:
         lines = _lines(state)
@@ -110,8 +170,8 @@ class Tau2Codec(PlainCodec):
 
 def tau2_codec(action_set: Any, domain: str, version: int | None = None) -> PlainCodec:
     """The codec a τ² model trained with codec ``version`` reads: :class:`Tau2Codec` for
-    :data:`VERSION`, else ``PlainCodec`` (None included: the shipped bundle's)."""
+    :data:`VERSIONS`, else ``PlainCodec`` (None included: the shipped bundle's)."""
     environment = f"a {domain} customer-service conversation with tools (τ²-bench)"
-    if version == VERSION:
-        return Tau2Codec(action_set, environment)
+    if version in VERSIONS:
+        return Tau2Codec(action_set, environment, version)
     return PlainCodec(action_set, environment)

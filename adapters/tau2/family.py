@@ -64,10 +64,10 @@ class Tau2Family(FamilyBase):
     default_max_steps = 30
     """τ²'s gold solutions take up to 13 tool calls in telecom and retail, 20 in airline."""
     rl_episode_steps = 15
-    collectors = ("oracle", "noisy", "quitter", "random")
-    experience_only = ("quitter",)
-    """The quitter's early endings teach the experience model what they earn, never the
-    warm start to end early."""
+    collectors = ("oracle", "noisy", "quitter", "meddler", "random")
+    experience_only = ("quitter", "meddler")
+    """The quitter's early endings and the meddler's needless fixes teach the experience
+    model what they earn, never the warm start to play them."""
 
     def __init__(self, domain: str = DEFAULT_DOMAIN) -> None:
         self.domain = check_domain(domain)
@@ -145,6 +145,7 @@ class Tau2Family(FamilyBase):
 
     def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
         from dreamgym_agents.adapters.tau2.agents import (
+            MeddlerAgent,
             NoisyOracleAgent,
             OracleAgent,
             QuitterAgent,
@@ -152,7 +153,8 @@ class Tau2Family(FamilyBase):
         )
 
         return {"oracle": OracleAgent(), "noisy": NoisyOracleAgent(self.domain, seed, noise),
-                "quitter": QuitterAgent(seed), "random": RandomAgent(self.domain, seed)}
+                "quitter": QuitterAgent(seed), "meddler": MeddlerAgent(self.domain, seed),
+                "random": RandomAgent(self.domain, seed)}
 
     def state_format(self) -> Any:
         return Tau2StateFormat()

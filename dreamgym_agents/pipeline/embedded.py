@@ -116,6 +116,9 @@ class EmbeddedRecipe:
         contrast_repeat: Times an example whose reward differs from most of its retrieved
             demonstrations' is included (:class:`~dreamgym_agents.experience.data.ExampleConfig`;
             0 or 1: once); left out of the keys at 0, as ``state_version``.
+        meddler_tasks: Train tasks a family's ``meddler`` collector plays (the gold actions
+            and needless fixes: τ²'s), where the family has one; left out of the keys at 0,
+            as ``state_version``.
     """
 
     seed: int = 0
@@ -151,6 +154,7 @@ class EmbeddedRecipe:
     entity_swaps: int = 0
     decoy_tasks: int = 0
     contrast_repeat: int = 0
+    meddler_tasks: int = 0
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
         fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
@@ -171,11 +175,11 @@ class EmbeddedRecipe:
 
 
 _LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "decoy_tasks",
-                 "contrast_repeat")
+                 "contrast_repeat", "meddler_tasks")
 
 COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
                   "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
-                  "noise", "max_steps", "state_version", "decoy_tasks")
+                  "noise", "max_steps", "state_version", "decoy_tasks", "meddler_tasks")
 """The recipe fields that decide which episodes are collected."""
 
 

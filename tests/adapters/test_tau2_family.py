@@ -154,6 +154,39 @@ def test_the_codec_writes_only_what_answers_a_step_and_reads_it_back(telecom, re
                            first.action)
 
 
+def test_codec_3_shows_the_experience_model_the_tasks_starting_world_and_nothing_graded(
+        telecom):
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+    from dreamgym_agents.adapters.tau2.data import domain_tasks
+
+    tasks = telecom.load_tasks("train")
+    # two tasks of one ticket: their states are alike, their devices are not
+    first = tasks[0]
+    twin = next(t for t in tasks[1:] if t.intent == first.intent and t.task_id != first.task_id)
+    state = telecom.state_format().initial_state(first)
+    assert state == telecom.state_format().initial_state(twin)
+    prompts = {}
+    for task in (first, twin):
+        codec = telecom.experience_codec(3).for_task(task)
+        [message] = codec.render(task.intent, [], state, "check_status_bar()", [],
+                                 history_steps=4, use_reasoning=True)
+        line = next(ln for ln in message["content"].splitlines()
+                    if ln.startswith("world at start: "))
+        setup = domain_tasks("telecom")[task.config["tau2_id"]].initial_state
+        assert all(c.func_name in line for c in setup.initialization_actions
+                   if c.func_name != "simulate_network_search")
+        criteria = domain_tasks("telecom")[task.config["tau2_id"]].evaluation_criteria
+        assert not any(a.func_name in message["content"] for a in criteria.env_assertions)
+        prompts[task.task_id] = message["content"]
+        assert gold_plan(task)[0] not in message["content"]
+    assert prompts[first.task_id] != prompts[twin.task_id]
+    # version 2 and the unbound codec show no start
+    for codec in (telecom.experience_codec(2).for_task(first), telecom.experience_codec(3)):
+        [message] = codec.render(first.intent, [], state, "check_status_bar()", [],
+                                 history_steps=4, use_reasoning=True)
+        assert "world at start" not in message["content"]
+
+
 def test_the_scripted_customer_opens_with_its_reason_and_ends_the_call(retail, tmp_path):
     from dreamgym_agents.adapters.tau2.agents import gold_plan
     from dreamgym_agents.adapters.tau2.data import domain_tasks
