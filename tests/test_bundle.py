@@ -23,7 +23,6 @@ from dreamgym_agents.pipeline.bundle import (
 )
 from dreamgym_agents.pipeline.embedded import (
     RECIPE_VERSION,
-    EmbeddedRecipe,
     demos_name,
     family_recipe,
 )
@@ -272,7 +271,7 @@ def test_a_partial_experience_model_is_never_the_recipes(tmp_path):
 
     from dreamgym_agents.pipeline.embedded import train_embedded
 
-    recipe = EmbeddedRecipe(**{**TINY_RECIPE, "sft_steps": 100_000})
+    recipe = family_recipe("webarena", **{**TINY_RECIPE, "sft_steps": 100_000})
     episodes = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     with pytest.raises(PartialBuildError, match="marked partial"):
         train_embedded(recipe, episodes, tmp_path, "webarena", say=lambda m: None,

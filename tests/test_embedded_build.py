@@ -11,10 +11,10 @@ import pytest
 
 from dreamgym_agents.experience.training import read_manifest
 from dreamgym_agents.pipeline.embedded import (
-    EmbeddedRecipe,
     collect_dir,
     embedded_dir,
     ensure_embedded_experience_model,
+    family_recipe,
     is_ready,
 )
 from dreamgym_agents.types import read_trajectories
@@ -31,7 +31,7 @@ TINY = dict(oracle_tasks=3, noisy_tasks=1, quitter_tasks=2, random_tasks=1, max_
 
 def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch):
     monkeypatch.setenv("DG_CACHE_DIR", str(tmp_path))
-    recipe = EmbeddedRecipe(**TINY)
+    recipe = family_recipe(W, **TINY)
     said: list[str] = []
     paths = ensure_embedded_experience_model(W, recipe, progress=said.append)
     assert is_ready(recipe, W) and paths["model"] == f"hf/{embedded_dir(recipe, W) / 'model'}"
@@ -56,7 +56,7 @@ def test_tiny_build_then_an_ablation_reuses_the_collection(tmp_path, monkeypatch
     assert manifest["counterfactual_answers"]["variants"] >= 1  # oracle answers were varied
     assert any("train tasks' episodes (bundled shopping site" in line for line in said)
 
-    ablation = EmbeddedRecipe(**TINY, use_history=False)
+    ablation = family_recipe(W, **TINY, use_history=False)
     assert ablation.collect_key == recipe.collect_key and ablation.key != recipe.key
     said.clear()
     ensure_embedded_experience_model(W, ablation, progress=said.append)

@@ -85,7 +85,8 @@ def _logged(kind: str, tracked) -> dict[str, list[float]]:
             time.sleep(0.5)
         assert "exit" in kinds, f"the W&B run file has no exit record after 60 s: {kinds}"
         rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                 for i in r.history.item} for r, kind in zip(records, kinds) if kind == "history"]
+                 for i in r.history.item}
+                for r, kind in zip(records, kinds, strict=True) if kind == "history"]
     else:
         [db] = (tracked.parents[1] / "trackio").glob("*.db")
         rows = [json.loads(m) for (m,) in sqlite3.connect(db).execute(

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dreamgym_agents.adapters.alfworld.host import DEFAULT_TIMEOUT_S
 from dreamgym_agents.episodes.env import (
@@ -31,6 +31,7 @@ from dreamgym_agents.episodes.env import (
     every_nth,
 )
 from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError
+from dreamgym_agents.pipeline.embedded import NoRecipeOptions
 from dreamgym_agents.types import Task
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,24 @@ def task_from_config(config: dict[str, Any], split: str = "") -> Task:
                 split=split, config=config, template=str(config.get("intent_template") or ""))
 
 
+@dataclass(frozen=True)
+class AlfworldRecipeOptions(NoRecipeOptions):
+    """ALFWorld's own embedded recipe option (``--set experience_recipe.decoy_tasks=…``).
+
+    Attributes:
+        decoy_tasks: Train games the decoy plays (a near miss, then the expert).
+    """
+
+    left_out_at_zero: ClassVar[tuple[str, ...]] = ("decoy_tasks",)
+    legacy_key_fields: ClassVar[dict[str, Any]] = {
+        "quitter_tasks": 0, "explorer_tasks": 0, "explorer_pages": 3, "explorer_steps": 27,
+        "order_explorer_tasks": 0}
+    """The web's fields the shared recipe had when ALFWorld's keys were fixed (none of them
+    ALFWorld's: in its keys only, so its shipped bundle's key holds)."""
+
+    decoy_tasks: int = 0
+
+
 @dataclass
 class AlfworldEnvOptions:
     """ALFWorld's environment settings (``--set env.<name>=…``).
@@ -96,6 +115,7 @@ class AlfworldFamily:
 
     name = FAMILY
     env_options = AlfworldEnvOptions
+    recipe_options = AlfworldRecipeOptions
     held_out_splits = ("validation", "test", *OFFICIAL_SPLITS)
     """The splits no training may see: the generated validation and test games, and ALFWorld's
     official evaluation games where they are present."""
@@ -424,10 +444,8 @@ class AlfworldFamily:
         game's hidden layout where a step may reveal it (:meth:`experience_codec`). Examples
         whose reward differs from their demonstrations' four times (``contrast_repeat``);
         3,000 SFT steps (evidence: docs/history/results-2026-11-to-12.md)."""
-        return {"oracle_tasks": 120, "noisy_tasks": 80, "quitter_tasks": 0, "random_tasks": 40,
-                "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
-                "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 4, "codec_version": 6, "entity_swaps": 2,
+        return {"oracle_tasks": 120, "noisy_tasks": 80, "random_tasks": 40, "max_steps": 30,
+                "state_version": 4, "codec_version": 6, "entity_swaps": 2,
                 "decoy_tasks": 240, "contrast_repeat": 4, "max_examples": 18000,
                 "sft_steps": 3000}
 
@@ -444,7 +462,7 @@ class AlfworldFamily:
         train tasks, spread over the split; a collector with none is left out."""
         agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
         counts = {"oracle": recipe.oracle_tasks, "noisy": recipe.noisy_tasks,
-                  "random": recipe.random_tasks, "decoy": recipe.decoy_tasks}
+                  "random": recipe.random_tasks, "decoy": recipe.options.decoy_tasks}
         return [(name, agents[name], every_nth(tasks, counts[name]), recipe.max_steps)
                 for name in self.collectors if counts[name] > 0]
 

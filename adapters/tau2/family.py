@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from dreamgym_agents.adapters.tau2.data import (
     DEFAULT_DOMAIN,
@@ -32,10 +32,33 @@ from dreamgym_agents.episodes.env import (
 )
 from dreamgym_agents.episodes.family_base import FamilyBase
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.pipeline.embedded import NoRecipeOptions
 from dreamgym_agents.types import Task
 
 FAMILY = "tau2"
 SPLITS = ("train", "validation", "test")
+
+
+@dataclass(frozen=True)
+class Tau2RecipeOptions(NoRecipeOptions):
+    """τ²'s own embedded recipe options (``--set experience_recipe.<name>=…``): collectors
+    beyond the oracle, the noisy oracle and the random agent.
+
+    Attributes:
+        quitter_tasks: Train tasks the quitter plays (a part of the gold actions, then the
+            end).
+        meddler_tasks: Train tasks the meddler plays (the gold actions and needless fixes).
+    """
+
+    left_out_at_zero: ClassVar[tuple[str, ...]] = ("meddler_tasks",)
+    legacy_key_fields: ClassVar[dict[str, Any]] = {
+        "explorer_tasks": 0, "explorer_pages": 3, "explorer_steps": 27,
+        "order_explorer_tasks": 0}
+    """The web's fields the shared recipe had when τ²'s keys were fixed (in its keys only, so
+    its shipped bundle's key holds)."""
+
+    quitter_tasks: int = 0
+    meddler_tasks: int = 0
 
 
 @dataclass
@@ -59,6 +82,7 @@ class Tau2Family(FamilyBase):
 
     name = FAMILY
     env_options = Tau2EnvOptions
+    recipe_options = Tau2RecipeOptions
     eval_types = ("tau2",)
     """One kind of evaluator: τ²'s ``evaluate_simulation`` of the episode."""
     default_max_steps = 30
@@ -170,13 +194,11 @@ class Tau2Family(FamilyBase):
         """The oracle and the noisy oracle on every train task and the random agent on half
         of them (no explorers, relabelled endings or judge examples: those are the web's);
         episodes as long as τ²'s gold solutions need; state version 1; ``PlainCodec``. The
-        quitter (``quitter_tasks``) and codec 2 (``codec_version: 2``, :mod:`.codec`) are
-        chosen by name until a bundle built with them ships (their measurement:
-        docs/RESULTS.md, τ²)."""
-        return {"oracle_tasks": 60, "noisy_tasks": 60, "quitter_tasks": 0, "random_tasks": 30,
-                "explorer_tasks": 0, "order_explorer_tasks": 0, "counterfactual_answers": 0,
-                "counterfactual_stops": 0, "judge_repeat": 0, "final_answer_repeat": 1,
-                "max_steps": 30, "state_version": 1, "max_length": 2048}
+        quitter and the meddler (``quitter_tasks``, ``meddler_tasks``: :class:`Tau2RecipeOptions`)
+        and codecs 2 and 3 (``codec_version``, :mod:`.codec`) are chosen by name until a bundle
+        built with them ships (their measurement: docs/RESULTS.md, τ²)."""
+        return {"oracle_tasks": 60, "noisy_tasks": 60, "random_tasks": 30, "max_steps": 30,
+                "state_version": 1, "max_length": 2048}
 
     def experience_codec(self, version: int | None = None) -> Any:
         """``version`` 2: the transcript's next lines, the step's own line put back

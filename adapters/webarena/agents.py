@@ -278,19 +278,20 @@ def collection_plan(recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list
     # The explorers start from the home page, where the section links are (the order explorer
     # signed in: tasks that require a login start so).
     at_root = [t for t in tasks if starts_at_root(t)]
+    own = recipe.options  # the web's own options (:class:`.options.WebRecipeOptions`)
     plan = [("oracle", OracleAgent(), recipe.oracle_tasks, tasks, recipe.max_steps),
             ("noisy", NoisyOracleAgent(seed=recipe.seed, noise=recipe.noise), recipe.noisy_tasks,
              tasks, recipe.max_steps),
-            ("quitter", QuitterAgent(seed=recipe.seed), recipe.quitter_tasks, tasks,
+            ("quitter", QuitterAgent(seed=recipe.seed), own.quitter_tasks, tasks,
              recipe.max_steps),
             ("random", RandomAgent(seed=recipe.seed), recipe.random_tasks, tasks,
              recipe.max_steps),
-            ("explorer", ExplorerAgent(pages=recipe.explorer_pages), recipe.explorer_tasks,
-             at_root, recipe.explorer_steps),
-            ("orders", ExplorerAgent(pages=recipe.explorer_pages, route=ORDERS_ROUTE,
+            ("explorer", ExplorerAgent(pages=own.explorer_pages), own.explorer_tasks,
+             at_root, own.explorer_steps),
+            ("orders", ExplorerAgent(pages=own.explorer_pages, route=ORDERS_ROUTE,
                                      item_pattern=ORDER_ITEMS),
-             recipe.order_explorer_tasks,
-             [t for t in at_root if t.config.get("require_login")], recipe.explorer_steps)]
+             own.order_explorer_tasks,
+             [t for t in at_root if t.config.get("require_login")], own.explorer_steps)]
     out = []
     for name, agent, count, pool, max_steps in plan:
         chosen = every_nth(pool, count)

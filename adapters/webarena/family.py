@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.adapters.webarena.options import WebEnvOptions
+from dreamgym_agents.adapters.webarena.options import WebEnvOptions, WebRecipeOptions
 from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, env_options
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
@@ -219,6 +219,7 @@ class WebArenaFamily:
     agent_prompt = "web_agent.md"
     """The LLM agent's prompt: a page of ``[bid] role 'name'`` lines in a browser."""
     env_options = WebEnvOptions
+    recipe_options = WebRecipeOptions
     """The browser's settings (``env.headless``, ``env.eval_deviations`` …)."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
@@ -300,9 +301,13 @@ class WebArenaFamily:
 
     @staticmethod
     def embedded_recipe_defaults() -> dict[str, Any]:
-        """The recipe's own defaults
-        (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`) are the web family's."""
-        return {}
+        """The shared recipe's defaults
+        (:class:`~dreamgym_agents.pipeline.embedded.EmbeddedRecipe`) and the web's options'
+        (:class:`.options.WebRecipeOptions`), with relabelled endings (two other answers per
+        right one, one earlier stop per episode), final answers trained on twice and six
+        verdict-only copies of each."""
+        return {"counterfactual_answers": 2, "final_answer_repeat": 2, "counterfactual_stops": 1,
+                "judge_repeat": 6}
 
     collectors = ("oracle", "noisy", "quitter", "random", "explorer", "orders")
     """The collectors of :meth:`collection_plan`, in the order their episodes are read."""

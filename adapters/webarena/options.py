@@ -7,6 +7,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dreamgym_agents.errors import ConfigError
+from dreamgym_agents.pipeline.embedded import NoRecipeOptions
+
+
+@dataclass(frozen=True)
+class WebRecipeOptions(NoRecipeOptions):
+    """The web family's own embedded recipe options (``--set experience_recipe.<name>=…``):
+    its collectors beyond the oracle, the noisy oracle and the random agent.
+
+    Attributes:
+        quitter_tasks: Train tasks where the agent answers wrongly or too early.
+        explorer_tasks: Episodes of the explorer (one per site section and listing page; 8
+            sections × 3 pages cover every item of the bundled shop).
+        explorer_pages: Listing pages per section the explorer covers.
+        explorer_steps: Episode length limit of the explorer (it opens and leaves each item).
+        order_explorer_tasks: Episodes of the order explorer (one per page of the signed-in
+            customer's My Orders; it opens every order and goes back): the order pages that
+            the catalogue explorer never reaches.
+    """
+
+    quitter_tasks: int = 90
+    explorer_tasks: int = 24
+    explorer_pages: int = 3
+    explorer_steps: int = 27
+    order_explorer_tasks: int = 3
 
 
 @dataclass

@@ -726,17 +726,20 @@ def train_experience_command(
                                    help="Stop SFT after this: the model is saved but marked "
                                         "partial, and the command exits 3.")
     ] = None,
-    counterfactual_answers: Annotated[int, typer.Option(
+    counterfactual_answers: Annotated[int | None, typer.Option(
         "--counterfactual-answers", min=0,
-        help="Other answers per recorded right answer, labelled by the task's evaluator.")
-    ] = EmbeddedRecipe.counterfactual_answers,
-    counterfactual_stops: Annotated[int, typer.Option(
+        help="Other answers per recorded right answer, labelled by the task's evaluator "
+             "(default: the family's embedded recipe's).")
+    ] = None,
+    counterfactual_stops: Annotated[int | None, typer.Option(
         "--counterfactual-stops", min=0,
-        help="Stops at earlier recorded states per episode, labelled by the evaluator.")
-    ] = EmbeddedRecipe.counterfactual_stops,
-    judge_repeat: Annotated[int, typer.Option(
-        "--judge-repeat", min=0, help="Short verdict-only copies of each final answer.")
-    ] = EmbeddedRecipe.judge_repeat,
+        help="Stops at earlier recorded states per episode, labelled by the evaluator "
+             "(default: the family's embedded recipe's).")
+    ] = None,
+    judge_repeat: Annotated[int | None, typer.Option(
+        "--judge-repeat", min=0, help="Short verdict-only copies of each final answer "
+                                      "(default: the family's embedded recipe's).")
+    ] = None,
     decision_weight: Annotated[float, typer.Option(
         "--decision-weight", min=0.01,
         help="Loss weight of the verdict, outcome and next-page tokens.")
@@ -765,6 +768,15 @@ def train_experience_command(
     if teacher:
         check_model_string(teacher)
     flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
+    if None in (counterfactual_answers, counterfactual_stops, judge_repeat):
+        from dreamgym_agents.pipeline.embedded import family_recipe
+
+        recipe = family_recipe(trajectories[0].task.family)
+        counterfactual_answers = (recipe.counterfactual_answers if counterfactual_answers is None
+                                  else counterfactual_answers)
+        counterfactual_stops = (recipe.counterfactual_stops if counterfactual_stops is None
+                                else counterfactual_stops)
+        judge_repeat = recipe.judge_repeat if judge_repeat is None else judge_repeat
     sft_cfg = ExperienceSFTConfig(output_dir=str(out),
                                   base_model=str(base_model) if base_model else None,
                                   epochs=epochs, max_steps=steps,

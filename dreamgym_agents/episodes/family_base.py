@@ -52,9 +52,11 @@ class FamilyBase:
 
     The defaults: one kind of evaluator (``outcome``), which the dream judges for every task;
     no task files of a user's; nothing to prepare or report; the embedded recipe's oracle,
-    noisy and random collectors (on its counts of train tasks) and no relabelled endings; the
-    plain-text codec (:class:`~dreamgym_agents.experience.codec.PlainCodec`), policy view
-    (:class:`~dreamgym_agents.policy.model.PlainView`) and :class:`PlainStateFormat`.
+    noisy and random collectors (on its counts of train tasks), no recipe options of its own
+    (``recipe_options``: a frozen dataclass of its collectors' counts) and no relabelled
+    endings; the plain-text codec (:class:`~dreamgym_agents.experience.codec.PlainCodec`),
+    policy view (:class:`~dreamgym_agents.policy.model.PlainView`) and
+    :class:`PlainStateFormat`.
     Override any of them as :class:`TaskFamily` describes; the optional hooks it lists stay
     optional (absent: the core's default).
     """
@@ -63,6 +65,7 @@ class FamilyBase:
     collectors: tuple[str, ...] = ("oracle", "noisy", "random")
     eval_types: tuple[str, ...] = ("outcome",)
     dream_eval_types: tuple[str, ...] | None = None
+    recipe_options: type | None = None
 
     def load_tasks(self, split: str) -> list[Task]:
         raise NotImplementedError(f"{type(self).__name__}.load_tasks")
@@ -92,12 +95,14 @@ class FamilyBase:
         return list(self.eval_types[:1])
 
     def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
-        """The collectors with a count in the recipe (``<collector>_tasks``), each on that
-        many train tasks spread over the split."""
+        """The collectors with a count in the recipe (``<collector>_tasks``, the family's
+        ``recipe_options`` first, then the shared fields), each on that many train tasks spread
+        over the split."""
         agents = self.offline_agents(seed=recipe.seed, noise=recipe.noise)
         plan = []
         for name in self.collectors:
-            count = int(getattr(recipe, f"{name}_tasks", 0) or 0)
+            field = f"{name}_tasks"
+            count = int(getattr(recipe.options, field, getattr(recipe, field, 0)) or 0)
             if count > 0 and name in agents:
                 plan.append((name, agents[name], every_nth(tasks, count), recipe.max_steps))
         return plan

@@ -351,7 +351,7 @@ class _Build:
                       "note": "every model and seed episode comes from train-split tasks only"},
             "experience": {"key": recipe.key, "recipe_version": RECIPE_VERSION,
                            "collect_key": recipe.collect_key, "collect_version": COLLECT_VERSION,
-                           "recipe": asdict(recipe), "training": phases.get("experience", {}),
+                           "recipe": recipe.fields(), "training": phases.get("experience", {}),
                            "collection": phases.get("collect", {})},
             "demos": {"name": demos_name(self.cfg.demo_tasks, recipe.seed),
                       "version": DEMOS_VERSION, **phases.get("demos", {})},
@@ -572,7 +572,7 @@ def reuse_episodes(source: Bundle, recipe: EmbeddedRecipe, out: Path, family: st
     if source.family != family:
         raise ConfigError(f"the bundle {source.root} is the {source.family} family's, not "
                           f"{family}'s: its episodes cannot be reused")
-    theirs = {**asdict(EmbeddedRecipe()), **source.manifest["experience"]["recipe"]}
+    theirs = {**EmbeddedRecipe().fields(), **source.manifest["experience"]["recipe"]}
     differ = [f"{name} {theirs[name]} (this recipe: {getattr(recipe, name)})"
               for name in EPISODE_FIELDS if theirs[name] != getattr(recipe, name)]
     if differ:

@@ -27,15 +27,16 @@ user's time budget stops it early, and then the model is marked ``PARTIAL``, nev
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
 import time
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dreamgym_agents.cache import build_lock, cache_root
 from dreamgym_agents.errors import ConfigError
@@ -53,35 +54,46 @@ COLLECT_VERSION = 5
 
 
 @dataclass(frozen=True)
+class NoRecipeOptions:
+    """The recipe options of a family that has none of its own.
+
+    A family's options class (``TaskFamily.recipe_options``) is a frozen dataclass of its
+    collectors' counts and settings, every field deciding what is collected. Two class
+    attributes keep the keys of recipes made before the options were split off the shared
+    recipe: ``left_out_at_zero`` (fields added later, left out of the keys at 0, as
+    ``state_version``) and ``legacy_key_fields`` (fields the shared recipe had when the
+    family's keys were fixed and the family does not have, with the values it gave them: in
+    the keys only)."""
+
+    left_out_at_zero: ClassVar[tuple[str, ...]] = ()
+    legacy_key_fields: ClassVar[dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
 class EmbeddedRecipe:
     """How the embedded default is made (changing a field makes a new cache folder).
 
+    The fields here are every family's; a family's own (its collectors' counts and settings)
+    are ``options``, an instance of its ``recipe_options`` class. Users set either kind by
+    name (``--set experience_recipe.<field>=…``: :func:`family_recipe` sorts them).
+
     Attributes:
-        seed: Seed of the site data, exploration and training.
+        seed: Seed of the data collection, exploration and training.
         oracle_tasks: Train tasks solved by the oracle.
         noisy_tasks: Train tasks played by the noisy oracle.
-        quitter_tasks: Train tasks where the agent answers wrongly or too early.
         random_tasks: Train tasks played by the random agent.
-        explorer_tasks: Episodes of the explorer (one per site section and listing page; 8
-            sections × 3 pages cover every item of the bundled shop).
-        explorer_pages: Listing pages per section the explorer covers.
-        explorer_steps: Episode length limit of the explorer (it opens and leaves each item).
-        order_explorer_tasks: Episodes of the order explorer (one per page of the signed-in
-            customer's My Orders; it opens every order and goes back): the order pages that
-            the catalogue explorer never reaches.
         counterfactual_answers: Variants of each recorded right answer, labelled by the task's
-            own evaluator (see :mod:`dreamgym_agents.adapters.webarena.counterfactual`).
+            own evaluator, where the family can (``TaskFamily.relabel``: the web's).
         final_answer_repeat: Times each final-answer example is trained on.
         counterfactual_stops: Stops at earlier recorded states per episode, labelled by the
-            task's evaluator, on answer-only and URL-only tasks (see
-            :func:`~dreamgym_agents.adapters.webarena.counterfactual.stop_trajectories`).
+            task's evaluator, where the family can (``TaskFamily.relabel``).
         judge_repeat: Short verdict-only copies of each final-answer example (see
             :class:`~dreamgym_agents.experience.data.ExampleConfig`).
         decision_weight: Loss weight of the decision tokens (verdict, outcome, next page's
             first line; see :mod:`dreamgym_agents.experience.sft`).
         noise: Exploration rate of the noisy oracle.
         max_steps: Episode length limit while collecting.
-        concurrency: Browser episodes at once while collecting.
+        concurrency: Episodes at once while collecting.
         max_examples: Cap on SFT examples.
         hidden_size: Model width.
         num_layers: Transformer layers.
@@ -110,30 +122,20 @@ class EmbeddedRecipe:
             ``renamed(trajectories, copies, seed)``: a small model learns to copy the action's
             names instead of a demonstration's. Left out of the keys at 0, as
             ``state_version``.
-        decoy_tasks: Train tasks a family's ``decoy`` collector plays (a near miss, then the
-            expert: ALFWorld's), where the family has one; left out of the keys at 0, as
-            ``state_version``.
         contrast_repeat: Times an example whose reward differs from most of its retrieved
             demonstrations' is included (:class:`~dreamgym_agents.experience.data.ExampleConfig`;
             0 or 1: once); left out of the keys at 0, as ``state_version``.
-        meddler_tasks: Train tasks a family's ``meddler`` collector plays (the gold actions
-            and needless fixes: τ²'s), where the family has one; left out of the keys at 0,
-            as ``state_version``.
+        options: The family's own options (its ``recipe_options`` class; by default none).
     """
 
     seed: int = 0
     oracle_tasks: int = 100
     noisy_tasks: int = 60
-    quitter_tasks: int = 90
     random_tasks: int = 30
-    explorer_tasks: int = 24
-    explorer_pages: int = 3
-    explorer_steps: int = 27
-    order_explorer_tasks: int = 3
-    counterfactual_answers: int = 2
-    final_answer_repeat: int = 2
-    counterfactual_stops: int = 1
-    judge_repeat: int = 6
+    counterfactual_answers: int = 0
+    final_answer_repeat: int = 1
+    counterfactual_stops: int = 0
+    judge_repeat: int = 0
     decision_weight: float = 5.0
     noise: float = 0.3
     max_steps: int = 10
@@ -152,13 +154,20 @@ class EmbeddedRecipe:
     state_version: int = 0
     codec_version: int = 0
     entity_swaps: int = 0
-    decoy_tasks: int = 0
     contrast_repeat: int = 0
-    meddler_tasks: int = 0
+    options: Any = field(default_factory=NoRecipeOptions)
+
+    def fields(self) -> dict[str, Any]:
+        """Every field by name, the family's options among them (as manifests record it)."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "options"}
+        return {**flat, **asdict(self.options)}
 
     def _digest(self, names: Iterable[str] | None = None) -> str:
-        fields = {k: v for k, v in asdict(self).items() if names is None or k in names}
-        for name in _LATER_FIELDS:  # fields added after the web family's keys were fixed
+        later = (*_LATER_FIELDS, *type(self.options).left_out_at_zero)
+        known = {**type(self.options).legacy_key_fields, **self.fields()}
+        fields = {k: v for k, v in known.items() if names is None or k in names}
+        for name in later:  # fields added after the keys were fixed
             if not fields.get(name):
                 fields.pop(name, None)
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
@@ -170,59 +179,92 @@ class EmbeddedRecipe:
     @property
     def collect_key(self) -> str:
         """Name of the collected episodes: recipes that differ only in training (the ablations)
-        share one collection."""
-        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(COLLECT_FIELDS)}"
+        share one collection. The family's options all decide what is collected."""
+        names = {*COLLECT_FIELDS, *type(self.options).legacy_key_fields,
+                 *(f.name for f in dataclasses.fields(self.options))}
+        return f"collect-v{COLLECT_VERSION}-seed{self.seed}-{self._digest(names)}"
 
 
-_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "decoy_tasks",
-                 "contrast_repeat", "meddler_tasks")
+_LATER_FIELDS = ("state_version", "codec_version", "entity_swaps", "contrast_repeat")
 
-COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "quitter_tasks", "random_tasks",
-                  "explorer_tasks", "explorer_pages", "explorer_steps", "order_explorer_tasks",
-                  "noise", "max_steps", "state_version", "decoy_tasks", "meddler_tasks")
-"""The recipe fields that decide which episodes are collected."""
+COLLECT_FIELDS = ("seed", "oracle_tasks", "noisy_tasks", "random_tasks", "noise", "max_steps",
+                  "state_version")
+"""The shared recipe fields that decide which episodes are collected (and every option of the
+family's)."""
+
+_SHARED = tuple(f.name for f in dataclasses.fields(EmbeddedRecipe) if f.name != "options")
 
 
-def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = ()) -> None:
-    """Raise :class:`ConfigError` naming the keys that are not :class:`EmbeddedRecipe` fields
-    (or are among ``exclude``: fields a caller sets itself), with the valid ones."""
-    known = set(EmbeddedRecipe.__dataclass_fields__) - set(exclude)
+def recipe_options_of(family: Any) -> type:
+    """The recipe options class of ``family`` (a :class:`TaskFamily`)."""
+    return getattr(family, "recipe_options", None) or NoRecipeOptions
+
+
+def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = (),
+                      options: type | None = None) -> None:
+    """Raise :class:`ConfigError` naming the keys that are neither shared recipe fields nor
+    fields of the family's ``options`` class (or are among ``exclude``: fields a caller sets
+    itself), with the valid ones. ``options`` None: the family is not known yet, and only the
+    shared fields' values are checked later (:func:`family_recipe` checks the rest)."""
+    if options is None:
+        return
+    known = ({*_SHARED, *(f.name for f in dataclasses.fields(options))} - set(exclude))
     unknown = sorted(set(keys) - known)
     if unknown:
         raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(sorted(known))}")
 
 
-def typed_recipe_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """Recipe ``fields`` typed as the :class:`EmbeddedRecipe` fields they set (a ``--set``
-    value is read as YAML without knowing its field: ``1e-3`` stays text there).
+def typed_recipe_fields(fields: dict[str, Any], options: type | None = None) -> dict[str, Any]:
+    """Recipe ``fields`` typed as the fields they set, shared or of the family's ``options``
+    class (a ``--set`` value is read as YAML without knowing its field: ``1e-3`` stays text
+    there); ``options`` None: the keys that are no shared field stay as given.
 
     Raises:
         ConfigError: A key the recipe does not have, or a value its field cannot take.
     """
     from dreamgym_agents.config import coerce_value
 
-    check_recipe_keys(fields)
+    check_recipe_keys(fields, options=options)
     hints = typing.get_type_hints(EmbeddedRecipe)
-    return {k: coerce_value(v, hints[k], f"experience_recipe.{k}") for k, v in fields.items()}
+    if options is not None:
+        hints.update(typing.get_type_hints(options))
+    return {k: coerce_value(v, hints[k], f"experience_recipe.{k}")
+            if k in hints and k != "options" else v for k, v in fields.items()}
+
+
+def recipe_for(made: Any, **fields: Any) -> EmbeddedRecipe:
+    """The embedded recipe of the task family ``made`` (a :class:`TaskFamily`): its
+    ``embedded_recipe_defaults`` over the dataclasses' defaults, with ``fields`` changed
+    (shared fields and the family's options alike, by name).
+
+    Raises:
+        ConfigError: A field the recipe does not have (the message lists them).
+    """
+    options = recipe_options_of(made)
+    check_recipe_keys(fields, options=options)
+    if "options" in fields:
+        raise ConfigError("experience_recipe.options is not set as a whole: set its fields by "
+                          "name")
+    chosen = typed_recipe_fields({**made.embedded_recipe_defaults(), **fields}, options)
+    own = {f.name for f in dataclasses.fields(options)}
+    return EmbeddedRecipe(**{k: v for k, v in chosen.items() if k not in own},
+                          options=options(**{k: v for k, v in chosen.items() if k in own}))
 
 
 def family_recipe(family: str, **fields: Any) -> EmbeddedRecipe:
-    """The task ``family``'s embedded recipe (its ``embedded_recipe_defaults`` over the
-    dataclass's defaults), with ``fields`` changed.
+    """The task ``family``'s embedded recipe (:func:`recipe_for` of the family named so).
 
     Raises:
         ConfigError: A field the recipe does not have (the message lists them).
     """
     from dreamgym_agents.episodes.env import make_family
 
-    check_recipe_keys(fields)
     made = make_family(family)
     try:
-        defaults = made.embedded_recipe_defaults()
+        return recipe_for(made, **fields)
     finally:
         made.close()
-    return EmbeddedRecipe(**{**defaults, **fields})
 
 
 def embedded_dream(family: Any, *, recipe: EmbeddedRecipe | None = None,
@@ -304,7 +346,7 @@ def ensure_embedded_experience_model(
         collect_s = time.perf_counter() - start
         manifest = train_embedded(recipe, episodes, folder, family, say=say)
         (folder / "READY").write_text(json.dumps(
-            {"recipe": asdict(recipe),
+            {"recipe": recipe.fields(),
              "timings": {"collect_s": round(collect_s, 1), **manifest["timings"],
                          "total_s": round(time.perf_counter() - start, 1)}},
             indent=2, sort_keys=True))

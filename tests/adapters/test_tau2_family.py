@@ -125,6 +125,32 @@ def test_the_quitter_ends_early_and_taus_evaluator_scores_it(telecom, retail, tm
     assert "quitter" in telecom.experience_only and "quitter" in retail.offline_agents()
 
 
+def test_the_meddler_adds_needless_fixes_from_train_tasks_and_tau_scores_them(telecom,
+                                                                              tmp_path):
+    from dreamgym_agents.adapters.tau2.agents import gold_plan
+
+    meddler = telecom.offline_agents()["meddler"]
+    held_out = {a for t in [*telecom.load_tasks("validation"), *telecom.load_tasks("test")]
+                for a in gold_plan(t)} - {a for t in telecom.load_tasks("train")
+                                          for a in gold_plan(t)}
+    assert meddler.fixes() and not set(meddler.fixes()) & held_out
+    tasks = telecom.load_tasks("train")[:6]
+    result = _play(telecom, tasks, meddler, tmp_path / "meddler")
+    rewards = []
+    for line in (tmp_path / "meddler" / "trajectories.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        actions = [t["action"] for t in episode["transitions"]]
+        gold = gold_plan(next(t for t in tasks if t.task_id == episode["task"]["task_id"]))
+        extra = [a for a in actions if a not in gold]
+        assert actions[-1] == "done()" and 1 <= len(extra) <= 3
+        assert [a for a in actions if a in gold] == gold  # every gold action, in order
+        rewards.append(episode["transitions"][-1]["reward"])
+    assert len(rewards) == 6 and set(rewards) <= {0.0, 1.0}
+    assert result.summary["episodes"] == 6
+    assert "meddler" in telecom.experience_only
+    assert "criteria" not in (tmp_path / "meddler" / "trajectories.jsonl").read_text()
+
+
 def test_the_codec_writes_only_what_answers_a_step_and_reads_it_back(telecom, retail,
                                                                     tmp_path):
     from dreamgym_agents.adapters.tau2.codec import NOTHING, Tau2Codec
