@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.experience.data import ExampleConfig
 from dreamgym_agents.experience.sft import ExperienceSFTConfig
 from dreamgym_agents.experience.training import train_from_trajectories
@@ -86,7 +87,7 @@ def main() -> None:
                 base_model=None if args.from_scratch else
                 str(args.base_model or bundle.root / "experience")),
             codec_version=args.codec_version, renamed=renamed,
-            on_step=None)
+            on_step=None, family=make_family("alfworld"))
     finally:
         buffer.close()
     print(json.dumps({k: manifest[k] for k in ("episodes", "transitions", "examples", "steps",

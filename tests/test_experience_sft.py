@@ -11,12 +11,14 @@ from test_experience_training_data import ListRetriever, episode
 from dreamgym_agents.adapters.webarena.codec import WebCodec
 from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
 from dreamgym_agents.cli.main import main
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.experience.data import ExampleConfig, build_examples
 from dreamgym_agents.experience.sft import ExperienceSFTConfig, train_experience_model
 from dreamgym_agents.experience.training import read_manifest, train_from_trajectories
 from dreamgym_agents.types import write_trajectories
 
 WEB = WebCodec()
+WEB_FAMILY = make_family("webarena")
 
 
 def tiny(out, **kw):
@@ -153,7 +155,7 @@ def test_pipeline_writes_a_manifest(tmp_path):
     trajs = [episode("a", "$9.99", True), episode("b", "$1.00", False)]
     buffer = ReplayBuffer(BufferConfig(path=str(tmp_path / "buf")))
     manifest = train_from_trajectories(trajs, buffer, ExampleConfig(top_k=1),
-                                       tiny(tmp_path / "m", epochs=1))
+                                       tiny(tmp_path / "m", epochs=1), family=WEB_FAMILY)
     buffer.close()
     assert manifest["rationale_source"] == "deterministic" and manifest["examples"] == 4
     assert isinstance(manifest["bf16_autocast"], bool)

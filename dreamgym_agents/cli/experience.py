@@ -646,7 +646,8 @@ def fidelity_command(
                                   for r in runs))
         with _phase_progress(console) as progress:
             report = asyncio.run(run_fidelity(fid_cfg, runs, model, buffer, dream_cfg,
-                                              judge=judge_gateway, meta=meta, progress=progress))
+                                              judge=judge_gateway, meta=meta,
+                                              progress=progress, task_family=family))
     finally:
         buffer.close()
         gateway.close()
@@ -768,10 +769,12 @@ def train_experience_command(
     if teacher:
         check_model_string(teacher)
     flags = _ablation_flags(no_history, no_retrieval, no_reasoning)
-    if None in (counterfactual_answers, counterfactual_stops, judge_repeat):
-        from dreamgym_agents.pipeline.embedded import family_recipe
+    from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.pipeline.embedded import recipe_for
 
-        recipe = family_recipe(trajectories[0].task.family)
+    made = make_family(trajectories[0].task.family)
+    if None in (counterfactual_answers, counterfactual_stops, judge_repeat):
+        recipe = recipe_for(made)
         counterfactual_answers = (recipe.counterfactual_answers if counterfactual_answers is None
                                   else counterfactual_answers)
         counterfactual_stops = (recipe.counterfactual_stops if counterfactual_stops is None
@@ -797,8 +800,9 @@ def train_experience_command(
             ExampleConfig(max_examples=max_examples, judge_repeat=judge_repeat, **flags),
             sft_cfg, teacher=Gateway(LLMConfig(model=teacher)) if teacher else None,
             counterfactual_answers=counterfactual_answers,
-            counterfactual_stops=counterfactual_stops)
+            counterfactual_stops=counterfactual_stops, family=made)
     finally:
+        made.close()
         if buffer is not None:
             buffer.close()
     console.print(f"loss {manifest['first_loss']:.3f} → {manifest['last_loss']:.3f} over "

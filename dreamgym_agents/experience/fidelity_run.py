@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dreamgym_agents.episodes.agent import Agent
-from dreamgym_agents.episodes.env import TaskFamily, ends_by_type, make_family, spread_tasks
+from dreamgym_agents.episodes.env import TaskFamily, ends_by_type, spread_tasks
 from dreamgym_agents.episodes.graph import (
     RUN_FILE,
     SUMMARY_FILE,
@@ -405,6 +405,7 @@ async def run_fidelity(
     judge: ChatModel | None = None,
     meta: dict[str, Any] | None = None,
     progress: PhaseProgress | None = None,
+    task_family: TaskFamily,
 ) -> dict[str, Any]:
     """Evaluate the experience model against held-out real runs (see the module docstring).
 
@@ -420,6 +421,8 @@ async def run_fidelity(
             written into the report and the random dream run's ``run.json`` (a rerun must match
             it to resume that run), so leave out what does not change the dream (the judge).
         progress: Progress hook (:data:`PhaseProgress`).
+        task_family: The family ``cfg.family`` names, resolved by the caller (its action set,
+            offline agents and state format).
 
     Returns:
         The report written to ``OUT/fidelity.json``: ``reward_accuracy``, ``done_accuracy``,
@@ -445,15 +448,14 @@ async def run_fidelity(
             raise ConfigError(f"real run folder {run.path} holds {', '.join(other)} tasks, not "
                               f"{family} ones: evaluate on family {other[0]} or pass runs of "
                               f"{family}")
-    family_obj = make_family(family)
-    try:
-        action_set = family_obj.action_set()
-        agents = family_obj.offline_agents(cfg.seed)
-        states = family_obj.state_format()
-        strip_ids = states.strip_ids if cfg.ignore_ids else None
-        reveals = getattr(states, "reveals", None)
-    finally:
-        family_obj.close()
+    if task_family.name.split(".", 1)[0] != family:
+        raise ConfigError(f"fidelity of the {family} family measured with the "
+                          f"{task_family.name} family's parts")
+    action_set = task_family.action_set()
+    agents = task_family.offline_agents(cfg.seed)
+    states = task_family.state_format()
+    strip_ids = states.strip_ids if cfg.ignore_ids else None
+    reveals = getattr(states, "reveals", None)
     tasks = held_out_tasks(runs, cfg.limit)
     keys = {_task_key(t) for t in tasks}
     episodes = [(run.agent, traj) for run in runs for traj in run.trajectories
@@ -480,7 +482,7 @@ async def run_fidelity(
     tick = phase("oracle replay", len(oracle_real))
     replays = await _gather_bounded(
         oracle_real,
-        lambda traj: replay_in_dream(traj, model, dream_cfg, family=family_obj),
+        lambda traj: replay_in_dream(traj, model, dream_cfg, family=task_family),
         cfg.concurrency, lambda traj: tick(traj.success),
     )
     write_trajectories(cfg.out_dir / REPLAY_FILE, replays)
@@ -497,7 +499,7 @@ async def run_fidelity(
     )
     tick = phase("random dream", len(tasks))
     random_run = await run_dream(tasks, agents["random"], model, buffer, run_cfg, dream_cfg,
-                                 family=family_obj,
+                                 family=task_family,
                                  on_episode=lambda t: tick(bool(t and t.success)))
     random_dream = read_trajectories(run_cfg.out_dir / TRAJECTORIES_FILE) \
         if (run_cfg.out_dir / TRAJECTORIES_FILE).exists() else []

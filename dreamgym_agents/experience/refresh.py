@@ -70,12 +70,13 @@ class ExperienceRefreshConfig:
 
 def refresh_experience_model(
     base: str | Path, fresh: list[Trajectory], recorded: list[Trajectory], buffer: Any,
-    out_dir: str | Path, cfg: ExperienceRefreshConfig, *, seed: int = 0,
+    out_dir: str | Path, cfg: ExperienceRefreshConfig, *, family: Any, seed: int = 0,
     on_step: Any = None,
 ) -> dict[str, Any]:
     """Fine-tune the checkpoint ``base`` on ``fresh`` episodes' transitions (with
     ``cfg.replay`` examples of ``recorded`` episodes per fresh example), into
     ``out_dir/model``; a finished refresh (``out_dir/READY``) is returned as it was.
+    ``family``: the episodes' task family (a :class:`~dreamgym_agents.episodes.env.TaskFamily`).
 
     Raises:
         ConfigError: ``base`` is not a checkpoint this toolkit trained (no manifest: a hosted
@@ -106,7 +107,7 @@ def refresh_experience_model(
     started = time.perf_counter()
     example_cfg = ExampleConfig(**{**manifest.get("example_config", {}), "seed": seed,
                                    "max_examples": None})
-    codec = experience_codec(fresh, manifest.get("codec_version"))
+    codec = experience_codec(family, fresh, manifest.get("codec_version"))
     rng = random.Random(seed)
     annotate_deterministic(fresh, codec)
     new = build_examples(fresh, buffer, example_cfg, codec, where=RECORDED)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents import launch
-from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.annotate import annotate_deterministic, annotate_with_teacher
 from dreamgym_agents.experience.data import ExampleConfig, build_examples
@@ -29,6 +28,7 @@ from dreamgym_agents.types import Trajectory
 
 if TYPE_CHECKING:
     from dreamgym_agents.buffer.replay import ReplayBuffer
+    from dreamgym_agents.episodes.env import TaskFamily
     from dreamgym_agents.gateway.llm import Gateway
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ def train_from_trajectories(
     renamed: list[Trajectory] | None = None,
     codec_version: int | None = None,
     on_step: Callable[..., None] | None = None,
+    family: TaskFamily,
 ) -> dict[str, Any]:
     """Annotate, make sure the buffer holds the data, build examples, train; returns a manifest.
 
@@ -70,16 +71,17 @@ def train_from_trajectories(
         codec_version: The family's experience codec version to train in (None: its latest);
             the manifest records the one used, and the model is prompted in it.
         on_step: Called after each SFT step (a progress bar).
+        family: The episodes' task family (resolved by the caller: its codec and relabelling).
 
     The manifest (also written next to the checkpoint) records the data, the settings, the losses
     and the time of each phase, so a model can always be traced back to how it was made.
     """
-    codec = experience_codec(trajectories, codec_version)
+    codec = experience_codec(family, trajectories, codec_version)
 
     def prepare() -> dict[str, Any]:
         timings: dict[str, float] = {}
         start = time.perf_counter()
-        variants, stops = relabelled(trajectories, answers=counterfactual_answers,
+        variants, stops = relabelled(family, trajectories, answers=counterfactual_answers,
                                      stops=counterfactual_stops, seed=example_cfg.seed)
         everything = [*trajectories, *variants, *stops, *(renamed or [])]
         if teacher is None:
@@ -154,45 +156,38 @@ def train_from_trajectories(
     return manifest
 
 
-def experience_codec(trajectories: list[Trajectory], version: int | None = None) -> Any:
-    """The experience codec of the episodes' task family (``TaskFamily.experience_codec``, in
+def check_one_family(trajectories: list[Trajectory], family: TaskFamily) -> None:
+    """Raise :class:`ConfigError` unless every episode is of ``family`` (one model simulates
+    one family)."""
+    names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
+    if len(names) > 1:
+        raise ConfigError(f"an experience model learns one task family; the episodes are of "
+                          f"{', '.join(names)}: train one model per family")
+    own = family.name.split(".", 1)[0]
+    if names and names[0] != own:
+        raise ConfigError(f"the episodes are of the {names[0]} family, not {own}")
+
+
+def experience_codec(family: TaskFamily, trajectories: list[Trajectory],
+                     version: int | None = None) -> Any:
+    """The experience codec of ``family``, the episodes' (``TaskFamily.experience_codec``, in
     ``version``: None, the latest).
 
     Raises:
-        ConfigError: The episodes are of several families (one model simulates one family).
+        ConfigError: The episodes are of several families, or of another one.
     """
-    names = sorted({traj.task.family.split(".", 1)[0] for traj in trajectories})
-    if len(names) != 1:
-        raise ConfigError(f"an experience model learns one task family; the episodes are of "
-                          f"{', '.join(names) or 'none'}: train one model per family")
-    family = make_family(names[0])
-    try:
-        return family.experience_codec(version)
-    finally:
-        family.close()
+    check_one_family(trajectories, family)
+    return family.experience_codec(version)
 
 
-def relabelled(trajectories: list[Trajectory], *, answers: int, stops: int,
+def relabelled(family: TaskFamily, trajectories: list[Trajectory], *, answers: int, stops: int,
                seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
     """(other final answers, earlier stops) of the recorded episodes, each labelled by its
-    task's own evaluator: every task family relabels its own episodes (``TaskFamily.relabel``),
-    in the episodes' order."""
-    variants: list[Trajectory] = []
-    early: list[Trajectory] = []
-    if answers < 1 and stops < 1:
-        return variants, early
-    by_family: dict[str, list[Trajectory]] = {}
-    for traj in trajectories:
-        by_family.setdefault(traj.task.family, []).append(traj)
-    for name, episodes in by_family.items():
-        family = make_family(name)
-        try:
-            more, fewer = family.relabel(episodes, answers=answers, stops=stops, seed=seed)
-        finally:
-            family.close()
-        variants += more
-        early += fewer
-    return variants, early
+    task's own evaluator: ``family`` relabels its own episodes (``TaskFamily.relabel``), in
+    the episodes' order."""
+    if answers < 1 and stops < 1 or not trajectories:
+        return [], []
+    return family.relabel(trajectories, answers=answers, stops=stops, seed=seed)
 
 
 def read_manifest(checkpoint: str | Path) -> dict[str, Any] | None:

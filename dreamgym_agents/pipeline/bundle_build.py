@@ -484,12 +484,13 @@ def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder:
     gateway = Gateway(LLMConfig(model=paths["model"],
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
     buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family))
-    try:
-        from dreamgym_agents.episodes.env import make_family
+    from dreamgym_agents.episodes.env import make_family
 
+    made = make_family(family)
+    try:
         exp_cfg = ExperienceConfig(**trained_settings(paths["model"]))
         model = ExperienceModel(exp_cfg, gateway, buffer,
-                                codec=make_family(family).experience_codec(exp_cfg.codec_version))
+                                codec=made.experience_codec(exp_cfg.codec_version))
         fid_cfg = FidelityConfig(out_dir=folder / "fidelity", family=family,
                                  limit=cfg.fidelity_limit,
                                  concurrency=cfg.fidelity_concurrency)
@@ -500,8 +501,10 @@ def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder:
 
         report = asyncio.run(run_fidelity(
             fid_cfg, load_real_runs(runs), model, buffer, DreamConfig(), progress=progress,
-            meta={"experience_model": "bundle", "limit": cfg.fidelity_limit}))
+            meta={"experience_model": "bundle", "limit": cfg.fidelity_limit},
+            task_family=made))
     finally:
+        made.close()
         buffer.close()
         gateway.close()
     return {**{k: report.get(k) for k in FIDELITY_KEYS}, "tasks": report["counts"]["tasks"],

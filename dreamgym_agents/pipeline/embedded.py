@@ -426,19 +426,28 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
         PartialBuildError: ``time_budget_s`` stopped training before the recipe's steps (the
             model is saved but marked ``PARTIAL``: it is not the recipe's model).
     """
-    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
     from dreamgym_agents.episodes.env import make_family
+
+    made = make_family(family)
+    try:
+        return _train_embedded(recipe, episodes, folder, family, made, say=say, on_step=on_step,
+                               time_budget_s=time_budget_s, sft_seed=sft_seed)
+    finally:
+        made.close()
+
+
+def _train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, family: str,
+                    made: Any, *,
+                    say: Progress, on_step: Callable[..., None] | None,
+                    time_budget_s: float | None, sft_seed: int | None) -> dict[str, Any]:
+    from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
     from dreamgym_agents.errors import PartialBuildError
     from dreamgym_agents.experience.data import ExampleConfig
     from dreamgym_agents.experience.sft import ExperienceSFTConfig
     from dreamgym_agents.experience.training import train_from_trajectories
     from dreamgym_agents.heldout import HeldOut
 
-    made = make_family(family)
-    try:
-        held_out = HeldOut.for_family(made)
-    finally:
-        made.close()
+    held_out = HeldOut.for_family(made)
     episodes = held_out.keep(episodes, "experience_data")  # none, on the train split
     steps = sum(len(t.transitions) for t in episodes)
     renamed = held_out.keep(renamed_copies(family, episodes, recipe.entity_swaps, recipe.seed),
@@ -471,6 +480,7 @@ def train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, fa
             codec_version=recipe.codec_version or None,
             renamed=renamed,
             on_step=on_step,
+            family=made,
         )
     finally:
         buffer.close()

@@ -713,7 +713,8 @@ class Pipeline:
         self.reporter.say(f"{stage}: refreshing the experience model on {transitions} fresh "
                           f"real transitions ({len(fresh)} episodes) → {folder}")
         figures = refresh_experience_model(base, list(fresh), self._recorded_episodes(),
-                                           buffer, folder, cfg, seed=self.cfg.seed)
+                                           buffer, folder, cfg, family=self.family(),
+                                           seed=self.cfg.seed)
         self.state["experience_now"] = f"hf/{figures['model']}"
         self._reopen_dream()
         after = self._calibrate(f"{stage}-refresh-after", policy, folder / "after")
