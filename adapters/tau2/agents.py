@@ -1,6 +1,6 @@
 """τ²'s offline agents: the oracle (the task's gold actions, then what it must tell the
-customer), a noisy oracle, a quitter (a part of the gold actions, then the end), a meddler (the
-gold actions and needless fixes) and a random agent.
+customer), a noisy oracle, a quitter (a part of the gold actions, then the end), a meddler (fixes it
+was not asked for) and a random agent.
 
 The oracle reads the task's evaluation criteria from τ²'s own task (by the τ² id in the
 task's config); the criteria are never in a :class:`~dreamgym_agents.types.Task`, a state or
@@ -154,11 +154,13 @@ class QuitterAgent:
 
 
 class MeddlerAgent:
-    """The oracle with one to three needless fixes in between: calls from other train tasks'
-    gold actions that this task's plan lacks (a toggle of what works, a reset it does not
-    need), then the end. τ²'s evaluator scores what they did to the customer's world: what the
-    experience model learns an agent that plays every fix it knows earns, where the oracle
-    alone would teach it that a fix never hurts."""
+    """Fixes it was not asked for, then the end: half its episodes play the gold actions with
+    one to three needless fixes in between (calls from other train tasks' gold actions that
+    this task's plan lacks), the other half another train task's fixes for the same ticket
+    (telecom's tasks share 5 tickets; their devices differ). τ²'s evaluator scores what they
+    did to the customer's world: what the experience model learns a policy that plays the
+    fixes it knows for a ticket earns, where the oracle alone would teach it that a fix
+    always pays."""
 
     name = "meddler"
 
@@ -167,33 +169,43 @@ class MeddlerAgent:
         self.oracle = OracleAgent()
         self.seed = seed
         self._plans: dict[str, list[str]] = {}
-        self._fixes: list[str] | None = None
+        self._train: list[tuple[str, list[str]]] | None = None
 
-    def fixes(self) -> list[str]:
-        """The calls of every train task's gold actions (never a held-out task's)."""
-        if self._fixes is None:
-            from dreamgym_agents.adapters.tau2.data import domain_splits
+    def train_plans(self) -> list[tuple[str, list[str]]]:
+        """(ticket, gold calls) of every task of this project's train split (never a held-out
+        task's)."""
+        if self._train is None:
+            from dreamgym_agents.adapters.tau2.data import split_ids
 
             tasks = domain_tasks(self.domain)
-            calls = {call_text(a.name, dict(a.arguments or {}))
-                     for tau2_id in domain_splits(self.domain)["train"]
-                     for a in (tasks[tau2_id].evaluation_criteria.actions or [])}
-            self._fixes = sorted(calls)
-        return self._fixes
+            self._train = [(" ".join(str(tasks[i].ticket).split()),
+                            [call_text(a.name, dict(a.arguments or {}))
+                             for a in (tasks[i].evaluation_criteria.actions or [])])
+                           for i in split_ids(self.domain, "train")]
+        return self._train
+
+    def fixes(self) -> list[str]:
+        """The calls of the train tasks' gold actions."""
+        return sorted({call for _, calls in self.train_plans() for call in calls})
 
     def plan(self, task: Task, episode_id: str) -> list[str]:
-        """This episode's actions: the gold plan with needless fixes put in, drawn once."""
+        """This episode's actions, drawn once."""
         if episode_id not in self._plans:
             gold = self.oracle.plan(task)
             work, end = list(gold[:-1]), gold[-1]
             rng = random.Random(f"meddle|{self.seed}|{episode_id}")
-            needless = [c for c in self.fixes() if c not in gold]
-            for call in rng.sample(needless, min(len(needless), rng.randint(1, 3))):
-                work.insert(rng.randint(0, len(work)), call)
+            others = [calls for ticket, calls in self.train_plans()
+                      if ticket == " ".join(task.intent.split()) and calls != work]
+            if others and rng.random() < 0.5:
+                work = list(rng.choice(others))
+            else:
+                needless = [c for c in self.fixes() if c not in gold]
+                for call in rng.sample(needless, min(len(needless), rng.randint(1, 3))):
+                    work.insert(rng.randint(0, len(work)), call)
             self._plans[episode_id] = [*work, end]
         return self._plans[episode_id]
 
     async def act(self, task: Task, observation: Observation, history: list[Transition],
                   episode_id: str) -> Decision:
         return Decision(action=_next_of(self.plan(task, episode_id), history),
-                        reasoning=f"{EXPLORATION}: the gold actions and needless fixes")
+                        reasoning=f"{EXPLORATION}: fixes it was not asked for")

@@ -101,6 +101,18 @@ def domain_splits(domain: str) -> dict[str, list[str]]:
     return {name: list(splits[name]) for name in ("train", "test")}
 
 
+def split_ids(domain: str, split: str) -> list[str]:
+    """The τ² ids of this project's ``split`` (``train``, ``validation``, ``test``) of
+    ``domain``: τ²'s test split, and τ²'s train split with every
+    :data:`VALIDATION_EVERY`-th task held out as validation."""
+    splits = domain_splits(domain)
+    if split == "test":
+        return list(splits["test"])
+    train = splits["train"]
+    held = set(train[VALIDATION_EVERY - 1::VALIDATION_EVERY])
+    return [i for i in train if (i in held) == (split == "validation")]
+
+
 @dataclass(frozen=True)
 class DomainTools:
     """A domain's tools as an agent has them (in solo mode, the user's device tools too, which

@@ -17,12 +17,11 @@ from typing import Any, ClassVar
 from dreamgym_agents.adapters.tau2.data import (
     DEFAULT_DOMAIN,
     SOLO_DOMAINS,
-    VALIDATION_EVERY,
     check_domain,
-    domain_splits,
     domain_tasks,
     domain_tools,
     require,
+    split_ids,
 )
 from dreamgym_agents.episodes.env import (
     EnvConfig,
@@ -108,15 +107,9 @@ class Tau2Family(FamilyBase):
     def load_tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
             raise ConfigError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-        splits = domain_splits(self.domain)
-        if split == "test":
-            ids = splits["test"]
-        else:
-            train = splits["train"]
-            held = set(train[VALIDATION_EVERY - 1::VALIDATION_EVERY])
-            ids = [i for i in train if (i in held) == (split == "validation")]
         index = {tau2_id: n for n, tau2_id in enumerate(domain_tasks(self.domain))}
-        return [self.task(tau2_id, index[tau2_id], split) for tau2_id in ids]
+        return [self.task(tau2_id, index[tau2_id], split)
+                for tau2_id in split_ids(self.domain, split)]
 
     def task(self, tau2_id: str, index: int, split: str = "") -> Task:
         """The task of τ²'s task ``tau2_id``: the instruction is what the agent is given (solo:
