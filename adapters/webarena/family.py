@@ -219,8 +219,9 @@ class WebArenaFamily:
     agent_prompt = "web_agent.md"
     """The LLM agent's prompt: a page of ``[bid] role 'name'`` lines in a browser."""
     env_options = WebEnvOptions
-    recipe_options = WebRecipeOptions
     """The browser's settings (``env.headless``, ``env.eval_deviations`` …)."""
+    recipe_options = WebRecipeOptions
+    """The web's collectors' settings (``experience_recipe.quitter_tasks``, the explorers')."""
 
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         self._sites = configured_sites(environ)
