@@ -287,11 +287,19 @@ class TaskFamily(Protocol):
     state alone tells (ALFWorld's goals; None: it cannot): the dream's rewards are measured
     against it (:func:`~dreamgym_agents.experience.fidelity.reward_check`), replaced by it only
     in the declared variant ``DreamConfig.reward = "state"``;
+    ``dream_verdict(task, state, action) -> bool | None``, the task's own verdict of a dream
+    step where the action and the state tell (the web's answers and stop URLs, by the task's
+    evaluators; None: they do not), which replaces the experience model's
+    (:class:`~dreamgym_agents.experience.dream.DreamConfig`'s ``verdicts``);
     ``experience_only``, the collectors whose episodes teach the experience model only, never
     a policy's warm start (ALFWorld's ``decoy``: its near miss is not to be imitated);
     ``env_options``, the dataclass of the family's own environment settings (a browser's
     timeouts, a game's expert), read from ``EnvConfig.options`` by :func:`env_options`
     (``--set env.<name>=…``; none: the family takes no other ``env`` keys);
+    ``recipe_options``, the frozen dataclass of its own embedded recipe options, its
+    collectors' counts and settings (a subclass of
+    :class:`~dreamgym_agents.pipeline.embedded.NoRecipeOptions`, read as ``recipe.options``;
+    ``--set experience_recipe.<name>=…``; none: the shared fields only);
     ``agent_env_options(agent) -> dict``, those settings as an agent needs them, applied where
     the user set none by :func:`env_config_for_agent` (ALFWorld plans with its expert only for
     an agent that follows the plan).
