@@ -27,6 +27,7 @@ import copy
 from typing import Any
 
 from dreamgym_agents.episodes.env import normalize_text
+from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.experience.codec import (
     PlainCodec,
     StateReferenceError,
@@ -62,7 +63,7 @@ def start_of(task: Task) -> str:
     domain, tau2_id = str(task.config.get("domain", "")), str(task.config.get("tau2_id", ""))
     try:
         found = domain_tasks(domain).get(tau2_id)
-    except Exception:  # a domain this τ² lacks: nothing is known of its start
+    except ConfigError:  # a domain τ² lacks: nothing is known of its start
         return ""
     setup = getattr(getattr(found, "initial_state", None), "initialization_actions", None)
     calls = []

@@ -46,7 +46,7 @@ class Tau2RecipeOptions(NoRecipeOptions):
     Attributes:
         quitter_tasks: Train tasks the quitter plays (a part of the gold actions, then the
             end).
-        meddler_tasks: Train tasks the meddler plays (the gold actions and needless fixes).
+        meddler_tasks: Train tasks the meddler plays (fixes it was not asked for).
     """
 
     left_out_at_zero: ClassVar[tuple[str, ...]] = ("meddler_tasks",)
