@@ -96,19 +96,10 @@ class Tau2Codec(PlainCodec):
         bound.start = start_of(task)
         return bound
 
-    def render(self, intent: str, history: list[Transition] | None, state: str, action: str,
-               demos: list[Transition] | None, *, history_steps: int, use_reasoning: bool,
-               params: dict[str, str] | None = None,
-               tally: tuple[int, int] | None = None) -> list[dict[str, str]]:
-        messages = super().render(intent, history, state, action, demos,
-                                  history_steps=history_steps, use_reasoning=use_reasoning,
-                                  params=params, tally=tally)
+    def task_lines(self) -> list[str]:
         if self.version >= START_VERSION and self.start:
-            lines = messages[-1]["content"].split("\n")
-            at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("task: ")), 1)
-            lines.insert(at, f"world at start: {self.start}")
-            messages[-1] = {**messages[-1], "content": "\n".join(lines)}
-        return messages
+            return [f"world at start: {self.start}"]
+        return []
 
     def head(self, state: str) -> str:
         lines = _lines(state)

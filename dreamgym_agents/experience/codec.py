@@ -218,12 +218,17 @@ class PlainCodec:
         return self
 
     # -- the prompt --------------------------------------------------------------------------
+    def task_lines(self) -> list[str]:
+        """Lines of the prompt under the task's: what a codec bound to a task
+        (:meth:`for_task`) knows of its world beyond the states (none here)."""
+        return []
+
     def render(self, intent: str, history: list[Transition] | None, state: str, action: str,
                demos: list[Transition] | None, *, history_steps: int, use_reasoning: bool,
                params: dict[str, str] | None = None,
                tally: tuple[int, int] | None = None) -> list[dict[str, str]]:
         del params, tally  # plain states show everything a verdict needs
-        parts = [f"Simulate {self.environment}.", f"task: {intent}"]
+        parts = [f"Simulate {self.environment}.", f"task: {intent}", *self.task_lines()]
         if history is not None:
             steps = [f"{t.action} → {self.head(t.next_state) if t.valid else 'invalid'}"
                      for t in history[-history_steps:]] if history_steps > 0 else []

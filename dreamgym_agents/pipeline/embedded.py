@@ -200,15 +200,13 @@ def recipe_options_of(family: Any) -> type:
     return getattr(family, "recipe_options", None) or NoRecipeOptions
 
 
-def check_recipe_keys(keys: Iterable[str], exclude: Iterable[str] = (),
-                      options: type | None = None) -> None:
+def check_recipe_keys(keys: Iterable[str], options: type | None = None) -> None:
     """Raise :class:`ConfigError` naming the keys that are neither shared recipe fields nor
-    fields of the family's ``options`` class (or are among ``exclude``: fields a caller sets
-    itself), with the valid ones. ``options`` None: the family is not known yet, and only the
-    shared fields' values are checked later (:func:`family_recipe` checks the rest)."""
+    fields of the family's ``options`` class, with the valid ones. ``options`` None: the
+    family is not known yet (:func:`family_recipe` checks the keys then)."""
     if options is None:
         return
-    known = ({*_SHARED, *(f.name for f in dataclasses.fields(options))} - set(exclude))
+    known = {*_SHARED, *(f.name for f in dataclasses.fields(options))}
     unknown = sorted(set(keys) - known)
     if unknown:
         raise ConfigError(f"unknown experience_recipe key(s) {', '.join(unknown)}; valid: "
@@ -229,8 +227,8 @@ def typed_recipe_fields(fields: dict[str, Any], options: type | None = None) -> 
     hints = typing.get_type_hints(EmbeddedRecipe)
     if options is not None:
         hints.update(typing.get_type_hints(options))
-    return {k: coerce_value(v, hints[k], f"experience_recipe.{k}")
-            if k in hints and k != "options" else v for k, v in fields.items()}
+    return {k: coerce_value(v, hints[k], f"experience_recipe.{k}") if k in hints else v
+            for k, v in fields.items()}
 
 
 def recipe_for(made: Any, **fields: Any) -> EmbeddedRecipe:
@@ -242,10 +240,6 @@ def recipe_for(made: Any, **fields: Any) -> EmbeddedRecipe:
         ConfigError: A field the recipe does not have (the message lists them).
     """
     options = recipe_options_of(made)
-    check_recipe_keys(fields, options=options)
-    if "options" in fields:
-        raise ConfigError("experience_recipe.options is not set as a whole: set its fields by "
-                          "name")
     chosen = typed_recipe_fields({**made.embedded_recipe_defaults(), **fields}, options)
     own = {f.name for f in dataclasses.fields(options)}
     return EmbeddedRecipe(**{k: v for k, v in chosen.items() if k not in own},

@@ -227,32 +227,26 @@ class PipelineConfig:
             raise ConfigError(f"experience_buffer {self.experience_buffer} is not a folder (a "
                               "buffer that dg-agents train-experience or buffer seed made)")
 
-        from dreamgym_agents.pipeline.embedded import (
-            check_recipe_keys,
-            recipe_options_of,
-            typed_recipe_fields,
-        )
+        from dreamgym_agents.pipeline.embedded import recipe_options_of, typed_recipe_fields
 
+        known_types: tuple[str, ...] = ()
         options = None
-        if self.task and self.experience_recipe:
+        checks_types = self.dream_eval_types not in (None, "family")
+        if self.task and (self.experience_recipe or checks_types):
             from dreamgym_agents.episodes.env import make_family
 
             made = make_family(self.task)
             try:
-                options = recipe_options_of(made)
+                options, known_types = recipe_options_of(made), tuple(made.eval_types)
             finally:
                 made.close()
-        # the run sets these two itself (use_retrieval, use_reasoning are its own flags)
-        check_recipe_keys(self.experience_recipe, exclude=("use_retrieval", "use_reasoning"),
-                          options=options)
+        # the run sets these two itself
         if "use_retrieval" in self.experience_recipe or "use_reasoning" in self.experience_recipe:
             raise ConfigError("experience_recipe.use_retrieval and use_reasoning are the run's "
                               "own flags (ablations): set those instead")
         self.experience_recipe = typed_recipe_fields(self.experience_recipe, options)
-        if self.task and self.dream_eval_types not in (None, "family"):
-            from dreamgym_agents.episodes.env import make_family
-
-            known = make_family(self.task).eval_types
+        if self.task and checks_types:
+            known = known_types
             chosen = self.dream_eval_types
             unknown = sorted(set(chosen) - set(known)) if isinstance(chosen, list) else [chosen]
             if unknown or not chosen:
