@@ -31,10 +31,10 @@ from dreamgym_agents.types import read_trajectories
 
 
 def policy_turns(checkpoint: Path, episodes: list) -> list[str]:
-    policy = PolicyModel.load(checkpoint)
+    policy = PolicyModel.load(checkpoint, view=make_family("webarena").policy_view())
     jobs = []
     for episode in episodes:
-        written = written_actions(episode.task, episode.transitions, policy.cfg)
+        written = written_actions(episode.transitions, policy.cfg, policy.view)
         for i, t in enumerate(episode.transitions):
             ids = policy.segment_ids(episode.task, t.state, written[:i],
                                      error_seen(episode.transitions, i))

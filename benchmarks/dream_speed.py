@@ -141,7 +141,7 @@ def grpo_part(task: str, level: int, tasks: int, generations: int, batches: int,
         started = time.perf_counter()
         try:
             result = train_grpo(policy, scratch / f"grpo-{side}-{level}", chosen, pool, cfg,
-                                PolicyConfig(), stage=f"bench-{side}",
+                                PolicyConfig(), stage=f"bench-{side}", view=family.policy_view(),
                                 on_batch=lambda figures, s=stamps, r=rollouts: (
                                     s.append(time.perf_counter()),
                                     r.append(figures["rollout/seconds"])))

@@ -72,7 +72,7 @@ def main() -> None:
     pipe.state = json.loads((run / STATE_FILE).read_text())
     checkpoint = args.checkpoint if Path(args.checkpoint).is_dir() else \
         pipe.checkpoint(args.checkpoint)
-    policy = PolicyModel.load(checkpoint, cfg.policy_view)
+    policy = PolicyModel.load(checkpoint, cfg.policy_view, pipe.family().policy_view())
     tasks = spread_tasks(pipe.family().load_tasks("train"), args.tasks)
     wins: dict[str, dict[str, list[bool]]] = {"dream": collections.defaultdict(list),
                                               "real": collections.defaultdict(list)}

@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.gateway.local import load_causal_lm, make_tiny_checkpoint
 from dreamgym_agents.pipeline.bundle import read_episodes
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel, episode_tokens
@@ -50,6 +51,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=40, help="Turns checked after SFT.")
     args = parser.parse_args()
     demos = read_episodes(DEMOS, collectors=("oracle",))
+    family = make_family("alfworld")
     base = as_chat_checkpoint(
         make_tiny_checkpoint(args.out / "base", hidden_size=256, num_layers=4, vocab_size=2000),
         args.out / "chat")
@@ -58,8 +60,8 @@ def main() -> None:
         result = train_policy_sft(demos, PolicySFTConfig(
             output_dir=str(args.out / f"sft-lora{lora}"), base_model=base, lora_r=lora,
             max_steps=args.steps, batch_size=16, learning_rate=2e-3, max_length=1024,
-            entity_swaps=0, seed=0), view)
-        policy = PolicyModel.load(result["path"], view)
+            entity_swaps=0, seed=0), view, family=family)
+        policy = PolicyModel.load(result["path"], view, family.policy_view())
         started, exact, seen = time.perf_counter(), 0, 0
         for traj in demos:
             tokens = episode_tokens(policy, traj.task, traj.transitions)

@@ -114,14 +114,15 @@ def main() -> None:
                           beta=args.beta, loss_type=args.loss_type,
                           max_episode_steps=args.episode_steps, concurrency=args.concurrency,
                           seed=args.seed)
-    before = PolicyModel.load(args.policy)
+    view = family.policy_view()
+    before = PolicyModel.load(args.policy, view=view)
     out = Path(args.out)
     try:
-        result = train_grpo(args.policy, out, tasks, pool, cfg, before.cfg)
+        result = train_grpo(args.policy, out, tasks, pool, cfg, before.cfg, view=view)
     finally:
         pool.close()
         family.close()
-    after = PolicyModel.load(out / "policy", before.cfg)
+    after = PolicyModel.load(out / "policy", before.cfg, view)
     rollouts = read_trajectories(out / ROLLOUTS_FILE)
     by_id = {str(t.task_id): t for t in tasks}
     lp0 = action_logps(before, rollouts, by_id)

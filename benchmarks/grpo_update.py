@@ -41,7 +41,7 @@ def one_side(task: str, batches: int, checkpointing: bool, out: Path) -> None:
     try:
         train_grpo(str(shipped_bundle(task).policy_dir), out / "grpo",
                    dream_tasks(family.load_tasks("train"), family), pool, cfg, PolicyConfig(),
-                   stage="bench", on_batch=lambda figures: stamps.append(
+                   stage="bench", view=family.policy_view(), on_batch=lambda figures: stamps.append(
                        [time.perf_counter() - started, figures["rollout/seconds"]]))
     finally:
         pool.close()

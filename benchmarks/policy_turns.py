@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from dreamgym_agents.config import load_config
+from dreamgym_agents.episodes.env import make_family
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel, error_seen, written_actions
 from dreamgym_agents.types import read_trajectories
 
@@ -35,10 +36,13 @@ def main() -> None:
                         help="a PolicyConfig field (e.g. constrained_decoding=false)")
     args = parser.parse_args()
     view = load_config(PolicyConfig(), None, args.set, prefix="policy.")
-    policy = PolicyModel.load(args.checkpoint, view)
+    episodes = read_trajectories(args.episodes)
+    family = make_family(episodes[0].task.family) if episodes else None
+    policy = PolicyModel.load(args.checkpoint, view,
+                              family.policy_view() if family is not None else None)
     jobs = []
-    for episode in read_trajectories(args.episodes):
-        written = written_actions(episode.task, episode.transitions, view)
+    for episode in episodes:
+        written = written_actions(episode.transitions, view, policy.view)
         for i, t in enumerate(episode.transitions):
             ids = policy.segment_ids(episode.task, t.state, written[:i],
                                      error_seen(episode.transitions, i))

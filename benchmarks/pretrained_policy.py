@@ -99,7 +99,8 @@ def main() -> None:
             result = train_policy_sft(demos, PolicySFTConfig(
                 output_dir=str(sft_dir), base_model=args.checkpoint, lora_r=args.lora_r,
                 max_steps=args.steps, batch_size=args.batch, learning_rate=args.lr,
-                max_length=1024, entity_swaps=0, env_loss_weight=0.0, seed=0), view)
+                max_length=1024, entity_swaps=0, env_loss_weight=0.0, seed=0), view,
+                family=family)
             report["sft"] = {k: result[k] for k in ("turns", "steps", "first_loss",
                                                     "last_loss", "seconds", "device")}
             print(f"sft: {report['sft']} ({time.perf_counter() - started:.0f} s)", flush=True)

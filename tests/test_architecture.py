@@ -131,3 +131,23 @@ def test_no_private_name_crosses_a_module():
             if private:
                 offenders.append(f"{path.relative_to(ROOT)}:{line} {target}: {private}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_below_the_cli_and_the_pipeline_a_family_is_handed_down_not_looked_up():
+    """Issue 51: a run resolves its family once and hands it down; below ``cli/`` and
+    ``pipeline/`` a family is built by name (``make_family``, ``family_part``) only in the
+    registry itself and where a buffer is opened without its family (Chroma rebuilds a saved
+    collection's embedding function from its config, by name)."""
+    allowed = {("dreamgym_agents.episodes.env", "make_family"),  # family_part builds by it
+               ("dreamgym_agents.buffer.embedding", "family_part"),
+               ("dreamgym_agents.buffer.replay", "family_part")}
+    found = set()
+    for module, path in core_modules().items():
+        if module.split(".")[1:2] in (["cli"], ["pipeline"]):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in ("make_family", "family_part"):
+                    found.add((module, name))
+    assert found == allowed

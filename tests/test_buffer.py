@@ -614,3 +614,34 @@ def test_http_client_shares_one_buffer(chroma_server):
         server.wait(timeout=20)
         with pytest.raises(EnvError, match=re.escape(url)):
             writer.count()
+
+
+def test_a_buffer_given_its_family_embeds_and_keys_starts_as_the_named_family_does(
+        tmp_path, monkeypatch):
+    """The run hands its resolved family to the buffer (no lookup by name): the family's
+    features embed, its state format keys the starts, exactly as the name would have."""
+    from dreamgym_agents.adapters.webarena.family import WebArenaFamily
+
+    family = WebArenaFamily()
+    named = BufferConfig(path=str(tmp_path / "named"), family="webarena")
+    given = BufferConfig(path=str(tmp_path / "given"), family="webarena")
+    home = page("laptops", LAPTOPS)
+    episode = make_traj("e1", "shop.1", home, config={"start_url": "__SHOPPING__/laptops"})
+    found = []
+    for buffer_cfg, handed in ((named, None), (given, family)):
+        if handed is not None:  # given its family, the buffer looks none up by name
+            def no_lookup(*args, **kwargs):
+                raise AssertionError("a family looked up by name")
+            # (Chroma itself rebuilds the embedding function from its saved config, by name:
+            # HashEmbeddingFunction.build_from_config, its registry's contract)
+            monkeypatch.setattr("dreamgym_agents.buffer.replay.family_part", no_lookup)
+        with ReplayBuffer(buffer_cfg, handed) as buf:
+            assert type(buf._ef._features) is type(family.hash_features(2))
+            buf.add(corpus())
+            buf.add_trajectories([episode])
+            assert buf.start_state("shop.9", start="__SHOPPING__/laptops") == home
+            found.append([(t.action, round(t.info["similarity"], 6))
+                          for t in buf.retrieve(page("laptops", LAPTOPS), "click('20')", k=4)])
+    assert found[0] == found[1]
+    with pytest.raises(ConfigError, match="opened with the 'webarena' family"):
+        ReplayBuffer(BufferConfig(path=str(tmp_path / "x"), family="alfworld"), family)

@@ -214,8 +214,9 @@ def test_a_turn_lists_the_states_commands_only_when_asked():
     family = make_family("alfworld")
     task = family.load_tasks("test")[0]
     state = family.state_format().initial_state(task)
-    plain = turn_text(task, state, cfg=PolicyConfig())
-    listed = turn_text(task, state, cfg=PolicyConfig(show_options=True))
+    view = family.policy_view()
+    plain = turn_text(task, state, cfg=PolicyConfig(), view=view)
+    listed = turn_text(task, state, cfg=PolicyConfig(show_options=True), view=view)
     assert "Commands:" not in plain and listed.startswith(plain.split("\nTask:")[0])
     commands = listed.split("Commands: ", 1)[1].split("\n", 1)[0].split("; ")
     assert "look" in commands or any(c.startswith("go to ") for c in commands)

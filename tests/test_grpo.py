@@ -13,6 +13,7 @@ from conftest import CounterEnv, counter_tasks
 from test_dream_contract import SAY_HI, make_env
 from test_policy import counter_demos, tiny_sft
 
+from dreamgym_agents.adapters.webarena.policy_view import WebPolicyView
 from dreamgym_agents.episodes.graph import EnvPool
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.policy.model import PolicyConfig, PolicyModel
@@ -160,7 +161,7 @@ def test_constrained_actions_are_scored_under_the_distribution_they_were_sampled
     from dreamgym_agents.policy.model import EpisodeTokens
 
     demos = counter_demos(tmp_path, counter_env_factory, 3)
-    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5))
+    policy = PolicyModel.load(tiny_sft(tmp_path, demos, steps=5), view=WebPolicyView())
     task = Task(task_id="t", family="webarena", intent="Open the Laptops page")
     page = ("URL: http://s/\nTitle: Shop\n[3] link 'Laptops'\n[4] link 'Headphones'\n"
             "[5] searchbox 'Search'\n[6] button 'Search'")

@@ -9,7 +9,8 @@ import pytest
 from conftest import counter_tasks
 from counter_agents import CounterSolver
 
-from dreamgym_agents.adapters.webarena.policy_view import compact_page
+from dreamgym_agents.adapters.webarena.actions import WebActionSet
+from dreamgym_agents.adapters.webarena.policy_view import WebPolicyView, compact_page
 from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.policy.model import (
@@ -53,11 +54,14 @@ def test_compact_page_and_segment():
     assert shown.splitlines()[5].endswith("…") and len(shown.splitlines()[5]) == 101
     assert compact_page(page, max_lines=3).splitlines()[-1] == "(… 3 more lines)"
     task = Task(task_id="1", family="webarena", intent="Buy it")
+    web = WebPolicyView()
     seg = render_segment(task, page, ["click('3')", "go_back()"], "no such element",
-                         PolicyConfig(history_actions=1))
+                         PolicyConfig(history_actions=1), web)
     assert seg.startswith(f"{USER}URL: http://s/\nTitle: Shop\nlink 'Laptops'\n")
     assert "[3] link 'Laptops'" in render_segment(task, page, cfg=PolicyConfig(
-        element_refs="bid"))
+        element_refs="bid"), view=web)
+    # no view: the state as plain text (bids and roles kept)
+    assert "[3] link 'Laptops'\nStaticText 'Hello there'" in render_segment(task, page)
     assert seg.endswith(f"\nTask: Buy it\nSteps: go_back()\nError: no such element\n{ASSISTANT}")
 
 
@@ -156,7 +160,7 @@ def test_entity_swaps_replace_the_copied_entity_everywhere():
 
     episodes = [_shop_episode(0, "Acme Red Chair"), _shop_episode(1, "Bolt Blue Lamp"),
                 _shop_episode(2, "Cora Desk Fan", typed="Cora")]  # typed in part: not swapped
-    swapped = swap_entities(episodes, copies=2, seed=0)
+    swapped = swap_entities(episodes, copies=2, seed=0, action_set=WebActionSet())
     assert len(swapped) == 4 and {s.task.task_id for s in swapped} == {
         "t0~swap0", "t0~swap1", "t1~swap0", "t1~swap1"}
     for s in swapped:
@@ -181,7 +185,7 @@ def test_novel_swaps_invent_a_value_of_the_same_shape_and_use_it_everywhere():
     assert [len(w) for w in re.findall(r"[A-Za-z]+", made)] == [4, 3, 5, 2]
     assert re.sub(r"[A-Za-z]", "x", made) == "xxxx xxx-xxxxx, 10 xx"  # digits, marks kept
     episodes = [_shop_episode(0, "Acme Red Chair"), _shop_episode(1, "Bolt Blue Lamp")]
-    swapped = swap_entities(episodes, copies=3, seed=0, novel=1.0)
+    swapped = swap_entities(episodes, copies=3, seed=0, novel=1.0, action_set=WebActionSet())
     assert len(swapped) == 6
     for s in swapped:
         new = s.task.params["product"]
@@ -196,7 +200,7 @@ def test_episode_tokens_write_elements_by_name_and_the_agent_resolves_them(tmp_p
     from dreamgym_agents.episodes.env import Observation
 
     policy = PolicyModel.load(tiny_sft(tmp_path, counter_demos(tmp_path, counter_env_factory, 2),
-                                       steps=1))
+                                       steps=1), view=WebPolicyView())
     episode = _shop_episode(0, "Acme Red Chair")
     tokens = episode_tokens(policy, episode.task, episode.transitions)
     written = policy.decode([i for i, m in zip(tokens.ids, tokens.mask, strict=True) if m])

@@ -17,6 +17,7 @@ from dreamgym_agents.episodes.graph import RunConfig, run_episodes
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.gateway.local import load_causal_lm
 from dreamgym_agents.policy.model import (
+    PlainView,
     PolicyAgent,
     PolicyConfig,
     PolicyModel,
@@ -102,6 +103,10 @@ def test_sft_in_the_chat_layout_then_play_in_it(tmp_path, chat_base, counter_env
         @staticmethod
         def offline_agents(seed):
             return {}
+
+        @staticmethod
+        def policy_view():
+            return PlainView()
 
     agent = build_agent(f"hf/{out}", seed=0, family=NoAgents(),
                         sections=Sections(None, None, ("llm",)))

@@ -176,6 +176,13 @@ _FEATURES: dict[tuple[str, int], HashFeatures] = {}
 _FEATURES_LOCK = threading.Lock()
 
 
+def family_hash_features_of(family: Any, version: int) -> HashFeatures:
+    """The hash features of a resolved task family at ``version`` (its ``hash_features``
+    hook; plain :class:`TextFeatures` for a family without one)."""
+    hook = getattr(family, "hash_features", None)
+    return hook(version) if hook is not None else TextFeatures()
+
+
 def family_hash_features(family: str, version: int) -> HashFeatures:
     """The hash features of task ``family`` at ``version`` (its ``hash_features`` hook; plain
     :class:`TextFeatures` for ``""`` or a family without one), built once per process.
@@ -244,12 +251,16 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         dim: Number of hash buckets (the embedding dimension).
         action_weight: Share of the similarity given to the action, in ``[0, 1]``.
         features: Version of the family's features (:data:`HASH_FEATURES`).
-        family: The task family whose features embed the texts (:func:`family_hash_features`;
-            ``""``: plain :class:`TextFeatures`).
+        family: The task family whose features embed the texts, as the collection's config
+            records it (``""``: plain :class:`TextFeatures`).
+        hash_features: Those features, of the family the caller resolved
+            (:func:`family_hash_features_of`); without them, built from ``family``'s name
+            (:func:`family_hash_features`), as when Chroma rebuilds a saved collection's function.
     """
 
     def __init__(self, dim: int = 1024, action_weight: float = ACTION_WEIGHT,
-                 features: int = HASH_FEATURES, family: str = "") -> None:
+                 features: int = HASH_FEATURES, family: str = "",
+                 hash_features: HashFeatures | None = None) -> None:
         if dim < 16:
             raise ConfigError(f"hash embedding dim must be >= 16, got {dim}")
         if not 0.0 <= action_weight <= 1.0:
@@ -260,7 +271,8 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         self.action_weight = float(action_weight)
         self.features = int(features)
         self.family = family
-        self._features = family_hash_features(family, self.features)
+        self._features = hash_features if hash_features is not None \
+            else family_hash_features(family, self.features)
 
     def embed_text(self, text: str) -> np.ndarray:
         """Embed one document (a :func:`transition_key_text` or any text)."""
@@ -417,14 +429,15 @@ def check_embedding_spec(spec: str) -> None:
 
 
 def make_embedding_function(
-    spec: str, *, hash_dim: int = 1024, api_base: str | None = None, family: str = ""
+    spec: str, *, hash_dim: int = 1024, api_base: str | None = None, family: str = "",
+    hash_features: HashFeatures | None = None,
 ) -> EmbeddingFunction[Documents]:
     """Build the embedding function named by ``spec`` (see the module docstring); a ``hash``
-    one with ``family``'s features."""
+    one with ``family``'s features (``hash_features``, where the caller has them)."""
     check_embedding_spec(spec)
     kind, _, arg = spec.partition(":")
     if kind == "hash":
-        return HashEmbeddingFunction(dim=hash_dim, family=family)
+        return HashEmbeddingFunction(dim=hash_dim, family=family, hash_features=hash_features)
     if kind == "st":
         return SentenceTransformerEmbedding(model=arg.strip())
     return LiteLLMEmbedding(model=arg.strip(), api_base=api_base)

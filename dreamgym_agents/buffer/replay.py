@@ -39,10 +39,13 @@ from urllib.parse import urlsplit
 import chromadb
 
 from dreamgym_agents.buffer.embedding import (
+    ACTION_WEIGHT,
+    HASH_FEATURES,
     KEY_DIGEST,
     HashEmbeddingFunction,
     Record,
     check_embedding_spec,
+    family_hash_features_of,
     key_digest,
     make_embedding_function,
     record_transition,
@@ -51,7 +54,7 @@ from dreamgym_agents.buffer.embedding import (
     transition_record,
 )
 from dreamgym_agents.buffer.memory_index import MemoryIndex
-from dreamgym_agents.episodes.env import family_part
+from dreamgym_agents.episodes.env import TaskFamily, family_part, family_root
 from dreamgym_agents.errors import ConfigError, DreamGymError, EnvError
 from dreamgym_agents.types import PROVENANCES, Task, Trajectory, Transition, iter_trajectories
 
@@ -191,13 +194,21 @@ class ReplayBuffer:
 
     Args:
         cfg: Where the buffer lives and how it embeds transitions.
+        family: The run's task family, resolved by its caller (``cfg.family`` names it): its
+            hash features embed the transitions and its state format keys each episode's start.
+            Without it, a buffer of a named family builds those parts by the name, as Chroma
+            does when it reopens a saved collection's embedding function.
 
     Raises:
         EnvError: The Chroma server at ``cfg.url`` cannot be reached.
-        ConfigError: The collection exists with a different embedding.
+        ConfigError: The collection exists with a different embedding, or ``family`` is not
+            the one ``cfg.family`` names.
     """
 
-    def __init__(self, cfg: BufferConfig) -> None:
+    def __init__(self, cfg: BufferConfig, family: TaskFamily | None = None) -> None:
+        if family is not None and cfg.family and family_root(cfg.family) != family.name:
+            raise ConfigError(f"buffer of family {cfg.family!r} opened with the "
+                              f"{family.name!r} family")
         self.cfg = cfg
         self._lock = threading.RLock()
         # start states looked up while the collection keeps the size they were read at
@@ -206,11 +217,17 @@ class ReplayBuffer:
         self._last_seq = 0
         self._closed = False
         self._start_keys: dict[str, Callable[[Task], str]] = {}
+        self._family = family
+        self._family_start_key = family.state_format().start_key if family is not None else None
+        self._family_name = family.name if family is not None else ""
         self._index: MemoryIndex | None = None  # buffer.index: memory
         self._index_checked = 0.0
         self._index_lock = threading.Lock()
-        self._ef = make_embedding_function(cfg.embedding, hash_dim=cfg.hash_dim,
-                                           api_base=cfg.embedding_api_base, family=cfg.family)
+        self._ef = make_embedding_function(
+            cfg.embedding, hash_dim=cfg.hash_dim, api_base=cfg.embedding_api_base,
+            family=cfg.family or (family.name if family is not None else ""),
+            hash_features=family_hash_features_of(family, HASH_FEATURES)
+            if family is not None else None)
         self._client = self._connect()
         try:
             self._collection = self._open_collection()
@@ -280,7 +297,7 @@ class ReplayBuffer:
                 and theirs != ours["config"]):
             # A buffer made with another state/action weighting, feature version (an older
             # default) or family's features keeps its own: they are part of its stored vectors.
-            self._ef = HashEmbeddingFunction.build_from_config(theirs)
+            self._ef = self._saved_embedding(theirs)
             with self._guard():
                 collection = self._client.get_collection(name, embedding_function=self._ef)
             return collection
@@ -292,6 +309,20 @@ class ReplayBuffer:
                 "to a new name"
             )
         return collection
+
+    def _saved_embedding(self, config: dict[str, Any]) -> HashEmbeddingFunction:
+        """The hash embedding a collection was saved with; its family's features from the
+        buffer's family where that is the one it names."""
+        saved = HashEmbeddingFunction.build_from_config
+        named = str(config.get("family", ""))
+        if self._family is None or not named or family_root(named) != self._family_name:
+            return saved(config)
+        version = int(config.get("features", 1))
+        return HashEmbeddingFunction(
+            dim=int(config.get("dim", 1024)),
+            action_weight=float(config.get("action_weight", ACTION_WEIGHT)),
+            features=version, family=named,
+            hash_features=family_hash_features_of(self._family, version))
 
     def close(self) -> None:
         """Release the Chroma client (the data stays on disk or on the server)."""
@@ -325,8 +356,10 @@ class ReplayBuffer:
             return self._last_seq
 
     def _start_key(self, task: Task) -> str:
-        """Where ``task`` starts, by its family's ``StateFormat.start_key`` ("" for a family
-        not installed here)."""
+        """Where ``task`` starts, by its family's ``StateFormat.start_key`` (the buffer's
+        family's; another family's by its name; "" for a family not installed here)."""
+        if self._family_start_key is not None and family_root(task.family) == self._family_name:
+            return str(self._family_start_key(task) or "")
         start_key = self._start_keys.get(task.family)
         if start_key is None:
             try:

@@ -168,7 +168,8 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                               "plays in its own layout")
         # its own settings, then the section's (``--set agent.temperature=1`` samples it)
         cfg = sections.configure(trained, section)
-        return PolicyAgent(PolicyModel.load(agent[3:], cfg), keep_tokens=False)
+        return PolicyAgent(PolicyModel.load(agent[3:], cfg, family.policy_view()),
+                           keep_tokens=False)
     if program:
         from dreamgym_agents.prompts.programs import load_program
 

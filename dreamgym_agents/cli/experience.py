@@ -363,7 +363,7 @@ def build_experience(
     buf_cfg = sections.configure(BufferConfig(family=family.name), "buffer", buf_flags)
     gateway = sections.gateway(experience_model, "llm", concurrency)
     try:
-        buffer = ReplayBuffer(buf_cfg)
+        buffer = ReplayBuffer(buf_cfg, family)
     except BaseException:
         gateway.close()
         raise
@@ -789,8 +789,13 @@ def train_experience_command(
     # under a launcher (torchrun, accelerate launch) the main process alone opens the buffer
     # and prints; every process trains (dreamgym_agents.launch)
     main = launch.is_main()
-    buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer"),
-                                       family=trajectories[0].task.family)) if main else None
+    try:
+        buffer = ReplayBuffer(BufferConfig(path=str(buffer_path or out / "buffer"),
+                                           family=trajectories[0].task.family),
+                              made) if main else None
+    except BaseException:
+        made.close()
+        raise
     console = make_console(quiet=not main)
     try:
         console.print(f"training on {len(trajectories)} episodes from {len(data)} file(s) → {out}"

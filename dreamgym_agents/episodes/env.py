@@ -405,6 +405,11 @@ def family_names() -> list[str]:
     return sorted(set(_FAMILIES) | set(_entry_points()))
 
 
+def family_root(task: str) -> str:
+    """The family name of a task family's id: ``tau2`` of ``tau2.retail``."""
+    return task.split(".", 1)[0]
+
+
 def family_part(task: str, part: Callable[[TaskFamily], Any]) -> Any:
     """``part(family)`` of the family named by ``task``, the family closed afterwards (for what
     outlives it: its action set, a state format's function, its hash features).
@@ -428,7 +433,7 @@ def make_family(task: str) -> TaskFamily:
     Raises:
         ConfigError: No family has that name; the message lists the known ones.
     """
-    prefix = task.split(".", 1)[0]
+    prefix = family_root(task)
     factory = _FAMILIES.get(prefix)
     if factory is None:
         found = _entry_points().get(prefix)

@@ -304,7 +304,8 @@ class Dream:
         exp_cfg = ExperienceConfig(**{**trained_settings(experience_model), **settings})
         self.gateway = Gateway(LLMConfig(model=experience_model, max_concurrency=concurrency))
         try:
-            self.buffer = ReplayBuffer(BufferConfig(path=str(buffer_path), family=family.name))
+            self.buffer = ReplayBuffer(BufferConfig(path=str(buffer_path), family=family.name),
+                                       family)
         except BaseException:
             self.gateway.close()
             raise

@@ -195,16 +195,14 @@ def ensure_buffer(bundle: Bundle, folder: Path, *,
         family = make_family(bundle.family)
         try:
             held_out = HeldOut.for_family(family)
+            episodes = held_out.keep(read_episodes(bundle.collect_file), "buffer")
+            if folder.exists():
+                shutil.rmtree(folder)  # an interrupted first use
+            with ReplayBuffer(BufferConfig(path=str(folder), family=bundle.family),
+                              family) as buffer:
+                count = buffer.add_trajectories(episodes, provenance="offline")
         finally:
             family.close()
-        episodes = held_out.keep(read_episodes(bundle.collect_file), "buffer")
-        if folder.exists():
-            shutil.rmtree(folder)  # an interrupted first use
-        buffer = ReplayBuffer(BufferConfig(path=str(folder), family=bundle.family))
-        try:
-            count = buffer.add_trajectories(episodes, provenance="offline")
-        finally:
-            buffer.close()
         ready.write_text(json.dumps({"bundle": bundle.id, "transitions": count,
                                      "held_out_rejected": held_out.rejected["buffer"]}))
         say(f"replay buffer: {count} seed transitions of the bundle {bundle.id} → {folder}")

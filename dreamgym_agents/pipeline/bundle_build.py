@@ -279,17 +279,19 @@ class _Build:
         try:
             held_out = HeldOut.for_family(family)
             excluded = warm_start_excluded(family)
+            episodes = held_out.keep(
+                [*read_offline(self.out / COLLECT_FILE, exclude=excluded),
+                 *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))],
+                "warm_start_data")
+            sft_cfg = replace(self.warm_start_config(), time_budget_s=self.remaining(),
+                              checkpoint_every=100)
+            self.reporter.say(f"warm start: {sft_cfg.max_steps} SFT steps from the experience "
+                              f"model's weights on {len(episodes)} offline episodes")
+            tick = self.reporter.bar("warm start SFT steps", sft_cfg.max_steps or 0)
+            result = train_policy_sft(episodes, sft_cfg, self.cfg.policy_view, family=family,
+                                      on_step=tick)
         finally:
             family.close()
-        episodes = held_out.keep([*read_offline(self.out / COLLECT_FILE, exclude=excluded),
-                                  *read_offline(self.out / DEMOS_FILE, collectors=("oracle",))],
-                                 "warm_start_data")
-        sft_cfg = replace(self.warm_start_config(), time_budget_s=self.remaining(),
-                          checkpoint_every=100)
-        self.reporter.say(f"warm start: {sft_cfg.max_steps} SFT steps from the experience "
-                          f"model's weights on {len(episodes)} offline episodes")
-        tick = self.reporter.bar("warm start SFT steps", sft_cfg.max_steps or 0)
-        result = train_policy_sft(episodes, sft_cfg, self.cfg.policy_view, on_step=tick)
         if result["partial"]:
             (self.out / "policy" / "PARTIAL").write_text(json.dumps(result, indent=2))
             raise PartialBuildError(
@@ -439,12 +441,13 @@ def measure_calibration(bundle: Bundle, cfg: BuildConfig, family: Any, folder: P
     paths = bundle.experience_paths(progress=reporter.say, buffer_dir=folder / "buffer" / "db")
     gateway = Gateway(LLMConfig(model=paths["model"],
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
-    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family))
+    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family), family)
     try:
         exp_cfg = ExperienceConfig(**trained_settings(paths["model"]))
         model = ExperienceModel(exp_cfg, gateway, buffer,
                                 codec=family.experience_codec(exp_cfg.codec_version))
-        agent = PolicyAgent(PolicyModel.load(bundle.policy_dir, cfg.policy_view),
+        agent = PolicyAgent(PolicyModel.load(bundle.policy_dir, cfg.policy_view,
+                                             family.policy_view()),
                             temperature=0.0, keep_tokens=False, name="policy-warm_start")
         tick = reporter.bar("warm start calibration episodes", 2 * len(tasks))
         result = calibrate_policy(
@@ -483,10 +486,10 @@ def measure_fidelity(bundle: Bundle, cfg: BuildConfig, runs: list[Path], folder:
     paths = bundle.experience_paths(progress=reporter.say, buffer_dir=folder / "buffer" / "db")
     gateway = Gateway(LLMConfig(model=paths["model"],
                                 max_concurrency=max(4, cfg.fidelity_concurrency)))
-    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family))
     from dreamgym_agents.episodes.env import make_family
 
     made = make_family(family)
+    buffer = ReplayBuffer(BufferConfig(path=paths["buffer"], family=bundle.family), made)
     try:
         exp_cfg = ExperienceConfig(**trained_settings(paths["model"]))
         model = ExperienceModel(exp_cfg, gateway, buffer,

@@ -450,7 +450,7 @@ def _train_embedded(recipe: EmbeddedRecipe, episodes: list[Any], folder: Path, f
         + (f", and {len(renamed)} renamed copies" if renamed else "")
         + f"): {recipe.sft_steps} SFT steps")
     (folder / "PARTIAL").unlink(missing_ok=True)
-    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer"), family=family))
+    buffer = ReplayBuffer(BufferConfig(path=str(folder / "buffer"), family=family), made)
     try:
         buffer.clear()
         manifest = train_from_trajectories(

@@ -737,8 +737,9 @@ class Pipeline:
         if not tasks:
             return None
         model, _, buffer = self.dream()
-        agent = PolicyAgent(PolicyModel.load(policy, self.cfg.policy_view), temperature=0.0,
-                            keep_tokens=False, name=f"policy-{name}")
+        agent = PolicyAgent(PolicyModel.load(policy, self.cfg.policy_view,
+                                             self.family().policy_view()),
+                            temperature=0.0, keep_tokens=False, name=f"policy-{name}")
         tick = self.reporter.bar(f"{name} calibration", 2 * len(tasks) if real_folder is None
                                  else len(tasks))
         result = calibrate_policy(
@@ -889,7 +890,7 @@ class Pipeline:
         if build.exists() and not sft_cfg.checkpoint_every:
             shutil.rmtree(build)  # an interrupted build that cannot resume
         result = train_policy_sft(episodes, replace(sft_cfg, output_dir=str(build)),
-                                  self.cfg.policy_view, on_step=tick)
+                                  self.cfg.policy_view, family=self.family(), on_step=tick)
         if result["partial"]:
             raise PartialBuildError(
                 f"sft.time_budget_s stopped the warm start at step {result['steps']} of "
@@ -1077,6 +1078,7 @@ class Pipeline:
                                 metrics_file=self.out / METRICS_FILE,
                                 on_batch=lambda figures: tick(1, figures),
                                 validate=self._validation(stage, folder, cfg),
+                                view=self.family().policy_view(),
                                 on_episodes=self._buffer_sink(stage, real=real, fresh=fresh,
                                                               start=start),
                                 resumable=resumable)
@@ -1258,7 +1260,7 @@ def evaluate_policy(checkpoint: str | Path, tasks: list[Any], family: Any, folde
     from dreamgym_agents.episodes.graph import RunConfig, run_episodes
     from dreamgym_agents.policy.model import PolicyAgent
 
-    policy = PolicyModel.load(checkpoint, view)
+    policy = PolicyModel.load(checkpoint, view, family.policy_view())
     agent = PolicyAgent(policy, temperature=0.0, keep_tokens=False, name=f"policy-{name}")
     run_cfg = RunConfig(out_dir=folder, concurrency=concurrency, max_steps=max_steps, meta=meta)
     # a policy reads no expert's plan: ALFWorld's expert does not plan for it

@@ -29,7 +29,6 @@ grammar for constrained decoding.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
@@ -215,53 +214,35 @@ class PlainView:
         return ChoiceGrammar(options) if options else None
 
 
-@functools.cache
-def family_view(family: str) -> PolicyView:
-    """The policy view of a task family (``TaskFamily.policy_view``), made once per family; a
-    name no family registers (an environment of a script's or a test's own, played without a
-    family) gets :class:`PlainView`."""
-    from dreamgym_agents.episodes.env import family_names, make_family
-
-    if family not in family_names():
-        logger.info("no task family %r: the policy sees its states as plain text", family)
-        return PlainView()
-    made = make_family(family)
-    try:
-        return made.policy_view()
-    finally:
-        made.close()
-
-
-def view_of(task: Task | str) -> PolicyView:
-    """The policy view of a task's family (a bare intent: :class:`PlainView`)."""
-    return family_view(task.family.split(".", 1)[0]) if isinstance(task, Task) else PlainView()
-
-
 def turn_text(task: Task | str, state: str, actions: list[str] | None = None,
-              error: str = "", cfg: PolicyConfig | None = None) -> str:
-    """What the policy reads in one turn, in any layout: page, task, last actions (as the
-    policy writes them, :func:`written_actions`), error."""
+              error: str = "", cfg: PolicyConfig | None = None,
+              view: PolicyView | None = None) -> str:
+    """What the policy reads in one turn, in any layout: page (as the family's ``view`` shows
+    it; None: :class:`PlainView`), task, last actions (as the policy writes them,
+    :func:`written_actions`), error."""
     cfg = cfg or PolicyConfig()
     intent = task.intent if isinstance(task, Task) else task
     recent = (actions or [])[-cfg.history_actions:] if cfg.history_actions else []
     steps = "; ".join(recent) if recent else "(none)"
     note = f"Error: {error.strip().splitlines()[0][:160]}\n" if error.strip() else ""
-    page = view_of(task).page(state, intent, cfg)
+    page = (view or PlainView()).page(state, intent, cfg)
     return f"{page}\nTask: {intent}\nSteps: {steps}\n{note}"
 
 
 def render_segment(task: Task | str, state: str, actions: list[str] | None = None,
-                   error: str = "", cfg: PolicyConfig | None = None) -> str:
+                   error: str = "", cfg: PolicyConfig | None = None,
+                   view: PolicyView | None = None) -> str:
     """The environment's segment of one turn in the compact layout (:func:`turn_text` between
     the turn markers)."""
-    return f"{USER}{turn_text(task, state, actions, error, cfg)}{ASSISTANT}"
+    return f"{USER}{turn_text(task, state, actions, error, cfg, view)}{ASSISTANT}"
 
 
-def written_actions(task: Task | str, history: list[Transition],
-                    cfg: PolicyConfig) -> list[str]:
-    """The episode's actions as the policy writes them, through the family's view (the web
-    family's ``name`` references write a bid as its element's role and name on its page)."""
-    view = view_of(task)
+def written_actions(history: list[Transition], cfg: PolicyConfig,
+                    view: PolicyView | None = None) -> list[str]:
+    """The episode's actions as the policy writes them, through the family's ``view`` (the
+    web family's ``name`` references write a bid as its element's role and name on its page;
+    None: :class:`PlainView`, as recorded)."""
+    view = view or PlainView()
     return [view.written(t.action, t.state, cfg) for t in history]
 
 
@@ -379,13 +360,18 @@ class PolicyModel:
     """
 
     def __init__(self, model: Any, tokenizer: Any, cfg: PolicyConfig | None = None,
-                 name: str = "policy", engine: Any = None) -> None:
+                 name: str = "policy", engine: Any = None,
+                 view: PolicyView | None = None) -> None:
         from dreamgym_agents.gateway.local import eos_ids, make_batcher
 
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = cfg or PolicyConfig()
         self.name = name
+        self.view: PolicyView = view or PlainView()
+        """How the policy sees its family's states (``TaskFamily.policy_view``, handed in by
+        whoever resolved the family); :class:`PlainView` without one."""
+        self._viewless: set[str] = set()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else tokenizer.eos_token_id
         self.pad_id = int(pad or 0)
@@ -408,9 +394,11 @@ class PolicyModel:
         self._vocab: Any = None
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None) -> PolicyModel:
+    def load(cls, path: str | os.PathLike[str], cfg: PolicyConfig | None = None,
+             view: PolicyView | None = None) -> PolicyModel:
         """Load a checkpoint directory written by ``save_pretrained``; with no ``cfg``, in the
-        settings it was trained with (its :data:`POLICY_FILE`) when it says them."""
+        settings it was trained with (its :data:`POLICY_FILE`) when it says them; ``view``: its
+        tasks' family's policy view."""
         from dreamgym_agents.gateway.local import load_local_model
 
         directory = Path(path).expanduser()
@@ -419,7 +407,7 @@ class PolicyModel:
                               "save_pretrained, e.g. a run's checkpoints/sft)")
         tokenizer, model = load_local_model(directory)
         return cls(model, tokenizer, cfg or trained_policy_settings(directory),
-                   name=f"policy-{directory.name}")
+                   name=f"policy-{directory.name}", view=view)
 
     def save_settings(self, directory: str | os.PathLike[str]) -> None:
         """Write the settings this policy plays with beside its checkpoint
@@ -452,10 +440,21 @@ class PolicyModel:
     def segment_ids(self, task: Task | str, state: str, actions: list[str] | None = None,
                     error: str = "") -> list[int]:
         """The environment's segment of one turn, in the policy's layout (``format``)."""
+        view = self.view_for(task)
         if self.format == "compact":
-            return self.encode(render_segment(task, state, actions, error, self.cfg))
-        text = turn_text(task, state, actions, error, self.cfg)
+            return self.encode(render_segment(task, state, actions, error, self.cfg, view))
+        text = turn_text(task, state, actions, error, self.cfg, view)
         return self.encode(self._chat([{"role": "user", "content": text}], prompt=True))
+
+    def view_for(self, task: Task | str) -> PolicyView:
+        """The view the policy sees ``task`` through: its own (the same for every task); a
+        task of a named family met without a view is said once, as it plays as plain text."""
+        if isinstance(self.view, PlainView) and isinstance(task, Task) and task.family \
+                and task.family not in self._viewless:
+            self._viewless.add(task.family)
+            logger.info("%s was given no policy view: tasks of family %r are shown as plain "
+                        "text (pass the family's policy_view())", self.name, task.family)
+        return self.view
 
     def action_ids(self, action: str) -> list[int]:
         """A recorded action as the policy would have written it (with its end of turn)."""
@@ -477,7 +476,7 @@ class PolicyModel:
         if not self._vocab.ok:
             return None
         intent = task.intent if isinstance(task, Task) else task
-        grammar = view_of(task).grammar(state, intent, self.cfg)
+        grammar = self.view_for(task).grammar(state, intent, self.cfg)
         return None if grammar is None else Constraint(grammar, self._vocab, self.eos)
 
     def generate(self, ids: list[int], temperature: float | None = None,
@@ -536,7 +535,8 @@ class PolicyAgent:
     def _segment(self, task: Task, observation: Observation, history: list[Transition],
                  episode_id: str) -> tuple[EpisodeTokens, list[int]]:
         ids = self.policy.segment_ids(task, observation.state,
-                                      written_actions(task, history, self.policy.cfg),
+                                      written_actions(history, self.policy.cfg,
+                                                      self.policy.view),
                                       observation.error)
         with self._lock:
             tokens = self._episodes.get(episode_id)
@@ -565,7 +565,8 @@ class PolicyAgent:
                 self._episodes.pop(episode_id, None)
         written = self.policy.decode(new).strip()
         # nothing on the state to resolve to: the environment refuses the text as written
-        action = view_of(task).resolve(written, observation.state, self.policy.cfg) or written
+        action = self.policy.view.resolve(written, observation.state, self.policy.cfg) \
+            or written
         return Decision(action=action, raw=written,
                         usage=ModelUsage(calls=1, prompt_tokens=len(ids),
                                          completion_tokens=len(new)),
@@ -591,7 +592,7 @@ def error_seen(transitions: list[Transition], index: int) -> str:
 def episode_tokens(policy: PolicyModel, task: Task, transitions: list[Transition]) -> EpisodeTokens:
     """A recorded episode in the policy's layout (for SFT): every action after its turn."""
     tokens = EpisodeTokens()
-    written = written_actions(task, transitions, policy.cfg)
+    written = written_actions(transitions, policy.cfg, policy.view)
     for i, t in enumerate(transitions):
         tokens.add_env(policy.segment_ids(task, t.state, written[:i],
                                           error_seen(transitions, i)))

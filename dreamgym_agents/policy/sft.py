@@ -24,13 +24,14 @@ from typing import Any
 
 from dreamgym_agents import launch
 from dreamgym_agents.episodes.agent import EXPLORATION
-from dreamgym_agents.episodes.env import family_part
+from dreamgym_agents.episodes.env import ActionSet, TaskFamily
 from dreamgym_agents.errors import ConfigError, MissingExtraError
 from dreamgym_agents.policy.model import (
     ASSISTANT,
     USER,
     PolicyConfig,
     PolicyModel,
+    PolicyView,
     episode_tokens,
     render_segment,
     turn_format,
@@ -158,7 +159,8 @@ def sft_rows(policy: PolicyModel, trajectories: list[Trajectory], max_length: in
 
 
 def swap_entities(trajectories: list[Trajectory], copies: int,
-                  seed: int = 0, novel: float = 0.0) -> list[Trajectory]:
+                  seed: int = 0, novel: float = 0.0,
+                  action_set: ActionSet | None = None) -> list[Trajectory]:
     """``copies`` variants of each episode whose task names an entity that the episode copies, with
     that entity replaced by another value of the same parameter everywhere it appears: the task,
     every page and every action. An entity is a task parameter of at least 5 characters with a
@@ -171,12 +173,15 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
     old one replaced by an invented word of its length and case) rather than another task's:
     other tasks' values are a closed set a model can learn to pick from by partial cues (a
     warm start then writes a *training* product's name for a test product); a name never seen
-    elsewhere can only be copied."""
+    elsewhere can only be copied.
+
+    ``action_set`` (the episodes' family's) reads the texts their actions type: an entity
+    typed in parts is not swapped (without one, every action is taken as typing nothing).
+    """
     import random
     from dataclasses import replace
 
     rng = random.Random(seed)
-    action_sets: dict[str, Any] = {}
     values: dict[str, list[str]] = {}
     for traj in trajectories:
         for key, value in traj.task.params.items():
@@ -189,7 +194,7 @@ def swap_entities(trajectories: list[Trajectory], copies: int,
         # alone ("cheapest") decides what to do, and swapping it would teach the wrong thing
         names = {k: v for k, v in traj.task.params.items()
                  if _entity(v) and len(values[k]) > 1 and v in seen}
-        if not names or any(text != v and text in v for text in typed_texts(traj, action_sets)
+        if not names or any(text != v and text in v for text in typed_texts(traj, action_set)
                             for v in names.values()):
             continue  # an entity typed in parts (an address over four fields) cannot be swapped
         for n in range(copies):
@@ -229,23 +234,15 @@ def novel_value(value: str, rng: Any) -> str:
     return _WORD.sub(word, value)
 
 
-def typed_texts(traj: Trajectory, action_sets: dict[str, Any]) -> list[str]:
-    """The texts the episode's actions type into fields (its family's actions' ``typed``;
-    ``action_sets`` caches each family's action set)."""
-    family = traj.task.family
-    if family not in action_sets:
-        try:
-            action_sets[family] = family_part(family, lambda f: f.action_set())
-        except ConfigError:
-            logger.warning("family %r is not installed: its actions are not read for typed "
-                           "text", family)
-            action_sets[family] = None
-    if action_sets[family] is None:
+def typed_texts(traj: Trajectory, action_set: ActionSet | None) -> list[str]:
+    """The texts the episode's actions type into fields (its family's actions' ``typed``,
+    parsed by the family's ``action_set``; none without one)."""
+    if action_set is None:
         return []
     out = []
     for t in traj.transitions:
         try:
-            actions = action_sets[family].parse(t.action)
+            actions = action_set.parse(t.action)
         except ValueError:
             continue  # an invalid step types nothing
         out += [text for a in actions if (text := getattr(a, "typed", None))]
@@ -256,21 +253,28 @@ def _entity(value: str) -> bool:
     return len(value) >= 5 and any(c.isalpha() for c in value)
 
 
-def corpus(trajectories: list[Trajectory], policy_cfg: PolicyConfig) -> list[str]:
-    """Texts a from-scratch tokenizer learns its merges from: every turn and action seen."""
+def corpus(trajectories: list[Trajectory], policy_cfg: PolicyConfig,
+           view: PolicyView | None = None) -> list[str]:
+    """Texts a from-scratch tokenizer learns its merges from: every turn (as ``view`` shows
+    it) and action seen."""
     texts = []
     for traj in trajectories:
         for t in traj.transitions:
-            texts.append(render_segment(traj.task, t.state, cfg=policy_cfg))
+            texts.append(render_segment(traj.task, t.state, cfg=policy_cfg, view=view))
             texts.append(t.action)
     return texts
 
 
 def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
                      policy_cfg: PolicyConfig | None = None, *,
+                     family: TaskFamily | None = None,
                      on_step: Callable[..., None] | None = None) -> dict[str, Any]:
     """Warm-start a policy on the successful episodes among ``trajectories``; save it to
     ``cfg.output_dir``; return what was done (examples, steps, losses, seconds).
+
+    ``family`` (the episodes', resolved by the caller) shows the policy its states
+    (``policy_view``) and reads what its actions type (``action_set``, for the entity swaps);
+    without one, states are plain text.
 
     Raises:
         ConfigError: No successful episode to learn from.
@@ -288,12 +292,15 @@ def train_policy_sft(trajectories: list[Trajectory], cfg: PolicySFTConfig,
         raise ConfigError(LORA_NEEDS_A_BASE)
     start = time.perf_counter()
     out = Path(cfg.output_dir)
-    tokenizer, model = starting_model(cfg, out, lambda: corpus(trajectories, policy_cfg))
+    view = family.policy_view() if family is not None else None
+    tokenizer, model = starting_model(cfg, out, lambda: corpus(trajectories, policy_cfg, view))
     _add_turn_tokens(tokenizer, model, turn_format(tokenizer, policy_cfg.turn_format))
     if cfg.lora_r:
         model = with_lora(model, cfg.lora_r)
-    policy = PolicyModel(model, tokenizer, policy_cfg)
-    examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed, cfg.novel_swaps)
+    policy = PolicyModel(model, tokenizer, policy_cfg, view=view)
+    action_set = family.action_set() if family is not None else None
+    examples = wins + swap_entities(wins, cfg.entity_swaps, cfg.seed, cfg.novel_swaps,
+                                    action_set)
     rows, cut = sft_rows(policy, examples, cfg.max_length, cfg.env_loss_weight)
     if not rows:
         raise ConfigError(f"no turn of a successful episode fits sft.max_length="

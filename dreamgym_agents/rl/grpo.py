@@ -47,6 +47,7 @@ from dreamgym_agents.policy.model import (
     PolicyAgent,
     PolicyConfig,
     PolicyModel,
+    PolicyView,
     error_seen,
     save_policy_settings,
     turn_format,
@@ -327,8 +328,10 @@ class EpisodeRollout:
                  policy_cfg: PolicyConfig, out_dir: Path, *, curriculum: Curriculum | None = None,
                  stage: str = "grpo",
                  on_batch: Callable[[dict[str, Any]], None] | None = None,
-                 on_episodes: EpisodeSink | None = None) -> None:
+                 on_episodes: EpisodeSink | None = None,
+                 view: PolicyView | None = None) -> None:
         self.tasks = {str(t.task_id): t for t in tasks}
+        self.view = view
         self.budget = TransitionBudget(cfg.real_transition_budget) \
             if cfg.real_transition_budget is not None else None
         self.pool: Any = _BudgetedPool(pool, self.budget) if self.budget else pool
@@ -355,7 +358,7 @@ class EpisodeRollout:
             engine = vllm_engine(trainer.vllm_generation, self.policy_cfg.max_action_tokens) \
                 if getattr(trainer, "use_vllm", False) else None
             self._policy = PolicyModel(trainer.model, trainer.processing_class, self.policy_cfg,
-                                       engine=engine)
+                                       engine=engine, view=self.view)
         return self._policy
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -546,7 +549,7 @@ def _next_segment(policy: PolicyModel, episode: Trajectory) -> list[int]:
     turn would have acted in (a cut episode's bootstrap, :mod:`.ppo`)."""
     steps = episode.transitions
     return policy.segment_ids(episode.task, steps[-1].next_state,
-                              written_actions(episode.task, steps, policy.cfg),
+                              written_actions(steps, policy.cfg, policy.view),
                               error_seen(steps, len(steps)))
 
 
@@ -774,6 +777,7 @@ def train_grpo(
     validate: Validate | None = None,
     on_episodes: EpisodeSink | None = None,
     resumable: bool = False,
+    view: PolicyView | None = None,
 ) -> dict[str, Any]:
     """Continue training the policy in ``policy_path`` with multi-turn GRPO; save it to
     ``out_dir/policy``; return the stage's figures.
@@ -796,6 +800,8 @@ def train_grpo(
             ``out_dir`` (:func:`resume_point`): the caller says so where nothing outside this
             function depends on the batches a resume plays again (``on_episodes`` is called
             again for them).
+        view: How the policy sees the tasks' family's states (its ``policy_view``, from the
+            caller that resolved the family; None: plain text).
     """
     try:
         import datasets
@@ -835,7 +841,8 @@ def train_grpo(
     device = training_device()
     bf16 = native_bf16(device) if cfg.bf16 is None else cfg.bf16
     rollout = EpisodeRollout(tasks, pool, cfg, policy_cfg, out, curriculum=curriculum,
-                             stage=stage, on_batch=on_batch, on_episodes=on_episodes)
+                             stage=stage, on_batch=on_batch, on_episodes=on_episodes,
+                             view=view)
     # The dataset is the task ids, enough of them for every step (TRL shuffles and repeats).
     ids = [str(t.task_id) for t in tasks]
     rows = [{"prompt": ids[i % len(ids)]}

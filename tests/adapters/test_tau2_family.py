@@ -268,7 +268,7 @@ def test_no_gold_answer_reaches_a_policy_or_the_experience_models_prompt(retail,
 
     from dreamgym_agents.adapters.tau2.data import domain_tasks
     from dreamgym_agents.experience.model import ExperienceConfig, ExperienceModel
-    from dreamgym_agents.policy.model import PolicyConfig, view_of
+    from dreamgym_agents.policy.model import PolicyConfig
 
     checked = 0
     for family in (retail, telecom):
@@ -295,17 +295,18 @@ def test_no_gold_answer_reaches_a_policy_or_the_experience_models_prompt(retail,
             except Exception:  # the scripted answer is not a state: only the prompt matters
                 pass
             seen = json.dumps([task.to_dict(), start.state, start.info,
-                               view_of(task).page(start.state, task.intent, PolicyConfig()),
+                               family.policy_view().page(start.state, task.intent,
+                                                         PolicyConfig()),
                                model.requests])
             assert model.requests and not [g for g in gold if g in seen], task.task_id
     assert checked >= 8
 
 
 def test_the_policy_sees_the_tools_and_a_long_transcripts_ends(telecom):
-    from dreamgym_agents.policy.model import PolicyConfig, view_of
+    from dreamgym_agents.policy.model import PolicyConfig
 
     task = telecom.load_tasks("test")[0]
-    view = view_of(task)
+    view = telecom.policy_view()
     state = "\n".join(["Domain: telecom", "Ticket: my phone has no data",
                        *(f"Call {n}: check_status_bar()" for n in range(1, 200))])
     page = view.page(state, task.intent, PolicyConfig(max_state_lines=20))
@@ -381,3 +382,28 @@ def test_a_local_model_plays_the_customer(retail, tmp_path):
             "Said 1: Could you tell me your name and zip code?")
     finally:
         env.close()
+
+
+def test_a_trained_policy_sees_the_tools_of_the_domain_it_plays(retail, telecom):
+    """The family the command resolved hands its policy view to the policy: a policy playing
+    retail reads retail's tools, not the default domain's."""
+    from dreamgym_agents.cli.common import Sections, build_agent
+    from dreamgym_agents.pipeline.bundle import shipped_bundle
+    from dreamgym_agents.policy.model import PolicyConfig
+
+    policy_dir = shipped_bundle("tau2").policy_dir
+    task = retail.load_tasks("test")[0]
+    env = retail.make_env(EnvConfig())
+    try:
+        state = env.reset(task).state
+    finally:
+        env.close()
+    shown = {}
+    for family in (retail, telecom):
+        agent = build_agent(f"hf/{policy_dir}", seed=0, family=family,
+                            sections=Sections(None, None, ("llm",)))
+        shown[family.domain] = agent.policy.view.page(state, task.intent, PolicyConfig())
+    assert shown["retail"] == retail.policy_view().page(state, task.intent, PolicyConfig())
+    tools = shown["retail"].splitlines()[0]
+    assert "get_user_details(" in tools and "check_status_bar" not in tools
+    assert shown["telecom"] != shown["retail"]
