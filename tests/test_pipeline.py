@@ -262,6 +262,51 @@ def test_a_record_of_a_run_before_a_setting_was_added_is_the_same_run():
     assert added_at_defaults(changed, now) is None and added_at_defaults(now, now) == {}
 
 
+def test_a_record_made_when_the_web_view_settings_were_fields_is_the_same_run():
+    """``element_refs``, ``mark_task_terms`` and ``extractive_answers`` moved from the policy
+    view's fields into the web family's ``view_options``: a record written before compares
+    as the same run, at their values or with them changed."""
+    from dataclasses import asdict
+
+    from dreamgym_agents.pipeline.run import added_at_defaults
+
+    now = json.loads(json.dumps(asdict(_quick())))
+    assert now["policy_view"]["options"] == {}
+    older = json.loads(json.dumps(now))
+    del older["policy_view"]["options"]
+    older["policy_view"].update(element_refs="name", mark_task_terms=True,
+                                extractive_answers=True)
+    assert added_at_defaults(older, now) == {}
+    older["policy_view"]["element_refs"] = "bid"
+    assert added_at_defaults(older, now) is None
+    bids = json.loads(json.dumps(now))
+    bids["policy_view"]["options"] = {"element_refs": "bid"}
+    assert added_at_defaults(older, bids) == {}
+
+
+def test_a_family_checks_its_own_policy_view_settings():
+    """The web family takes its view settings by name and types them; a family without
+    ``view_options`` refuses them, but for the values every older record carries."""
+    from dreamgym_agents.config import load_config
+    from dreamgym_agents.pipeline.run import preset_config
+    from dreamgym_agents.policy.model import PolicyConfig, typed_view_options, view_record
+
+    cfg = load_config(preset_config("quick", task="webarena"), None,
+                      ["policy_view.element_refs=bid", "policy_view.mark_task_terms=false"])
+    cfg.__post_init__()
+    assert cfg.policy_view.options == {"element_refs": "bid", "mark_task_terms": False}
+    assert view_record(cfg.policy_view)["element_refs"] == "bid"
+    cfg.policy_view.options = {"element_refs": "number"}
+    with pytest.raises(ConfigError, match="element_refs must be name or bid"):
+        cfg.__post_init__()
+    cfg.policy_view.options = {"elements": "bid"}
+    with pytest.raises(ConfigError, match="unknown config key 'policy_view.elements'"):
+        cfg.__post_init__()
+    assert typed_view_options(None, PolicyConfig(options={"element_refs": "name"})) == {}
+    with pytest.raises(ConfigError, match="policy.element_refs: this family's policy view"):
+        typed_view_options(None, PolicyConfig(options={"element_refs": "bid"}))
+
+
 def test_bench_seeds_share_the_warm_start_and_make_the_table(tmp_path, monkeypatch):
     import dreamgym_agents.pipeline.bench as bench
 

@@ -59,7 +59,7 @@ def test_compact_page_and_segment():
                          PolicyConfig(history_actions=1), web)
     assert seg.startswith(f"{USER}URL: http://s/\nTitle: Shop\nlink 'Laptops'\n")
     assert "[3] link 'Laptops'" in render_segment(task, page, cfg=PolicyConfig(
-        element_refs="bid"), view=web)
+        options={"element_refs": "bid"}), view=web)
     # no view: the state as plain text (bids and roles kept)
     assert "[3] link 'Laptops'\nStaticText 'Hello there'" in render_segment(task, page)
     assert seg.endswith(f"\nTask: Buy it\nSteps: go_back()\nError: no such element\n{ASSISTANT}")

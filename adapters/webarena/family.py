@@ -21,7 +21,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dreamgym_agents.adapters.webarena.options import WebEnvOptions, WebRecipeOptions
+from dreamgym_agents.adapters.webarena.options import (
+    WebEnvOptions,
+    WebRecipeOptions,
+    WebViewOptions,
+)
 from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, env_options
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
@@ -219,6 +223,7 @@ class WebArenaFamily:
     agent_prompt = "web_agent.md"
     """The LLM agent's prompt: a page of ``[bid] role 'name'`` lines in a browser."""
     env_options = WebEnvOptions
+    view_options = WebViewOptions
     """The browser's settings (``env.headless``, ``env.eval_deviations`` …)."""
     recipe_options = WebRecipeOptions
     """The web's collectors' settings (``experience_recipe.quitter_tasks``, the explorers')."""

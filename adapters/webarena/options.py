@@ -1,6 +1,7 @@
-"""The web family's own environment settings (``--set env.<name>=…``, a config's ``env:``
-section): read from :attr:`~dreamgym_agents.episodes.env.EnvConfig.options` by
-:func:`~dreamgym_agents.episodes.env.env_options`."""
+"""The web family's own settings: of its environment (``--set env.<name>=…``, a config's
+``env:`` section, read from :attr:`~dreamgym_agents.episodes.env.EnvConfig.options` by
+:func:`~dreamgym_agents.episodes.env.env_options`), of its embedded recipe and of its policy
+view (``--set policy.<name>=…``, read by :func:`~dreamgym_agents.policy.model.view_options`)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,29 @@ class WebEnvOptions:
                               f"{self.action_timeout_s}")
         if self.step_timeout_s <= 0:
             raise ConfigError(f"env.step_timeout_s must be positive, got {self.step_timeout_s}")
+
+
+@dataclass
+class WebViewOptions:
+    """The web family's own policy view settings (``--set policy.<name>=…``;
+    ``TaskFamily.view_options``).
+
+    Attributes:
+        element_refs: How the policy names an element: ``name``, as the embedded policy does,
+            shows pages without bids, and an action written as ``click(link 'Name')`` is
+            resolved to the bid on the page by :mod:`.grounding`; ``bid`` shows pages with
+            their bids, for BrowserGym's ``click('84')``.
+        mark_task_terms: Mark the page lines the task mentions with ``* ``.
+        extractive_answers: With constrained decoding, an answer is a span of the page's
+            text or the task, or ``done`` (the bundled site's answers are, but for sums over
+            several orders): a small model copies an answer instead of making up a number.
+    """
+
+    element_refs: str = "name"
+    mark_task_terms: bool = True
+    extractive_answers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.element_refs not in ("name", "bid"):
+            raise ConfigError(f"policy.element_refs must be name or bid, got "
+                              f"{self.element_refs!r}")

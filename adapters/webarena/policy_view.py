@@ -11,12 +11,24 @@ turn is :class:`~dreamgym_agents.adapters.webarena.action_grammar.ActionGrammar`
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 from dreamgym_agents.adapters.webarena.grounding import refer, resolve
+from dreamgym_agents.adapters.webarena.options import WebViewOptions
 from dreamgym_agents.adapters.webarena.state import parse_line, parse_state
-from dreamgym_agents.policy.model import PolicyConfig
+from dreamgym_agents.policy.model import PolicyConfig, view_options
+
+
+@functools.lru_cache(maxsize=64)
+def _options(given: tuple[tuple[str, Any], ...]) -> WebViewOptions:
+    return view_options(WebViewOptions, PolicyConfig(options=dict(given)))
+
+
+def web_options(cfg: PolicyConfig) -> WebViewOptions:
+    """The web view's settings in ``cfg`` (its ``options``), read once per distinct set."""
+    return _options(tuple(sorted(cfg.options.items())))
 
 _TEXT = re.compile(r"^StaticText '(.*)'$")
 _HEADING = re.compile(r"^heading '(.*)'$")
@@ -69,17 +81,18 @@ class WebPolicyView:
 
     @staticmethod
     def page(state: str, intent: str, cfg: PolicyConfig) -> str:
+        options = web_options(cfg)
         return compact_page(state, cfg.max_state_lines, cfg.max_text_chars,
-                            bids=cfg.element_refs == "bid",
-                            intent=intent if cfg.mark_task_terms else None)
+                            bids=options.element_refs == "bid",
+                            intent=intent if options.mark_task_terms else None)
 
     @staticmethod
     def written(action: str, state: str, cfg: PolicyConfig) -> str:
-        return action if cfg.element_refs == "bid" else refer(action, state)
+        return action if web_options(cfg).element_refs == "bid" else refer(action, state)
 
     @staticmethod
     def resolve(written: str, state: str, cfg: PolicyConfig) -> str | None:
-        return resolve(written, state) if cfg.element_refs == "name" else written
+        return resolve(written, state) if web_options(cfg).element_refs == "name" else written
 
     @staticmethod
     def grammar(state: str, intent: str, cfg: PolicyConfig) -> Any:
@@ -88,5 +101,6 @@ class WebPolicyView:
         page = parse_state(state)
         if not page.url or not page.elements:
             return None  # not a web page with elements: the web grammar does not apply
-        return ActionGrammar(page, intent, cfg.element_refs,
-                             extractive_answers=cfg.extractive_answers)
+        options = web_options(cfg)
+        return ActionGrammar(page, intent, options.element_refs,
+                             extractive_answers=options.extractive_answers)

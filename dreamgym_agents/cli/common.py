@@ -157,7 +157,12 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
     section sets ``max_concurrency``; it is prompted by the saved prompt ``program`` when
     given."""
     from dreamgym_agents.episodes.agent import make_agent
-    from dreamgym_agents.policy.model import PolicyAgent, PolicyModel, trained_policy_settings
+    from dreamgym_agents.policy.model import (
+        PolicyAgent,
+        PolicyModel,
+        trained_policy_settings,
+        typed_view_options,
+    )
 
     if agent in family.offline_agents(seed):
         return make_agent(agent, family, seed=seed, program=program)
@@ -168,6 +173,8 @@ def build_agent(agent: str, *, seed: int, family: Any, sections: Sections,
                               "plays in its own layout")
         # its own settings, then the section's (``--set agent.temperature=1`` samples it)
         cfg = sections.configure(trained, section)
+        cfg.options = typed_view_options(getattr(family, "view_options", None), cfg,
+                                         f"{section}.")
         return PolicyAgent(PolicyModel.load(agent[3:], cfg, family.policy_view()),
                            keep_tokens=False)
     if program:

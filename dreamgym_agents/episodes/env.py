@@ -296,6 +296,10 @@ class TaskFamily(Protocol):
     ``env_options``, the dataclass of the family's own environment settings (a browser's
     timeouts, a game's expert), read from ``EnvConfig.options`` by :func:`env_options`
     (``--set env.<name>=…``; none: the family takes no other ``env`` keys);
+    ``view_options``, the dataclass of its policy view's own settings, read from
+    ``PolicyConfig.options`` by :func:`~dreamgym_agents.policy.model.view_options`
+    (``--set policy_view.<name>=…``: the web's element references, marks and extractive
+    answers; none: the view takes no settings of its own);
     ``recipe_options``, the frozen dataclass of its own embedded recipe options, its
     collectors' counts and settings (a subclass of
     :class:`~dreamgym_agents.pipeline.embedded.NoRecipeOptions`, read as ``recipe.options``;

@@ -228,16 +228,19 @@ class PipelineConfig:
                               "buffer that dg-agents train-experience or buffer seed made)")
 
         from dreamgym_agents.pipeline.embedded import recipe_options_of, typed_recipe_fields
+        from dreamgym_agents.policy.model import typed_view_options
 
         known_types: tuple[str, ...] = ()
         options = None
         checks_types = self.dream_eval_types not in (None, "family")
-        if self.task and (self.experience_recipe or checks_types):
+        if self.task and (self.experience_recipe or checks_types or self.policy_view.options):
             from dreamgym_agents.episodes.env import make_family
 
             made = make_family(self.task)
             try:
                 options, known_types = recipe_options_of(made), tuple(made.eval_types)
+                self.policy_view.options = typed_view_options(
+                    getattr(made, "view_options", None), self.policy_view, "policy_view.")
             finally:
                 made.close()
         # the run sets these two itself
@@ -1335,14 +1338,31 @@ def added_at_defaults(previous: dict[str, Any], config: dict[str, Any]) -> dict[
     """The settings of a run's ``config`` that its ``previous`` one lacks, each at its default
     (settings added to the code since it was recorded: the same run); None when the two
     differ otherwise."""
-    previous, config = ({k: v for k, v in side.items() if k not in WATCH_ONLY}
-                        for side in (previous, config))
+    previous, config = ({k: v for k, v in _view_options_moved(side).items()
+                         if k not in WATCH_ONLY} for side in (previous, config))
     if previous == config:
         return {}
     default = _flat(json.loads(json.dumps(asdict(PipelineConfig()))))
     now, before = _flat(config), _flat(previous)
     added = {k: v for k, v in now.items() if k not in before and k in default and v == default[k]}
     return added if {**before, **added} == now else None
+
+
+def _view_options_moved(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with the policy view's family settings in its ``options``, those at their
+    recorded values left out (:data:`~dreamgym_agents.policy.model.RECORDED_VIEW_OPTIONS`):
+    a config written when they were fields of the view compares as the same run."""
+    from dreamgym_agents.policy.model import RECORDED_VIEW_OPTIONS
+
+    view = settings.get("policy_view")
+    if not isinstance(view, dict):
+        return settings
+    view = dict(view)
+    options = {**{k: view.pop(k) for k in RECORDED_VIEW_OPTIONS if k in view},
+               **(view.pop("options", None) or {})}
+    view["options"] = {k: v for k, v in options.items()
+                       if RECORDED_VIEW_OPTIONS.get(k, object()) != v}
+    return {**settings, "policy_view": view}
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:

@@ -59,19 +59,10 @@ class PolicyConfig:
         history_actions: How many previous actions each turn lists.
         temperature: 0 decodes greedily (evaluation); above 0 samples (RL rollouts).
         max_batch: Most generations batched into one ``generate`` call.
-        element_refs: How the policy names an element: ``name``, as the embedded policy does,
-            shows pages without bids, and an action written as ``click(link 'Name')`` is
-            resolved to the bid on the page by :mod:`dreamgym_agents.grounding`; ``bid`` shows
-            pages with their bids, for BrowserGym's ``click('84')``.
-        constrained_decoding: On web pages (a ``URL:`` line and elements), decode only actions
-            of the page's grammar: elements on the page, typed text from the task, a
-            drop-down's own options (:mod:`dreamgym_agents.policy.grammar`). Other observations,
-            and tokenizers that are not byte-level BPE (with a warning), decode unconstrained.
-        mark_task_terms: Mark the page lines the task mentions with ``* ``
-            (the web family's view).
-        extractive_answers: With constrained decoding, an answer is a span of the page's
-            text or the task, or ``done`` (the bundled site's answers are, but for sums over
-            several orders): a small model copies an answer instead of making up a number.
+        constrained_decoding: Decode only actions of the turn's grammar, where the family's
+            view gives one (``PolicyView.grammar``: the web's elements on the page and typed
+            text from the task, ALFWorld's admissible commands, τ²'s tools); tokenizers that
+            are not byte-level BPE (with a warning) decode unconstrained.
         turn_format: How a turn is laid out in tokens, in SFT, RL and evaluation alike:
             ``compact`` uses the from-scratch policy's own markers (``<|user|>`` turn
             ``<|assistant|>`` action ``<|endoftext|>``); ``chat`` uses the checkpoint's chat
@@ -81,7 +72,13 @@ class PolicyConfig:
         show_options: List the commands the state accepts in each turn (a family whose view
             knows them: ALFWorld's admissible commands), for a pretrained model to copy
             from; the embedded policy decodes within them instead.
+        options: The family's own view settings (``--set policy.<name>=…``: any key that is
+            not a field above lands here), read by its view through the family's
+            ``view_options`` dataclass, which names the valid keys (:func:`view_options`; the
+            web's ``element_refs``, ``mark_task_terms``, ``extractive_answers``).
     """
+
+    __extra_keys__ = "options"
 
     max_action_tokens: int = 48
     max_state_lines: int = 80
@@ -89,12 +86,10 @@ class PolicyConfig:
     history_actions: int = 4
     temperature: float = 0.0
     max_batch: int = 32
-    element_refs: str = "name"
     constrained_decoding: bool = True
-    mark_task_terms: bool = True
-    extractive_answers: bool = True
     turn_format: str = "auto"
     show_options: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_action_tokens < 4:
@@ -111,9 +106,6 @@ class PolicyConfig:
                               f"{self.history_actions}")
         if self.temperature < 0:
             raise ConfigError(f"policy.temperature must be >= 0, got {self.temperature}")
-        if self.element_refs not in ("name", "bid"):
-            raise ConfigError(f"policy.element_refs must be name or bid, got "
-                              f"{self.element_refs!r}")
         if self.turn_format not in TURN_FORMATS:
             raise ConfigError(f"policy.turn_format must be one of {', '.join(TURN_FORMATS)}, "
                               f"got {self.turn_format!r}")
@@ -123,12 +115,22 @@ TURN_FORMATS = ("auto", "compact", "chat")
 """The policy's turn layouts (:attr:`PolicyConfig.turn_format`)."""
 
 
+RECORDED_VIEW_OPTIONS: dict[str, Any] = {"element_refs": "name", "mark_task_terms": True,
+                                         "extractive_answers": True}
+"""View settings every record made before they became the web family's options carries, at
+these values (they were fields of :class:`PolicyConfig` then, whatever the family): a record
+shows them so, where the options do not set them, and every record made before still matches."""
+
+
 def view_record(view: PolicyConfig | dict[str, Any]) -> dict[str, Any]:
     """A policy view as records compare it (a warm start's key, a bundle's measured episodes):
+    flat, the family's options beside the fields (:data:`RECORDED_VIEW_OPTIONS` where unset);
     ``turn_format`` left out at ``auto`` or ``compact``, the layout the embedded policy (which
     has the markers) always had, and ``show_options`` when off, so records made before the
     settings existed still match."""
     shown = dict(asdict(view) if isinstance(view, PolicyConfig) else view)
+    options = shown.pop("options", None) or {}
+    shown = {**RECORDED_VIEW_OPTIONS, **shown, **options}
     if shown.get("turn_format") in ("auto", "compact"):
         del shown["turn_format"]
     if not shown.get("show_options", True):
@@ -335,16 +337,63 @@ def trained_policy_settings(directory: str | os.PathLike[str]) -> PolicyConfig |
             return None
     else:
         return None
-    known = {f.name for f in fields(PolicyConfig)}
-    return PolicyConfig(**{k: v for k, v in data.items() if k in known})
+    known = {f.name for f in fields(PolicyConfig)} - {"options"}
+    options = {**(data.get("options") or {}),
+               **{k: v for k, v in data.items() if k not in known | _SETTINGS_NOT_VIEW}}
+    return PolicyConfig(**{k: v for k, v in data.items() if k in known}, options=options)
+
+
+_SETTINGS_NOT_VIEW = {"options", "algorithm"}
+"""Keys of a :data:`POLICY_FILE` that are not view settings (the RL algorithm that trained it)."""
+
+
+def view_options(cls: type | None, cfg: PolicyConfig, where: str = "policy.") -> Any:
+    """The family's view settings from ``cfg.options``: an instance of its ``view_options``
+    dataclass ``cls`` (None: the family has none).
+
+    Raises:
+        ConfigError: A key the family does not take (the message lists the valid ones;
+            :data:`RECORDED_VIEW_OPTIONS` at their recorded values are taken by every family,
+            as older records carry them), or a value its dataclass refuses.
+    """
+    from dreamgym_agents.config import apply_mapping
+
+    given = {k: v for k, v in cfg.options.items()
+             if not (RECORDED_VIEW_OPTIONS.get(k, object()) == v
+                     and (cls is None or k not in {f.name for f in fields(cls)}))}
+    if cls is None:
+        if given:
+            raise ConfigError(f"unknown config key(s) {', '.join(where + k for k in given)}: "
+                              "this family's policy view takes no settings of its own")
+        return None
+    options = cls()
+    apply_mapping(options, given, where)
+    return options
+
+
+def typed_view_options(cls: type | None, cfg: PolicyConfig,
+                       where: str = "policy.") -> dict[str, Any]:
+    """``cfg.options`` checked against the family's ``view_options`` dataclass (names, types
+    and values), the keys given only; those every older record carries at their recorded
+    values are dropped where the family does not take them.
+
+    Raises:
+        ConfigError: As :func:`view_options`.
+    """
+    options = view_options(cls, cfg, where)
+    if options is None:
+        return {}
+    return {k: getattr(options, k) for k in cfg.options if hasattr(options, k)}
 
 
 def save_policy_settings(directory: str | os.PathLike[str], cfg: PolicyConfig,
                          layout: str, algorithm: str | None = None) -> None:
     """Write a trained policy's settings beside its checkpoint as :data:`POLICY_FILE`, so
     ``eval --agent hf/<checkpoint>`` plays it as it was trained: its ``layout`` (``compact``
-    or ``chat``), view and decoding, and the RL ``algorithm`` that trained it last, if any."""
-    settings = {**asdict(cfg), "turn_format": layout,
+    or ``chat``), view and decoding (the family's options among them, flat), and the RL
+    ``algorithm`` that trained it last, if any."""
+    fields_ = asdict(cfg)
+    settings = {**fields_.pop("options"), **fields_, "turn_format": layout,
                 **({"algorithm": algorithm} if algorithm else {})}
     Path(directory, POLICY_FILE).write_text(json.dumps(settings, indent=2, sort_keys=True))
 
