@@ -53,7 +53,8 @@ def test_every_internal_link_resolves():
 
 def test_the_readmes_results_are_the_committed_tables():
     rows = _table_rows(README.read_text(), "Results")
-    files = {"webarena": "table1_web_k5", "alfworld": "table1_alfworld_k5"}
+    files = {"webarena": "table1_web_k5", "alfworld": "table1_alfworld_k5",
+             "tau2": "table1_tau2_k5"}
     assert {r[0].split(" ", 1)[0] for r in rows} == set(files)
     for row in rows:
         table = json.loads((ROOT / "docs" / files[row[0].split(" ", 1)[0]] / "table.json")
