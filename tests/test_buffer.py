@@ -59,8 +59,10 @@ def cfg(tmp_path: Path) -> BufferConfig:
 def buffer(cfg: BufferConfig, request):
     """A buffer searched by Chroma, and one searched by its memory index (buffer.index): every
     test on this fixture holds for both."""
+    from dreamgym_agents.adapters.webarena.family import WebArenaFamily
+
     cfg.index = request.param
-    with ReplayBuffer(cfg) as buf:
+    with ReplayBuffer(cfg, WebArenaFamily()) as buf:
         yield buf
 
 
@@ -616,32 +618,26 @@ def test_http_client_shares_one_buffer(chroma_server):
             writer.count()
 
 
-def test_a_buffer_given_its_family_embeds_and_keys_starts_as_the_named_family_does(
-        tmp_path, monkeypatch):
-    """The run hands its resolved family to the buffer (no lookup by name): the family's
-    features embed, its state format keys the starts, exactly as the name would have."""
+def test_a_buffer_given_its_family_keys_starts_by_it_and_embeds_as_the_named_family_does(
+        tmp_path):
+    """The run hands its resolved family to the buffer: its state format keys the starts and
+    its features embed exactly as the family's name would have (a task of another family, in
+    a buffer shared by families, is keyed by its family's name)."""
     from dreamgym_agents.adapters.webarena.family import WebArenaFamily
 
     family = WebArenaFamily()
-    named = BufferConfig(path=str(tmp_path / "named"), family="webarena")
-    given = BufferConfig(path=str(tmp_path / "given"), family="webarena")
     home = page("laptops", LAPTOPS)
     episode = make_traj("e1", "shop.1", home, config={"start_url": "__SHOPPING__/laptops"})
-    found = []
-    for buffer_cfg, handed in ((named, None), (given, family)):
-        if handed is not None:  # given its family, the buffer looks none up by name
-            def no_lookup(*args, **kwargs):
-                raise AssertionError("a family looked up by name")
-            # (Chroma itself rebuilds the embedding function from its saved config, by name:
-            # HashEmbeddingFunction.build_from_config, its registry's contract)
-            monkeypatch.setattr("dreamgym_agents.buffer.replay.family_part", no_lookup)
-        with ReplayBuffer(buffer_cfg, handed) as buf:
+    found, starts = [], []
+    for name, handed in (("named", None), ("given", family)):
+        with ReplayBuffer(BufferConfig(path=str(tmp_path / name), family="webarena"),
+                          handed) as buf:
             assert type(buf._ef._features) is type(family.hash_features(2))
             buf.add(corpus())
             buf.add_trajectories([episode])
-            assert buf.start_state("shop.9", start="__SHOPPING__/laptops") == home
+            starts.append(buf.start_state("shop.9", start="__SHOPPING__/laptops"))
             found.append([(t.action, round(t.info["similarity"], 6))
                           for t in buf.retrieve(page("laptops", LAPTOPS), "click('20')", k=4)])
-    assert found[0] == found[1]
+    assert found[0] == found[1] and starts == [home, home]
     with pytest.raises(ConfigError, match="opened with the 'webarena' family"):
         ReplayBuffer(BufferConfig(path=str(tmp_path / "x"), family="alfworld"), family)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -123,12 +124,25 @@ EmbeddingOpt = Annotated[
 @contextmanager
 def _open_buffer(path: Path, url: str | None, embedding: str,
                  family: str = "") -> Iterator[Any]:
-    """The buffer; a new one embeds with ``family``'s features (an existing one keeps its own)."""
+    """The buffer; a new one embeds with ``family``'s features (an existing one keeps its own),
+    and the episodes added key their starts by it (a family not installed here: none)."""
     from dreamgym_agents.buffer.replay import BufferConfig, ReplayBuffer
+    from dreamgym_agents.episodes.env import make_family
 
-    with ReplayBuffer(BufferConfig(path=str(path), url=url or None, embedding=embedding,
-                                   family=family)) as buffer:
-        yield buffer
+    made = None
+    if family:
+        try:
+            made = make_family(family)
+        except ConfigError as exc:
+            logging.getLogger(__name__).warning("%s: its episodes are stored without a start "
+                                                "key", exc)
+    try:
+        with ReplayBuffer(BufferConfig(path=str(path), url=url or None, embedding=embedding,
+                                       family=family), made) as buffer:
+            yield buffer
+    finally:
+        if made is not None:
+            made.close()
 
 
 def _first_family(file: Path) -> str:
