@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dreamgym_agents.adapters.alfworld.host import DEFAULT_TIMEOUT_S
 from dreamgym_agents.episodes.env import (
@@ -33,6 +33,12 @@ from dreamgym_agents.episodes.env import (
 from dreamgym_agents.errors import ConfigError, EnvError, MissingExtraError
 from dreamgym_agents.pipeline.embedded import NoRecipeOptions
 from dreamgym_agents.types import Task
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.agent import Agent
+    from dreamgym_agents.episodes.env import ActionSet
+    from dreamgym_agents.experience.codec import ExperienceCodec
+    from dreamgym_agents.policy.model import PolicyView
 
 logger = logging.getLogger(__name__)
 
@@ -342,12 +348,12 @@ class AlfworldFamily:
             self._kept[key] = value
             return value
 
-    def action_set(self) -> Any:
+    def action_set(self) -> ActionSet:
         from dreamgym_agents.adapters.alfworld.env import AlfworldActionSet
 
         return AlfworldActionSet()
 
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]:
         """``oracle`` (the expert's plan), ``noisy`` (random detours at rate ``noise``),
         ``searcher`` (acts on what it has seen), ``decoy`` (a near miss, then the expert;
         ``decoy-searcher``: then the searcher) and ``random`` (a random admissible command)."""
@@ -410,7 +416,7 @@ class AlfworldFamily:
         return AlfworldStateFormat()
 
     @staticmethod
-    def policy_view() -> Any:
+    def policy_view() -> PolicyView:
         """The state as it is; decoding constrained to the commands the game accepts in it
         (:meth:`~.belief.Belief.admissible`). They derive from the state alone, so the dream's
         states constrain the same way."""
@@ -419,7 +425,7 @@ class AlfworldFamily:
 
         return PlainView(options=admissible_in)
 
-    def experience_codec(self, version: int | None = None) -> Any:
+    def experience_codec(self, version: int | None = None) -> ExperienceCodec:
         """Short text states, the next one written as the game's feedback sentence with the
         action's names as references (:class:`.codec.AlfworldCodec`). From version 3 the goal's
         checks come before the answer; from 5 they end with whether the command would meet the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dreamgym_agents.adapters.tau2.data import (
     DEFAULT_DOMAIN,
@@ -33,6 +33,12 @@ from dreamgym_agents.episodes.family_base import FamilyBase
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.pipeline.embedded import NoRecipeOptions
 from dreamgym_agents.types import Task
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.agent import Agent
+    from dreamgym_agents.episodes.env import ActionSet
+    from dreamgym_agents.experience.codec import ExperienceCodec
+    from dreamgym_agents.policy.model import PolicyView
 
 FAMILY = "tau2"
 SPLITS = ("train", "validation", "test")
@@ -155,12 +161,12 @@ class Tau2Family(FamilyBase):
         args = {"api_base": options.user_api_base} if options.user_api_base else {}
         return Tau2Env(self.domain, options.user_model, args)
 
-    def action_set(self) -> Any:
+    def action_set(self) -> ActionSet:
         from dreamgym_agents.adapters.tau2.actions import Tau2ActionSet
 
         return Tau2ActionSet(domain_tools(self.domain, self.solo))
 
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]:
         from dreamgym_agents.adapters.tau2.agents import (
             MeddlerAgent,
             NoisyOracleAgent,
@@ -176,7 +182,7 @@ class Tau2Family(FamilyBase):
     def state_format(self) -> Any:
         return Tau2StateFormat()
 
-    def policy_view(self) -> Any:
+    def policy_view(self) -> PolicyView:
         """The tools as signatures, then the transcript (:class:`.view.Tau2View`)."""
         from dreamgym_agents.adapters.tau2.view import Tau2View
 
@@ -193,7 +199,7 @@ class Tau2Family(FamilyBase):
         return {"oracle_tasks": 60, "noisy_tasks": 60, "random_tasks": 30, "max_steps": 30,
                 "state_version": 1, "max_length": 2048}
 
-    def experience_codec(self, version: int | None = None) -> Any:
+    def experience_codec(self, version: int | None = None) -> ExperienceCodec:
         """``version`` 2: the transcript's next lines, the step's own line put back
         (:mod:`.codec`); any other (None included): ``PlainCodec``."""
         from dreamgym_agents.adapters.tau2.codec import tau2_codec

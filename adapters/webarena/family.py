@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.adapters.webarena.options import (
     WebEnvOptions,
@@ -30,6 +30,12 @@ from dreamgym_agents.adapters.webarena.state import parse_state
 from dreamgym_agents.episodes.env import EnvConfig, Environment, Requirement, env_options
 from dreamgym_agents.errors import ConfigError, EnvError, TaskError
 from dreamgym_agents.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.agent import Agent
+    from dreamgym_agents.episodes.env import ActionSet
+    from dreamgym_agents.experience.codec import ExperienceCodec
+    from dreamgym_agents.policy.model import PolicyView
 
 logger = logging.getLogger(__name__)
 
@@ -243,13 +249,13 @@ class WebArenaFamily:
     def uses_real_sites(self) -> bool:
         return bool(self._sites)
 
-    def action_set(self) -> Any:
+    def action_set(self) -> ActionSet:
         """The web action set (BrowserGym's high-level actions and WebArena's brackets)."""
         from dreamgym_agents.adapters.webarena.actions import WebActionSet
 
         return WebActionSet()
 
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]:
         """The family's offline agents by name: ``oracle`` (plays each task's recorded
         program), ``noisy`` (the oracle with random detours, at rate ``noise``), ``quitter``
         (wrong and early answers), ``random``, ``explorer`` (every listing's items) and
@@ -282,7 +288,7 @@ class WebArenaFamily:
         return WebStateFormat()
 
     @staticmethod
-    def policy_view() -> Any:
+    def policy_view() -> PolicyView:
         """Compact pages, elements by name, the page's action grammar
         (:class:`.policy_view.WebPolicyView`)."""
         from dreamgym_agents.adapters.webarena.policy_view import WebPolicyView
@@ -297,7 +303,7 @@ class WebArenaFamily:
         return WebHashFeatures(version)
 
     @staticmethod
-    def experience_codec(version: int | None = None) -> Any:
+    def experience_codec(version: int | None = None) -> ExperienceCodec:
         """The experience model's web prompt and answer (:class:`.codec.WebCodec`; it has one
         version, whatever ``version`` a model recorded)."""
         from dreamgym_agents.adapters.webarena.codec import WebCodec

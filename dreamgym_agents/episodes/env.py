@@ -20,10 +20,15 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dreamgym_agents.errors import ConfigError
 from dreamgym_agents.types import Task
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.agent import Agent
+    from dreamgym_agents.experience.codec import ExperienceCodec
+    from dreamgym_agents.policy.model import PolicyView
 
 logger = logging.getLogger(__name__)
 
@@ -322,9 +327,9 @@ class TaskFamily(Protocol):
 
     def make_env(self, cfg: EnvConfig) -> Environment: ...
 
-    def action_set(self) -> Any: ...
+    def action_set(self) -> ActionSet: ...
 
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]: ...
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]: ...
 
     def requirements(self) -> list[Requirement]: ...
 
@@ -333,9 +338,9 @@ class TaskFamily(Protocol):
 
     def task_eval_types(self, task: Task) -> list[str]: ...
 
-    def experience_codec(self, version: int | None = None) -> Any: ...
+    def experience_codec(self, version: int | None = None) -> ExperienceCodec: ...
 
-    def policy_view(self) -> Any: ...
+    def policy_view(self) -> PolicyView: ...
 
     def state_format(self) -> StateFormat: ...
 

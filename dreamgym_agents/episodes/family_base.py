@@ -7,7 +7,7 @@ themselves read the environment contract.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dreamgym_agents.episodes.env import (
     ActionSet,
@@ -18,9 +18,12 @@ from dreamgym_agents.episodes.env import (
     every_nth,
 )
 from dreamgym_agents.errors import ConfigError
-from dreamgym_agents.experience.codec import PlainCodec
-from dreamgym_agents.policy.model import PlainView
+from dreamgym_agents.experience.codec import ExperienceCodec, PlainCodec
+from dreamgym_agents.policy.model import PlainView, PolicyView
 from dreamgym_agents.types import Task
+
+if TYPE_CHECKING:
+    from dreamgym_agents.episodes.agent import Agent
 
 
 class PlainStateFormat:
@@ -76,7 +79,7 @@ class FamilyBase:
     def action_set(self) -> ActionSet:
         raise NotImplementedError(f"{type(self).__name__}.action_set")
 
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Any]:
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]:
         raise NotImplementedError(f"{type(self).__name__}.offline_agents")
 
     def load_task_file(self, path: str) -> list[Task]:
@@ -107,11 +110,11 @@ class FamilyBase:
                 plan.append((name, agents[name], every_nth(tasks, count), recipe.max_steps))
         return plan
 
-    def experience_codec(self, version: int | None = None) -> Any:
+    def experience_codec(self, version: int | None = None) -> ExperienceCodec:
         del version
         return PlainCodec(self.action_set(), f"the {self.name} environment")
 
-    def policy_view(self) -> Any:
+    def policy_view(self) -> PolicyView:
         return PlainView()
 
     def state_format(self) -> StateFormat:
