@@ -73,6 +73,16 @@ def test_a_family_written_on_the_base_class_needs_five_hooks():
     written = {n for n in vars(TallyFamily) if not n.startswith("_")}
     assert written == {"name", "load_tasks", "make_env", "action_set", "offline_agents"}
     assert isinstance(TallyFamily(), TaskFamily)
+    # what it writes is the protocol's core part (close: FamilyBase's); the other three parts
+    # are FamilyBase's defaults
+    from dreamgym_agents.episodes.env import DreamParts, FamilyCore, FamilySetup, RecipeParts
+
+    def members(part: type) -> set[str]:
+        return {n for n in vars(part) if not n.startswith("_")} | set(part.__annotations__)
+
+    assert members(FamilyCore) == written | {"close"}
+    for part in (FamilySetup, DreamParts, RecipeParts):
+        assert isinstance(FamilyBase(), part) and members(part) and not members(part) & written
     with pytest.raises(NotImplementedError, match="load_tasks"):
         FamilyBase().load_tasks("test")
 

@@ -242,9 +242,78 @@ class Requirement:
 
 
 @runtime_checkable
-class TaskFamily(Protocol):
+class FamilyCore(Protocol):
+    """The part of :class:`TaskFamily` a family writes itself (:class:`~.family_base.FamilyBase`
+    leaves all but ``close`` to it): its name, tasks and splits, environment, actions and the
+    offline agents that need no model."""
+
+    name: str
+
+    def load_tasks(self, split: str) -> list[Task]: ...
+
+    def make_env(self, cfg: EnvConfig) -> Environment: ...
+
+    def action_set(self) -> ActionSet: ...
+
+    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class FamilySetup(Protocol):
+    """Setting up and reporting (defaults: nothing to prepare or report, no task files)."""
+
+    def load_task_file(self, path: str) -> list[Task]: ...
+
+    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str: ...
+
+    def requirements(self) -> list[Requirement]: ...
+
+
+@runtime_checkable
+class DreamParts(Protocol):
+    """What the dream, the experience model and the policy read of a family (defaults: one
+    evaluator kind, judged by the dream on every task; the plain-text codec, policy view and
+    state format)."""
+
+    eval_types: tuple[str, ...]
+    dream_eval_types: tuple[str, ...] | None
+
+    def task_eval_types(self, task: Task) -> list[str]: ...
+
+    def experience_codec(self, version: int | None = None) -> ExperienceCodec: ...
+
+    def policy_view(self) -> PolicyView: ...
+
+    def state_format(self) -> StateFormat: ...
+
+
+@runtime_checkable
+class RecipeParts(Protocol):
+    """The embedded recipe's hooks (defaults: the oracle, noisy and random collectors on the
+    recipe's counts, no recipe fields of the family's, no relabelled endings)."""
+
+    collectors: tuple[str, ...]
+
+    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
+        ...
+
+    def embedded_recipe_defaults(self) -> dict[str, Any]: ...
+
+    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
+                seed: int) -> tuple[list[Any], list[Any]]: ...
+
+
+@runtime_checkable
+class TaskFamily(FamilyCore, FamilySetup, DreamParts, RecipeParts, Protocol):
     """A source of tasks plus the environment that plays them (one per adapter package, found by
     the ``dreamgym_agents.families`` entry point).
+
+    Its members come in four typed parts: :class:`FamilyCore`, what a family writes itself;
+    :class:`FamilySetup`, :class:`DreamParts` and :class:`RecipeParts`, which
+    :class:`~.family_base.FamilyBase` supplies with defaults; then the optional hooks below,
+    read where present.
 
     ``prepare`` is called once before a run with the tasks it will play (None: not known yet):
     it checks that what the family needs is there (browser, sites, game files) and raises a
@@ -313,43 +382,6 @@ class TaskFamily(Protocol):
     the user set none by :func:`env_config_for_agent` (ALFWorld plans with its expert only for
     an agent that follows the plan).
     """
-
-    name: str
-    collectors: tuple[str, ...]
-    eval_types: tuple[str, ...]
-    dream_eval_types: tuple[str, ...] | None
-
-    def load_tasks(self, split: str) -> list[Task]: ...
-
-    def load_task_file(self, path: str) -> list[Task]: ...
-
-    def prepare(self, cfg: EnvConfig, tasks: list[Task] | None = None) -> str: ...
-
-    def make_env(self, cfg: EnvConfig) -> Environment: ...
-
-    def action_set(self) -> ActionSet: ...
-
-    def offline_agents(self, seed: int = 0, noise: float = 0.3) -> dict[str, Agent]: ...
-
-    def requirements(self) -> list[Requirement]: ...
-
-    def collection_plan(self, recipe: Any, tasks: list[Task]) -> list[tuple[str, Any, list, int]]:
-        ...
-
-    def task_eval_types(self, task: Task) -> list[str]: ...
-
-    def experience_codec(self, version: int | None = None) -> ExperienceCodec: ...
-
-    def policy_view(self) -> PolicyView: ...
-
-    def state_format(self) -> StateFormat: ...
-
-    def embedded_recipe_defaults(self) -> dict[str, Any]: ...
-
-    def relabel(self, trajectories: list[Any], *, answers: int, stops: int,
-                seed: int) -> tuple[list[Any], list[Any]]: ...
-
-    def close(self) -> None: ...
 
 
 def task_template(task: Task) -> str:
