@@ -136,8 +136,8 @@ def test_no_private_name_crosses_a_module():
 def test_below_the_cli_and_the_pipeline_a_family_is_handed_down_not_looked_up():
     """Issue 51: a run resolves its family once and hands it down; below ``cli/`` and
     ``pipeline/`` a family is built by name (``make_family``, ``family_part``) only in the
-    registry itself and where a buffer is opened without its family (Chroma rebuilds a saved
-    collection's embedding function from its config, by name)."""
+    registry itself and in the buffer, for a buffer opened without its family (it embeds by
+    the family its saved config names) and for a task of another family in a shared buffer."""
     allowed = {("dreamgym_agents.episodes.env", "make_family"),  # family_part builds by it
                ("dreamgym_agents.buffer.embedding", "family_part"),
                ("dreamgym_agents.buffer.replay", "family_part")}

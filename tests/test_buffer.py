@@ -328,8 +328,8 @@ def test_a_buffer_keeps_the_feature_version_it_was_made_with(cfg, monkeypatch):
     # version 1 of the web features: every buffer held web pages then
     legacy = HashEmbeddingFunction.build_from_config({"dim": 64})
     assert (legacy.features, legacy.family) == (1, "webarena")
-    with pytest.raises(ConfigError, match="features"):
-        HashEmbeddingFunction(features=3, family="webarena")
+    with pytest.raises(ConfigError, match="features"):  # said when it first embeds
+        HashEmbeddingFunction(features=3, family="webarena").embed_text("x")
     with pytest.raises(ConfigError, match="features"):
         HashEmbeddingFunction(features=0)
 
@@ -619,7 +619,7 @@ def test_http_client_shares_one_buffer(chroma_server):
 
 
 def test_a_buffer_given_its_family_keys_starts_by_it_and_embeds_as_the_named_family_does(
-        tmp_path):
+        tmp_path, monkeypatch):
     """The run hands its resolved family to the buffer: its state format keys the starts and
     its features embed exactly as the family's name would have (a task of another family, in
     a buffer shared by families, is keyed by its family's name)."""
@@ -630,6 +630,12 @@ def test_a_buffer_given_its_family_keys_starts_by_it_and_embeds_as_the_named_fam
     episode = make_traj("e1", "shop.1", home, config={"start_url": "__SHOPPING__/laptops"})
     found, starts = [], []
     for name, handed in (("named", None), ("given", family)):
+        if handed is not None:  # given its family, the buffer (and Chroma) look none up by name
+            def no_lookup(*args, **kwargs):
+                raise AssertionError("a family looked up by name")
+            monkeypatch.setattr("dreamgym_agents.buffer.replay.family_part", no_lookup)
+            monkeypatch.setattr("dreamgym_agents.buffer.embedding.family_hash_features",
+                                no_lookup)
         with ReplayBuffer(BufferConfig(path=str(tmp_path / name), family="webarena"),
                           handed) as buf:
             assert type(buf._ef._features) is type(family.hash_features(2))

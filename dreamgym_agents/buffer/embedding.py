@@ -255,7 +255,8 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
             records it (``""``: plain :class:`TextFeatures`).
         hash_features: Those features, of the family the caller resolved
             (:func:`family_hash_features_of`); without them, built from ``family``'s name
-            (:func:`family_hash_features`), as when Chroma rebuilds a saved collection's function.
+            (:func:`family_hash_features`) when the first text is embedded, as by a function
+            Chroma rebuilt from a saved collection's config.
     """
 
     def __init__(self, dim: int = 1024, action_weight: float = ACTION_WEIGHT,
@@ -271,8 +272,16 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         self.action_weight = float(action_weight)
         self.features = int(features)
         self.family = family
-        self._features = hash_features if hash_features is not None \
-            else family_hash_features(family, self.features)
+        self._given = hash_features
+
+    @property
+    def _features(self) -> HashFeatures:
+        # by the family's name only when a text is embedded: Chroma rebuilds a collection's
+        # function from its saved config to compare it with the one it is given, and that
+        # copy embeds nothing
+        if self._given is None:
+            self._given = family_hash_features(self.family, self.features)
+        return self._given
 
     def embed_text(self, text: str) -> np.ndarray:
         """Embed one document (a :func:`transition_key_text` or any text)."""

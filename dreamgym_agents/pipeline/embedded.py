@@ -269,8 +269,8 @@ def embedded_dream(family: Any, *, recipe: EmbeddedRecipe | None = None,
     ``Dream``."""
     from dreamgym_agents.experience.dream import Dream
 
-    paths = ensure_embedded_experience_model(family.name.split(".", 1)[0], recipe,
-                                             progress=progress)
+    paths = ensure_embedded_experience_model(family.name.split(".", 1)[0],
+                                             recipe or recipe_for(family), progress=progress)
     return Dream(family, paths["model"], paths["buffer"], **options)
 
 
