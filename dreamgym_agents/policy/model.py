@@ -72,8 +72,8 @@ class PolicyConfig:
         show_options: List the commands the state accepts in each turn (a family whose view
             knows them: ALFWorld's admissible commands), for a pretrained model to copy
             from; the embedded policy decodes within them instead.
-        options: The family's own view settings (``--set policy.<name>=…``: any key that is
-            not a field above lands here), read by its view through the family's
+        options: The family's own view settings (a run's ``--set policy_view.<name>=…``: any
+            key that is not a field above lands here), read by its view through the family's
             ``view_options`` dataclass, which names the valid keys (:func:`view_options`; the
             web's ``element_refs``, ``mark_task_terms``, ``extractive_answers``).
     """
