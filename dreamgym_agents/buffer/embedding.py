@@ -197,8 +197,7 @@ def family_hash_features(family: str, version: int) -> HashFeatures:
         if found is None:
             from dreamgym_agents.episodes.env import family_part
 
-            hook = family_part(family, lambda f: getattr(f, "hash_features", None))
-            found = hook(version) if hook is not None else TextFeatures()
+            found = family_part(family, lambda f: family_hash_features_of(f, version))
             _FEATURES[(family, version)] = found
         return found
 

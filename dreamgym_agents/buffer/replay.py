@@ -218,8 +218,6 @@ class ReplayBuffer:
         self._closed = False
         self._start_keys: dict[str, Callable[[Task], str]] = {}
         self._family = family
-        self._family_start_key = family.state_format().start_key if family is not None else None
-        self._family_name = family.name if family is not None else ""
         self._index: MemoryIndex | None = None  # buffer.index: memory
         self._index_checked = 0.0
         self._index_lock = threading.Lock()
@@ -315,7 +313,7 @@ class ReplayBuffer:
         buffer's family where that is the one it names."""
         saved = HashEmbeddingFunction.build_from_config
         named = str(config.get("family", ""))
-        if self._family is None or not named or family_root(named) != self._family_name:
+        if self._family is None or not named or family_root(named) != self._family.name:
             return saved(config)
         version = int(config.get("features", 1))
         return HashEmbeddingFunction(
@@ -358,16 +356,17 @@ class ReplayBuffer:
     def _start_key(self, task: Task) -> str:
         """Where ``task`` starts, by its family's ``StateFormat.start_key`` (the buffer's
         family's; another family's by its name; "" for a family not installed here)."""
-        if self._family_start_key is not None and family_root(task.family) == self._family_name:
-            return str(self._family_start_key(task) or "")
         start_key = self._start_keys.get(task.family)
         if start_key is None:
-            try:
-                start_key = family_part(task.family, lambda f: f.state_format().start_key)
-            except ConfigError:
-                logger.warning("buffer: task family %r is not installed: its episodes are "
-                               "stored without a start key", task.family)
-                start_key = lambda _task: ""  # noqa: E731
+            if self._family is not None and family_root(task.family) == self._family.name:
+                start_key = self._family.state_format().start_key
+            else:
+                try:
+                    start_key = family_part(task.family, lambda f: f.state_format().start_key)
+                except ConfigError:
+                    logger.warning("buffer: task family %r is not installed: its episodes are "
+                                   "stored without a start key", task.family)
+                    start_key = lambda _task: ""  # noqa: E731
             self._start_keys[task.family] = start_key
         return str(start_key(task) or "")
 

@@ -249,11 +249,11 @@ class PipelineConfig:
                               "own flags (ablations): set those instead")
         self.experience_recipe = typed_recipe_fields(self.experience_recipe, options)
         if self.task and checks_types:
-            known = known_types
             chosen = self.dream_eval_types
-            unknown = sorted(set(chosen) - set(known)) if isinstance(chosen, list) else [chosen]
+            unknown = sorted(set(chosen) - set(known_types)) if isinstance(chosen, list) \
+                else [chosen]
             if unknown or not chosen:
-                raise ConfigError(f"dream_eval_types must list some of {', '.join(known)} "
+                raise ConfigError(f"dream_eval_types must list some of {', '.join(known_types)} "
                                   f"(or be null for every task, or family for the {self.task} "
                                   f"family's choice), got {chosen}")
         if self.sft.lora_r and self.sft.base_model is None and not (
