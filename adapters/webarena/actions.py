@@ -40,6 +40,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
+import threading
 import types
 import typing
 from collections.abc import Sequence
@@ -336,6 +337,14 @@ def _fence_stripped(text: str) -> str:
     return text.strip()
 
 
+# pyparsing learns a parse action's arity on its first calls, trying fewer arguments after each
+# TypeError, in state its wrapper shares unguarded: two threads learning at once can drive it
+# past the right count, and the action then fails with a TypeError of its own. A dream pool's
+# episodes parse from many threads, so BrowserGym's grammar parses one text at a time, ours
+# and its own (a parse is pure Python under the GIL: the lock costs no parallelism).
+_PARSE_LOCK = threading.Lock()
+
+
 class WebActionSet:
     """The web action space: describe it for prompts, parse model output, build env code.
 
@@ -440,7 +449,8 @@ class WebActionSet:
         import pyparsing as pp
 
         try:
-            calls = self._parser.parse_string(text, parse_all=True).as_list()
+            with _PARSE_LOCK:
+                calls = self._parser.parse_string(text, parse_all=True).as_list()
         except pp.ParseBaseException as exc:
             raise ActionParseError(
                 f"could not parse the function call at line {exc.lineno}, column {exc.col}: "
@@ -562,7 +572,8 @@ class WebActionSet:
         for action in actions:
             if action.name not in self.specs:
                 raise ValueError(f"{action.name!r} is not a BrowserGym {ACTION_SUBSET} action")
-        return self._bg_set.to_python_code("\n".join(a.to_browsergym() for a in actions))
+        with _PARSE_LOCK:  # BrowserGym parses the calls again, with the same grammar
+            return self._bg_set.to_python_code("\n".join(a.to_browsergym() for a in actions))
 
     def to_browsergym(self, actions: Sequence[WebAction]) -> str:
         """The actions as BrowserGym high-level code, one call per line."""

@@ -308,3 +308,45 @@ def test_a_fill_says_what_it_types():
     actions = WebActionSet()
     assert actions.parse("fill('12', \"Women's shoes\")")[0].typed == "Women's shoes"
     assert actions.parse("click('12')")[0].typed is None
+
+
+
+
+def test_the_call_grammar_parses_one_text_at_a_time_across_threads():
+    """pyparsing's parse actions learn their arity on first use in state shared unguarded
+    across threads (two threads learning at once fail with a TypeError): a set of web actions
+    parsed from 8 threads at once never runs two parses together, and each gets its action."""
+    import threading
+    import time
+
+    actions = WebActionSet()
+    real = actions._parser
+    inside, most = 0, 0
+    guard = threading.Lock()
+
+    class Watched:
+        def parse_string(self, text, parse_all):
+            nonlocal inside, most
+            with guard:
+                inside += 1
+                most = max(most, inside)
+            time.sleep(0.01)
+            try:
+                return real.parse_string(text, parse_all=parse_all)
+            finally:
+                with guard:
+                    inside -= 1
+
+    actions._parser = Watched()
+    got: dict[int, list] = {}
+
+    def play(i: int) -> None:
+        got[i] = actions.parse(f"click('{i}')")
+
+    threads = [threading.Thread(target=play, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == 1
+    assert [got[i][0].args for i in range(8)] == [(str(i),) for i in range(8)]
